@@ -1,0 +1,102 @@
+"""Group-relative advantages: one function for every algorithm of the family.
+
+Samples are grouped by ``sample.group`` (e.g. (problem, node, agent) for MAGRPO or
+(problem, turn, agent) for AT-GRPO). Within a group of returns R_1..R_G:
+
+    baseline 'mean' (MAGRPO):      A_g = R_g - mean(R)
+    baseline 'rloo' (MA-RLOO):     A_g = R_g - mean_{j != g} R_j = G/(G-1) * (R_g - mean(R))
+    baseline 'max'  (MA-ReMax):    A_g = R_g - max(R)
+    baseline 'raw'  (MA-REINFORCE): A_g = R_g
+
+then, with ``scale_rewards``:
+
+    'group': A_g <- (A_g - mean(A)) / (std(A) + eps)     z-score within the group
+    'batch': A_g <- (A_g - mean(A)) / (std_batch + eps)  centre per group, batch-wide std
+    'none':  A_g unchanged                                  (Dr. GRPO style)
+
+Because centring removes any per-group constant and the z-score removes any positive scale,
+all four baselines give identical advantages under 'group' or 'batch' scaling; they differ
+only with scale_rewards='none'. ``advantage_warnings`` says so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from teamrl.sample import Sample
+
+EPS = 1e-4
+
+
+def group_samples(samples: Sequence[Sample]) -> dict[Hashable, list[Sample]]:
+    groups: dict[Hashable, list[Sample]] = defaultdict(list)
+    for s in samples:
+        groups[s.group].append(s)
+    return dict(groups)
+
+
+def baseline_advantages(returns: torch.Tensor, baseline: str) -> torch.Tensor:
+    g = returns.numel()
+    if baseline == "mean":
+        return returns - returns.mean()
+    if baseline == "rloo":
+        return (g * returns - returns.sum()) / (g - 1)
+    if baseline == "max":
+        return returns - returns.max()
+    if baseline == "raw":
+        return returns.clone()
+    raise ValueError(f"algorithm.baseline: expected mean|rloo|max|raw, got {baseline!r}")
+
+
+def compute_advantages(
+    samples: Sequence[Sample], baseline: str = "mean", scale_rewards: str = "group"
+) -> dict[str, float]:
+    """Write ``sample.advantage`` for every sample in place; return group statistics.
+
+    Raises on an empty batch and on a group with fewer than two samples (no baseline exists).
+    """
+    if not samples:
+        raise ValueError("compute_advantages: no samples (empty rollout)")
+    groups = group_samples(samples)
+    centred: dict[Hashable, torch.Tensor] = {}
+    zero_std = 0
+    for key, members in groups.items():
+        if len(members) < 2:
+            raise ValueError(
+                f"group {key!r} has {len(members)} sample; a group-relative baseline needs >= 2"
+            )
+        returns = torch.tensor([s.return_ for s in members], dtype=torch.float64)
+        zero_std += int(returns.std() < 1e-8)
+        adv = baseline_advantages(returns, baseline)
+        centred[key] = adv - adv.mean() if scale_rewards != "none" else adv
+    if scale_rewards == "batch":
+        batch_std = torch.cat(list(centred.values())).std()
+    for key, members in groups.items():
+        adv = centred[key]
+        if scale_rewards == "group":
+            adv = adv / (adv.std() + EPS)
+        elif scale_rewards == "batch":
+            adv = adv / (batch_std + EPS)
+        elif scale_rewards != "none":
+            raise ValueError(
+                f"algorithm.scale_rewards: expected group|batch|none, got {scale_rewards!r}"
+            )
+        for s, a in zip(members, adv.tolist()):
+            s.advantage = a
+    return {
+        "groups": float(len(groups)),
+        "frac_zero_std_groups": zero_std / len(groups),
+    }
+
+
+def advantage_warnings(baseline: str, scale_rewards: str) -> list[str]:
+    if baseline != "mean" and scale_rewards != "none":
+        return [
+            f"algorithm.baseline={baseline!r} with scale_rewards={scale_rewards!r}: under std "
+            "normalisation the mean, rloo, max and raw baselines give identical advantages; "
+            "set algorithm.scale_rewards=none for MA-REINFORCE/RLOO/ReMax to differ from MAGRPO."
+        ]
+    return []

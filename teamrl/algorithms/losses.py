@@ -1,0 +1,163 @@
+"""Batched token log-probs and the clipped policy-gradient loss.
+
+Layout of a batch: ``[left-padded prompt | right-padded completion]``. Only the last
+``C + 1`` logits are computed (``logits_to_keep``), because the completion tokens are the
+last ``C`` positions and the logit at position t predicts token t+1.
+
+Loss, per token t of sample i (ratio r = exp(logp - logp_old), advantage A_i):
+
+    l_it = -min(r * A_i, clip(r, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_it
+
+aggregated by ``loss_type`` over the completion mask M:
+
+    grpo:    mean_i ( sum_t l_it M_it / sum_t M_it )          sequence-mean of token-means
+    dr_grpo: sum_it l_it M_it / (n * max_completion_length)
+    dapo:    sum_it l_it M_it / (active tokens in the whole optimizer step)
+    bnpo:    sum_it l_it M_it / (active tokens in this forward chunk)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from teamrl.rollout.generator import left_pad
+from teamrl.sample import Sample
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, P + C)
+    attention_mask: torch.Tensor  # (B, P + C)
+    position_ids: torch.Tensor  # (B, P + C)
+    completion_ids: torch.Tensor  # (B, C)
+    completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS
+    advantages: torch.Tensor  # (B,)
+    temperatures: torch.Tensor  # (B,)
+    sampler_logprobs: torch.Tensor  # (B, C)
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+
+
+def collate(samples: list[Sample], pad_id: int) -> Batch:
+    prompt_ids, prompt_mask = left_pad([s.prompt_ids for s in samples], pad_id)
+    width = max(1, max(len(s.completion_ids) for s in samples))
+    comp = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), width))
+    sampler = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        n = len(s.completion_ids)
+        comp[i, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
+        mask[i, :n] = 1.0
+        sampler[i, :n] = torch.tensor(s.sampler_logprobs)
+    attn = torch.cat([prompt_mask, mask.long()], dim=1)
+    return Batch(
+        input_ids=torch.cat([prompt_ids, comp], dim=1),
+        attention_mask=attn,
+        position_ids=(attn.cumsum(-1) - 1).clamp_min(0),
+        completion_ids=comp,
+        completion_mask=mask,
+        advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
+        sampler_logprobs=sampler,
+    )
+
+
+def token_logprobs(
+    model: torch.nn.Module, batch: Batch, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each completion token under ``model`` (one forward pass), and its entropy."""
+    c = batch.completion_ids.shape[1]
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        logits_to_keep=c + 1,
+    )
+    logits = out.logits[:, -c - 1 : -1].float() / batch.temperatures[:, None, None]
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = F.softmax(logits, dim=-1)
+            entropy = lse - (probs * logits).sum(-1)
+    return logp, entropy
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi."""
+    log_ratio = ref_logp - logp
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k3":  # unbiased, always >= 0 (Schulman's k3)
+        return torch.exp(log_ratio) - log_ratio - 1
+    raise ValueError(f"algorithm.kl_estimator: expected k1|k3, got {estimator!r}")
+
+
+@dataclass
+class LossOut:
+    loss: torch.Tensor
+    clip_fraction: float
+    ratio_mean: float
+    ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on a first pass)
+    kl: float
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str,
+    epsilon: float,
+    epsilon_high: float | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    max_completion_length: int = 1,
+    step_tokens: float | None = None,
+) -> LossOut:
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
+    per_token = -torch.min(unclipped, clipped)
+    kl_tok = None
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("policy_loss: beta > 0 needs ref_logp")
+        kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
+        per_token = per_token + beta * kl_tok
+
+    tokens = mask.sum().clamp_min(1.0)
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
+    elif loss_type == "dr_grpo":
+        loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
+    elif loss_type == "dapo":
+        loss = (per_token * mask).sum() / (step_tokens if step_tokens else tokens)
+    elif loss_type == "bnpo":
+        loss = (per_token * mask).sum() / tokens
+    else:
+        raise ValueError(f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {loss_type!r}")
+
+    with torch.no_grad():
+        is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
+        ratio_mean = float((ratio * mask).sum() / tokens)
+        ratio_max_dev = float(((ratio - 1).abs() * mask).max())
+        kl = float((kl_tok * mask).sum() / tokens) if kl_tok is not None else 0.0
+    return LossOut(
+        loss=loss,
+        clip_fraction=clip_fraction,
+        ratio_mean=ratio_mean,
+        ratio_max_dev=ratio_max_dev,
+        kl=kl,
+    )

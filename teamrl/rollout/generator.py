@@ -1,0 +1,187 @@
+"""Batched sampling with a KV cache: one call covers every agent, sample and prompt of a policy.
+
+Why our own loop rather than ``model.generate``: every row may carry its own temperature,
+top-p, top-k and token budget (agents differ), its own LoRA adapter (PEFT mixed-adapter
+batches), and we need the sampler's log-prob of each chosen token. The loop is the standard
+one: prefill the left-padded prompts, then decode one token per step for all rows.
+
+Layout: prompts are left-padded, completions right-padded; ``completion_mask`` covers the real
+tokens up to and including EOS and never a pad. A row that reaches its budget without EOS is
+truncated (``truncated=True``) and its mask covers all its tokens.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Request:
+    """One prompt to sample ``n`` completions for."""
+
+    prompt_ids: list[int]
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    adapter: str | None = None  # LoRA adapter name for mixed-adapter batches
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    completion_ids: list[int]  # real tokens only (through EOS), no pads
+    logprobs: list[float]  # sampler log-prob of each completion token
+    truncated: bool  # hit max_new_tokens without EOS
+
+
+@contextmanager
+def _adapters(model: torch.nn.Module, adapters: list[str | None]):
+    """Per-row LoRA adapters: our grouped forward when possible, else PEFT's adapter_names."""
+    if all(a is None for a in adapters):
+        yield {}
+        return
+    from teamrl.rollout import multi_lora
+
+    if multi_lora.supported(model):
+        with multi_lora.grouped_lora(model, adapters):
+            yield {}
+    else:
+        yield {"adapter_names": [a or "__base__" for a in adapters]}
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sampling. Returns (tokens, log-prob of each token under the sampling distribution).
+
+    Rows with temperature 0 take the argmax (log-prob 0 under the greedy policy).
+    """
+    logits = logits.float()
+    greedy = temperature <= 0
+    scaled = logits / temperature.clamp_min(1e-6).unsqueeze(-1)
+    if bool((top_k > 0).any()):
+        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
+        idx = (top_k.clamp_min(1) - 1).unsqueeze(-1)
+        thresh = kth.gather(-1, idx)
+        drop = (scaled < thresh) & (top_k > 0).unsqueeze(-1)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    if bool((top_p < 1).any()):
+        sorted_logits, order = torch.sort(scaled, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1).
+        before = probs.cumsum(-1) - probs
+        drop_sorted = before >= top_p.unsqueeze(-1)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    logp = F.log_softmax(scaled, dim=-1)
+    sampled = torch.multinomial(logp.exp(), 1).squeeze(-1)
+    tokens = torch.where(greedy, logits.argmax(-1), sampled)
+    token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return tokens, torch.where(greedy, torch.zeros_like(token_logp), token_logp)
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    requests: list[Request],
+    eos_ids: list[int],
+    pad_id: int,
+    ignore_eos: bool = False,
+) -> list[list[Generation]]:
+    """Sample for every request in one batched call; returns ``n`` generations per request."""
+    rows = [(r, k) for r in requests for k in range(r.n)]
+    if not rows:
+        return []
+    device = next(model.parameters()).device
+    # Prefill each prompt once, then copy its KV cache to its n sample rows (prefix sharing).
+    ids, attn = left_pad([r.prompt_ids for r in requests], pad_id)
+    ids, attn = ids.to(device), attn.to(device)
+    expand = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=device)
+    temp = torch.tensor([r.temperature for r, _ in rows], device=device)
+    top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
+    top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
+    budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
+    eos = torch.tensor(eos_ids, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with _adapters(model, [r.adapter for r in requests]) as kw:
+            position = (attn.cumsum(-1) - 1).clamp_min(0)
+            out = model(
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=position,
+                use_cache=True,
+                logits_to_keep=1,
+                **kw,
+            )
+        cache = out.past_key_values
+        if len(rows) != len(requests):
+            cache.reorder_cache(expand)
+        logits, attn, last_pos = out.logits[expand, -1], attn[expand], position[expand, -1]
+        del out
+
+        n_rows, max_new = len(rows), int(budget.max())
+        tokens = torch.full((n_rows, max_new), pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros((n_rows, max_new), device=device)
+        done = torch.zeros(n_rows, dtype=torch.bool, device=device)
+        lengths = torch.zeros(n_rows, dtype=torch.long, device=device)
+        ones = torch.ones((n_rows, 1), dtype=attn.dtype, device=device)
+        with _adapters(model, [r.adapter for r, _ in rows]) as kw:
+            for t in range(max_new):
+                tok, lp = sample_tokens(logits, temp, top_p, top_k)
+                active = ~done
+                tokens[:, t] = torch.where(active, tok, torch.full_like(tok, pad_id))
+                logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
+                lengths += active.long()
+                hit_eos = torch.isin(tok, eos) & (not ignore_eos)
+                done = done | (active & (hit_eos | (lengths >= budget)))
+                if bool(done.all()):
+                    break
+                attn = torch.cat([attn, ones], dim=1)
+                last_pos = last_pos + 1
+                out = model(
+                    input_ids=tokens[:, t : t + 1],
+                    attention_mask=attn,
+                    position_ids=last_pos.unsqueeze(-1),
+                    past_key_values=cache,
+                    use_cache=True,
+                    **kw,
+                )
+                cache, logits = out.past_key_values, out.logits[:, -1]
+    finally:
+        model.train(was_training)
+
+    tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
+    results: list[list[Generation]] = [[] for _ in requests]
+    owner = {id(r): i for i, r in enumerate(requests)}
+    for row, (req, _) in enumerate(rows):
+        n = int(lengths[row])
+        comp = tokens[row, :n].tolist()
+        ended = bool(n) and comp[-1] in eos_ids and not ignore_eos
+        results[owner[id(req)]].append(
+            Generation(
+                prompt_ids=list(req.prompt_ids),
+                completion_ids=comp,
+                logprobs=logps[row, :n].tolist(),
+                truncated=not ended,
+            )
+        )
+    return results

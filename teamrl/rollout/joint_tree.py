@@ -1,0 +1,221 @@
+"""MAGRPO's joint-action tree.
+
+Each node holds an env state and every agent's observation. All agents act at once
+(simultaneous turn): each samples G completions from its observation. Joint actions are
+
+    aligned: K = G joint actions, the j-th completion of every agent;
+    cross:   K = G^N joint actions, the Cartesian product.
+
+Every joint action is applied to its own copy of the node's env; the transition's reward is
+r_j and, unless the episode ends, its successor state becomes a child node (the next turn).
+Returns are computed bottom-up:
+
+    R_j = r_j + gamma * mean(R of the child's joint actions)      (R_j = r_j at a leaf)
+
+An agent's completion g is credited with R_g (aligned) or with the marginal mean of R over the
+joint actions that contain it (cross). Group key: (problem, node, agent).
+
+Generation is one call per engine per turn, covering every node, agent and sample of the turn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from teamrl.envs.base import Env, Step, clone
+from teamrl.sample import Sample
+from teamrl.team import Team
+
+
+@dataclass
+class Node:
+    problem: int
+    node_id: str  # path of joint-action indices from the root, e.g. "0/3"
+    turn: int
+    env: Env
+    observations: dict[str, str]
+    example: dict
+    joint: list[tuple[int, ...]] = field(default_factory=list)  # per joint action: index per agent
+    steps: list[Step] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    children: dict[int, Node] = field(default_factory=dict)
+    returns: list[float] = field(default_factory=list)
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    samples: list[Sample]
+    roots: list[Node]
+    stats: dict[str, float]
+
+
+class RewardError(RuntimeError):
+    """An environment's step (its reward or transition) raised."""
+
+
+def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
+    try:
+        out = env.step(actions)
+    except Exception as err:  # re-raised with the context a user needs to debug their env
+        preview = {a: t[:80] for a, t in actions.items()}
+        raise RewardError(f"{where}: env.step raised {err!r} on actions {preview}") from err
+    if not isinstance(out, Step):
+        raise RewardError(f"{where}: env.step must return a teamrl Step, got {type(out).__name__}")
+    if out.reward != out.reward:  # NaN
+        raise RewardError(f"{where}: env.step returned a NaN reward on actions {actions}")
+    return out
+
+
+def joint_rollout(
+    team: Team,
+    make_env,
+    examples: list[tuple[int, dict]],
+    *,
+    num_generations: int,
+    max_turns: int,
+    joint_mode: str = "aligned",
+    discount: float = 1.0,
+    early_termination_threshold: float | None = None,
+    greedy: bool = False,
+    reward_workers: int = 1,
+    ignore_eos: bool = False,
+) -> RolloutResult:
+    """Grow one tree per example and return its samples with rewards and returns set."""
+    agents = list(team.agents)
+    g = 1 if greedy else num_generations
+    t_gen = t_env = 0.0
+    roots = []
+    for problem, example in examples:
+        env = make_env()
+        obs = env.reset(example)
+        _check_obs(obs, agents, f"reset(example {problem})")
+        roots.append(Node(problem, "root", 0, env, obs, example))
+
+    frontier = list(roots)
+    pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
+    n_tokens = 0
+    for turn in range(max_turns):
+        if not frontier:
+            break
+        # 1. One generate call per engine for every (node, agent) of this turn.
+        t0 = time.perf_counter()
+        jobs = []
+        for node in frontier:
+            for a in agents:
+                ids = team.encode_prompt(a, node.observations[a], node.example)
+                jobs.append((a, team.request(a, ids, g, greedy=greedy)))
+        outs = iter(team.generate(jobs, ignore_eos=ignore_eos))
+        for node in frontier:
+            for a in agents:
+                node.samples[a] = [
+                    Sample(
+                        agent=a,
+                        policy=team.policy_of[a],
+                        turn=turn,
+                        group=(node.problem, node.node_id, a),
+                        prompt_ids=gen.prompt_ids,
+                        completion_ids=gen.completion_ids,
+                        sampler_logprobs=gen.logprobs,
+                        truncated=gen.truncated,
+                        temperature=team.agents[a].temperature if not greedy else 1.0,
+                        text=team.decode(a, gen.completion_ids),
+                    )
+                    for gen in next(outs)
+                ]
+                n_tokens += sum(len(s.completion_ids) for s in node.samples[a])
+        t_gen += time.perf_counter() - t0
+
+        # 2. Joint actions, each stepped on its own copy of the node's env.
+        t0 = time.perf_counter()
+        work = []
+        for node in frontier:
+            if joint_mode == "cross" and not greedy:
+                node.joint = list(itertools.product(range(g), repeat=len(agents)))
+            else:
+                node.joint = [(j,) * len(agents) for j in range(g)]
+            for j, idx in enumerate(node.joint):
+                actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
+                where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
+                work.append((node, clone(node.env), actions, where))
+        stepped = _map(pool, lambda w: step_env(w[1], w[2], w[3]), work)
+        t_env += time.perf_counter() - t0
+
+        # 3. Rewards, early termination, children.
+        next_frontier = []
+        per_node: dict[int, list] = {}
+        for (node, env, _, _), step in zip(work, stepped):
+            per_node.setdefault(id(node), []).append((env, step))
+        for node in frontier:
+            pairs = per_node[id(node)]
+            node.steps = [s for _, s in pairs]
+            node.rewards = [float(s.reward) for s in node.steps]
+            mean_r = sum(node.rewards) / len(node.rewards)
+            stop_early = early_termination_threshold is not None and (
+                mean_r > early_termination_threshold
+            )
+            if turn + 1 >= max_turns or stop_early:
+                continue
+            for j, (env, step) in enumerate(pairs):
+                if step.done:
+                    continue
+                _check_obs(step.observations, agents, f"step (example {node.problem})")
+                child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
+                child = Node(node.problem, child_id, turn + 1, env, step.observations, node.example)
+                node.children[j] = child
+                next_frontier.append(child)
+        frontier = next_frontier
+    if pool:
+        pool.shutdown()
+
+    samples: list[Sample] = []
+    for root in roots:
+        _assign_returns(root, agents, discount, cross=(joint_mode == "cross" and not greedy))
+        samples.extend(_collect(root, agents))
+    stats = {
+        "time/generate": t_gen,
+        "time/reward": t_env,
+        "tokens/generated": float(n_tokens),
+    }
+    return RolloutResult(samples=samples, roots=roots, stats=stats)
+
+
+def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool) -> None:
+    """Post-order: R_j = r_j + gamma * mean(child_j.returns); then credit each completion."""
+    node.returns = []
+    for j, r in enumerate(node.rewards):
+        child = node.children.get(j)
+        if child is not None:
+            _assign_returns(child, agents, gamma, cross)
+            r = r + gamma * sum(child.returns) / len(child.returns)
+        node.returns.append(r)
+    for k, a in enumerate(agents):
+        for i, s in enumerate(node.samples[a]):
+            # the joint actions that contain completion i of agent a
+            js = [j for j, idx in enumerate(node.joint) if idx[k] == i]
+            s.reward = sum(node.rewards[j] for j in js) / len(js)
+            s.return_ = sum(node.returns[j] for j in js) / len(js)
+            if not cross:
+                assert len(js) == 1
+
+
+def _collect(node: Node, agents: list[str]) -> list[Sample]:
+    out = [s for a in agents for s in node.samples[a]]
+    for child in node.children.values():
+        out.extend(_collect(child, agents))
+    return out
+
+
+def _map(pool: ThreadPoolExecutor | None, fn, items: list) -> list:
+    return list(pool.map(fn, items)) if pool else [fn(x) for x in items]
+
+
+def _check_obs(obs: dict, agents: list[str], where: str) -> None:
+    if not isinstance(obs, dict) or set(agents) - set(obs):
+        have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+        raise ValueError(
+            f"{where}: env must return an observation for every agent {agents}, got {have}"
+        )

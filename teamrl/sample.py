@@ -1,0 +1,33 @@
+"""``Sample``: the one currency between rollout, algorithm and trainer.
+
+One agent's one generated action, with everything an update needs. ``completion_ids`` hold
+real tokens only (through EOS, never a pad), so the completion mask is implicit here and is
+materialised when samples are padded into a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sample:
+    agent: str
+    policy: str
+    turn: int
+    group: Hashable  # e.g. (problem, node, agent) for MAGRPO, (problem, turn, agent) for AT-GRPO
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampler_logprobs: list[float]
+    truncated: bool = False
+    temperature: float = 1.0  # training-side log-probs use logits / temperature, as sampled
+    reward: float = 0.0  # immediate reward credited to this action
+    return_: float = 0.0  # reward-to-go the advantage is computed from
+    advantage: float = 0.0
+    text: str = ""  # decoded completion, for logs
+    info: dict = field(default_factory=dict)
+
+    @property
+    def completion_mask(self) -> list[int]:
+        return [1] * len(self.completion_ids)

@@ -1,0 +1,41 @@
+"""Shared fixtures: a per-session model cache and small configs on tiny models."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache(tmp_path_factory):
+    # Tiny models and their tokenizer are built once per session, offline, into a temp cache.
+    if "TEAMRL_TEST_CACHE" in os.environ:
+        os.environ["TEAMRL_CACHE"] = os.environ["TEAMRL_TEST_CACHE"]
+    else:
+        os.environ["TEAMRL_CACHE"] = str(tmp_path_factory.mktemp("teamrl-cache"))
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    yield
+
+
+def tiny_overrides(policies: str = "shared", steps: int = 2, **extra: object) -> list[str]:
+    items = [
+        "model.name_or_path=tiny-llama",
+        f"team.policies={policies}",
+        "env.name=digits",
+        "team.agents=[{name: alice, max_completion_length: 8}, "
+        "{name: bob, max_completion_length: 8}]",
+        f"train.max_steps={steps}",
+        "train.learning_rate=0.01",
+        "train.lr_scheduler_type=constant",
+        "algorithm.num_generations=4",
+        "log.progress_bar=false",
+    ]
+    items += [f"{k}={v}" for k, v in extra.items()]
+    return items

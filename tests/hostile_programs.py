@@ -1,0 +1,280 @@
+"""A corpus of hostile programs for the sandbox tests (data only; run by test_sandbox.py).
+
+Each program is plain Python with @NAME@ placeholders that the test fills in:
+@TEST_PID@ (the pytest process), @MARKER_DIR@ (a world-writable directory outside the sandbox),
+@MARKER@ (a file name that must never be created anywhere), @TCP_PORT@, @UDP_PORT@,
+@UNIX_SOCKET@ (listeners owned by the test), @SECRET_NAME@, @SECRET_VALUE@ (a fake secret in
+the test's environment), @HOME_SECRET@ (a file in the test user's home holding the secret),
+@REPO@ (the repository root).
+
+A program prints ESCAPED when its attack worked, so the test can check that word never shows
+up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
+``sneaky`` programs may exit 0 (os._exit, background children...): the test then checks that
+the harm did not happen (no leftover process, no marker file, no secret in the output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TIME = ("cpu_time", "wall_time")
+
+
+@dataclass(frozen=True)
+class Hostile:
+    name: str
+    code: str
+    killed: tuple[str | None, ...] | None = None
+    sneaky: bool = False
+    limits: dict = field(default_factory=dict)
+
+
+def _write(path: str) -> str:
+    return f"open({path}, 'w').write('x')\nprint('ESCAPED')\n"
+
+
+CORPUS: list[Hostile] = [
+    # ---- time -------------------------------------------------------------------------
+    Hostile("infinite_loop", "while True:\n    pass\n", TIME),
+    Hostile("sleep_forever", "import time\ntime.sleep(1000)\n", ("wall_time",)),
+    Hostile("busy_sleep_loop", "import time\nwhile True:\n    time.sleep(0.05)\n", ("wall_time",)),
+    Hostile(
+        "ignore_sigxcpu",
+        "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n",
+        TIME,
+    ),
+    Hostile(
+        "ignore_term_signals",
+        "import signal, time\n"
+        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):\n"
+        "    signal.signal(s, signal.SIG_IGN)\n"
+        "time.sleep(1000)\n",
+        ("wall_time",),
+    ),
+    Hostile(
+        "block_all_signals",
+        "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, range(1, signal.NSIG))\n"
+        "while True:\n    pass\n",
+        TIME,
+    ),
+    Hostile(
+        "itimer_storm",
+        "import signal, time\nsignal.signal(signal.SIGALRM, lambda *a: None)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\n"
+        "while True:\n    time.sleep(1)\n",
+        TIME,
+    ),
+    Hostile(
+        "atexit_loop",
+        "import atexit\ndef spin():\n    while True:\n        pass\natexit.register(spin)\n",
+        TIME,
+    ),
+    Hostile(
+        "non_daemon_thread",
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(1000,)).start()\n",
+        ("wall_time",),
+    ),
+    Hostile("regex_backtracking", "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n", TIME),
+    # ---- processes ----------------------------------------------------------------------
+    Hostile(
+        "fork_bomb",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        None,
+        limits={"wall_seconds": 1.5},
+    ),
+    Hostile(
+        "thread_bomb",
+        "import threading, time\nn = 0\ntry:\n    while True:\n"
+        "        threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()\n"
+        "        n += 1\n"
+        "finally:\n    print('threads', n)\n    if n >= 8:\n        print('ESCAPED')\n",
+    ),
+    Hostile(
+        "subprocess_sleep",
+        "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nprint('spawned')\n",
+        sneaky=True,
+    ),
+    Hostile(
+        "subprocess_new_session",
+        "import subprocess\nsubprocess.Popen(['sleep', '1000'], start_new_session=True)\n",
+        sneaky=True,
+    ),
+    Hostile(
+        "double_fork_daemon",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        time.sleep(1000)\n    os._exit(0)\nos.wait()\n",
+        sneaky=True,
+    ),
+    Hostile("shell_background", "import os\nos.system('sleep 1000 &')\n", sneaky=True),
+    Hostile(
+        "kill_parent",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('sent')\n",
+        sneaky=True,
+    ),
+    Hostile(
+        "kill_test_process",
+        "import os, signal\nos.kill(@TEST_PID@, signal.SIGKILL)\nprint('ESCAPED')\n",
+    ),
+    Hostile(
+        "killpg_test_group",
+        "import os, signal\nos.killpg(os.getpgid(@TEST_PID@), signal.SIGKILL)\nprint('ESCAPED')\n",
+    ),
+    Hostile("kill_everyone", "import os, signal\nos.kill(-1, signal.SIGKILL)\n", sneaky=True),
+    Hostile("killpg_own_group", "import os, signal\nos.killpg(0, signal.SIGKILL)\n", ("signal 9",)),
+    # ---- memory and stack ---------------------------------------------------------------
+    # Touching 256 MiB page by page can take longer than 2 s among the CPU burners above.
+    Hostile(
+        "memory_list_growth",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 20))\n",
+        ("memory", "wall_time"),
+    ),
+    Hostile("memory_bytearray", "b = bytearray(10 ** 10)\n", ("memory",)),
+    Hostile("memory_string", "s = 'x' * (10 ** 10)\n", ("memory",)),
+    Hostile("deep_recursion", "def f(n):\n    return f(n + 1)\nf(0)\n", (None,)),
+    Hostile(
+        "deep_recursion_no_limit",
+        "import sys\nsys.setrecursionlimit(10 ** 9)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n",
+    ),
+    # ---- output -------------------------------------------------------------------------
+    Hostile("huge_stdout", "while True:\n    print('x' * 1000)\n", ("output_limit",)),
+    Hostile(
+        "huge_stderr",
+        "import sys\nwhile True:\n    sys.stderr.write('e' * 1000)\n",
+        ("output_limit",),
+    ),
+    Hostile(
+        "one_giant_write", "import sys\nsys.stdout.write('y' * 50_000_000)\n", ("output_limit",)
+    ),
+    Hostile(
+        "exit0_mid_output",
+        "import os, sys\nsys.stdout.write('PARTIAL-NEVER-FLUSHED')\nos._exit(0)\n",
+        sneaky=True,
+    ),
+    Hostile(
+        "exit_from_thread",
+        "import os, threading\nthreading.Thread(target=os._exit, args=(3,)).start()\n",
+    ),
+    Hostile("sys_exit_message", "import sys\nsys.exit('bye')\n", (None,)),
+    Hostile("sys_exit_negative", "import sys\nsys.exit(-1)\n", (None,)),
+    Hostile(
+        "silenced_excepthook",
+        "import sys\nsys.excepthook = lambda *a: None\nraise ValueError('hidden')\n",
+        (None,),
+    ),
+    Hostile("abort", "import os\nos.abort()\n", ("signal 6",)),
+    Hostile(
+        "closed_std_streams",
+        "import os\nos.close(1)\nos.close(2)\nraise ValueError('x')\n",
+        (None,),
+    ),
+    # ---- files --------------------------------------------------------------------------
+    Hostile("write_tmp", _write("'/tmp/@MARKER@'")),
+    Hostile("write_etc", _write("'/etc/@MARKER@'")),
+    Hostile("write_repo", _write("'@REPO@/@MARKER@'")),
+    Hostile("write_home", _write("'@HOME@/@MARKER@'")),
+    Hostile("write_dev_shm", _write("'/dev/shm/@MARKER@'")),
+    Hostile("write_marker_dir", _write("'@MARKER_DIR@/@MARKER@'")),
+    Hostile("write_parent_dir", _write("'../@MARKER@'")),
+    Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]")),
+    Hostile(
+        "symlink_escape",
+        "import os\nos.symlink('@MARKER_DIR@/@MARKER@', 'link')\n" + _write("'link'"),
+    ),
+    Hostile(
+        "userns_remount",
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.unshare(0x10000000 | 0x20000)  # CLONE_NEWUSER | CLONE_NEWNS\n"
+        "libc.mount(b'none', b'/', None, ctypes.c_ulong(0x20 | 0x1000 | 0x4000), None)\n"
+        "libc.mount(b'none', b'@MARKER_DIR@', None, ctypes.c_ulong(0x20 | 0x1000), None)\n"
+        + _write("'@MARKER_DIR@/@MARKER@'"),
+    ),
+    Hostile(
+        "file_size_bomb",
+        "with open('big', 'wb') as f:\n    f.write(b'0' * (64 << 20))\n",
+        ("file_size",),
+    ),
+    Hostile(
+        "fill_the_disk",
+        "i = 0\nwhile True:\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'0' * (1 << 20))\n"
+        "    i += 1\n",
+        ("file_size",),
+    ),
+    Hostile(
+        "many_open_files",
+        "files = []\nwhile True:\n    files.append(open('/dev/null'))\n",
+        (None,),
+    ),
+    # ---- secrets ------------------------------------------------------------------------
+    Hostile(
+        "env_secret",
+        "import os\nprint(os.environ.get('@SECRET_NAME@'))\nprint(dict(os.environ))\n",
+        sneaky=True,
+    ),
+    Hostile("proc_self_environ", "print(open('/proc/self/environ').read())\n", sneaky=True),
+    Hostile("proc_parent_environ", "print(open('/proc/@TEST_PID@/environ').read())\n"),
+    Hostile("proc_parent_fds", "import os\nprint(os.listdir('/proc/@TEST_PID@/fd'))\n"),
+    Hostile("proc_parent_cwd", "import os\nprint(os.listdir('/proc/@TEST_PID@/cwd'))\n"),
+    Hostile("proc_init_environ", "print(open('/proc/1/environ').read())\n"),
+    Hostile("home_secret_file", "print(open('@HOME_SECRET@').read())\n"),
+    Hostile("read_shadow", "print(open('/etc/shadow').read())\n"),
+    # ---- network ------------------------------------------------------------------------
+    Hostile(
+        "tcp_connect",
+        "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', @TCP_PORT@))\n"
+        "print('ESCAPED')\n",
+    ),
+    Hostile(
+        "create_connection",
+        "import socket\nsocket.create_connection(('127.0.0.1', @TCP_PORT@), timeout=1)\n"
+        "print('ESCAPED')\n",
+    ),
+    Hostile(
+        "udp_send",
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.sendto(b'leak', ('127.0.0.1', @UDP_PORT@))\nprint('ESCAPED')\n",
+    ),
+    Hostile(
+        "dns_lookup",
+        "import socket\nprint(socket.getaddrinfo('example.com', 80))\nprint('ESCAPED')\n",
+    ),
+    Hostile(
+        "unix_socket",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@UNIX_SOCKET@')\n"
+        "print('ESCAPED')\n",
+    ),
+    Hostile(
+        "raw_socket",
+        "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\n"
+        "print('ESCAPED')\n",
+    ),
+    # ---- privileges and limits ----------------------------------------------------------
+    Hostile(
+        "raise_rlimit_as",
+        "import resource\nr = resource.RLIM_INFINITY\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (r, r))\nprint('ESCAPED')\n",
+    ),
+    Hostile(
+        "raise_rlimit_nproc",
+        "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (10 ** 6, 10 ** 6))\n"
+        "print('ESCAPED')\n",
+    ),
+    Hostile("setuid_root", "import os\nos.setuid(0)\nprint('ESCAPED')\n"),
+    Hostile(
+        "ctypes_setuid_root",
+        "import ctypes, os\nctypes.CDLL(None).setuid(0)\n"
+        "if os.getuid() == 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
+    ),
+    Hostile(
+        "ctypes_ptrace_test",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.ptrace(16, @TEST_PID@, None, None) == 0:  # PTRACE_ATTACH\n"
+        "    print('ESCAPED')\nraise SystemExit(ctypes.get_errno() or 1)\n",
+    ),
+    Hostile("ctypes_segfault", "import ctypes\nctypes.string_at(0)\n", ("signal 11",)),
+    Hostile(
+        "setuid_binary",
+        "import subprocess\n"
+        "r = subprocess.run(['su', '-c', 'touch @MARKER_DIR@/@MARKER@'], capture_output=True)\n"
+        "if r.returncode == 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
+    ),
+]

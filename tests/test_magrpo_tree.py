@@ -1,0 +1,213 @@
+"""MAGRPO returns and advantages, computed by hand on small trees (no model involved)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from teamrl.algorithms.advantages import (
+    advantage_warnings,
+    baseline_advantages,
+    compute_advantages,
+)
+from teamrl.envs.functional import FunctionEnv
+from teamrl.rollout.generator import Generation
+from teamrl.rollout.joint_tree import RewardError, joint_rollout
+from teamrl.sample import Sample
+
+
+class ScriptedTeam:
+    """Stands in for Team: agent a's g-th sample at a node is the text f"{a}{g}"."""
+
+    def __init__(self, agents=("a", "b")):
+        self.agents = {a: SimpleNamespace(temperature=1.0) for a in agents}
+        self.policy_of = {a: a for a in agents}
+        self.generate_calls = 0
+
+    def encode_prompt(self, agent, observation, example):
+        return [len(observation)]
+
+    def request(self, agent, ids, n, greedy=False):
+        return (agent, n)
+
+    def generate(self, jobs, ignore_eos=False):
+        self.generate_calls += 1
+        return [
+            [Generation([1], [ord(agent), g], [0.0, 0.0], False) for g in range(n)]
+            for agent, (agent, n) in jobs
+        ]
+
+    def decode(self, agent, ids):
+        return f"{chr(ids[0])}{ids[1]}"
+
+
+def reward_table(values):
+    """Team reward looked up from the joint action's indices (a's index, b's index)."""
+
+    def reward(completions, example):
+        return values[(int(completions["a"][1:]), int(completions["b"][1:]))]
+
+    return reward
+
+
+def test_aligned_single_turn_returns_and_mean_baseline():
+    rewards = {(0, 0): 1.0, (1, 1): 3.0, (2, 2): 2.0}
+    team = ScriptedTeam()
+    env = lambda: FunctionEnv(["a", "b"], reward_table(rewards))  # noqa: E731
+    out = joint_rollout(team, env, [(0, {"prompt": "p"})], num_generations=3, max_turns=1)
+    assert team.generate_calls == 1  # one call for both agents and all samples
+    assert len(out.samples) == 6
+    for s in out.samples:
+        g = int(s.text[1:])
+        assert s.return_ == rewards[(g, g)]
+        assert s.group == (0, "root", s.agent)
+    compute_advantages(out.samples, "mean", "none")
+    adv = {(s.agent, s.text): s.advantage for s in out.samples}
+    # mean of [1, 3, 2] = 2
+    assert adv[("a", "a0")] == pytest.approx(-1.0)
+    assert adv[("a", "a1")] == pytest.approx(1.0)
+    assert adv[("b", "b2")] == pytest.approx(0.0)
+
+
+def test_cross_mode_credits_marginal_mean():
+    # G=2, N=2: 4 joint actions. a0 is in (0,0),(0,1): mean (1 + 3)/2 = 2. a1: (5 + 7)/2 = 6.
+    # b0 is in (0,0),(1,0): (1 + 5)/2 = 3.  b1: (3 + 7)/2 = 5.
+    rewards = {(0, 0): 1.0, (0, 1): 3.0, (1, 0): 5.0, (1, 1): 7.0}
+    team = ScriptedTeam()
+    env = lambda: FunctionEnv(["a", "b"], reward_table(rewards))  # noqa: E731
+    out = joint_rollout(
+        team, env, [(0, {"prompt": "p"})], num_generations=2, max_turns=1, joint_mode="cross"
+    )
+    credit = {s.text: s.return_ for s in out.samples}
+    assert credit == {"a0": 2.0, "a1": 6.0, "b0": 3.0, "b1": 5.0}
+    compute_advantages(out.samples, "mean", "none")
+    adv = {s.text: s.advantage for s in out.samples}
+    assert adv == {"a0": -2.0, "a1": 2.0, "b0": -1.0, "b1": 1.0}
+
+
+def test_two_turn_tree_discounted_returns():
+    """Turn 0 reward r0(g); each child's turn-1 reward r1 depends on the parent branch.
+
+    R_root_j = r0_j + gamma * mean_k r1(j, k)  with gamma = 0.5.
+    """
+    gamma = 0.5
+
+    def reward(completions, example):
+        g = int(completions["a"][1:])
+        if example.get("turn", 0) == 0:
+            return [1.0, 2.0][g]
+        return 10.0 * example["parent"] + g  # child k of parent j: 10 j + k
+
+    class TwoTurnEnv(FunctionEnv):
+        def step(self, actions):
+            step = super().step(actions)
+            if self.example.get("turn", 0) == 0:
+                self.example = {**self.example, "turn": 1, "parent": int(actions["a"][1:])}
+            return step
+
+    team = ScriptedTeam()
+    env = lambda: TwoTurnEnv(["a", "b"], reward)  # noqa: E731
+    out = joint_rollout(
+        team, env, [(0, {"prompt": "p"})], num_generations=2, max_turns=2, discount=gamma
+    )
+    assert team.generate_calls == 2  # one per turn, covering every node
+    root = out.roots[0]
+    assert set(root.children) == {0, 1}
+    # child of branch 0: rewards [0, 1] -> mean 0.5; child of branch 1: [10, 11] -> mean 10.5
+    assert root.children[0].rewards == [0.0, 1.0]
+    assert root.children[1].rewards == [10.0, 11.0]
+    assert root.returns == [1.0 + gamma * 0.5, 2.0 + gamma * 10.5]
+    groups = {s.group for s in out.samples}
+    assert groups == {(0, n, ag) for n in ("root", "0", "1") for ag in "ab"}
+    compute_advantages(out.samples, "mean", "none")
+    root_a = sorted((s for s in out.samples if s.group == (0, "root", "a")), key=lambda s: s.text)
+    diff = (2.0 + gamma * 10.5) - (1.0 + gamma * 0.5)
+    assert [s.advantage for s in root_a] == pytest.approx([-diff / 2, diff / 2])
+    leaf = sorted((s for s in out.samples if s.group == (0, "1", "b")), key=lambda s: s.text)
+    assert [s.return_ for s in leaf] == [10.0, 11.0]
+    assert [s.advantage for s in leaf] == pytest.approx([-0.5, 0.5])
+
+
+def test_early_termination_is_explicit():
+    env = lambda: FunctionEnv(["a", "b"], lambda c, e: 1.0)  # noqa: E731
+    kw = dict(num_generations=2, max_turns=2)
+    full = joint_rollout(ScriptedTeam(), env, [(0, {"prompt": "p"})], **kw)
+    assert len(full.roots[0].children) == 2  # no hidden default stops the tree
+    cut = joint_rollout(
+        ScriptedTeam(), env, [(0, {"prompt": "p"})], early_termination_threshold=0.5, **kw
+    )
+    assert cut.roots[0].children == {}
+    assert len(cut.samples) == 4
+
+
+def test_baselines_by_hand():
+    r = torch.tensor([1.0, 2.0, 6.0], dtype=torch.float64)
+    assert baseline_advantages(r, "mean").tolist() == pytest.approx([-2, -1, 3])
+    # rloo: R_g - mean of the others: 1 - 4, 2 - 3.5, 6 - 1.5
+    assert baseline_advantages(r, "rloo").tolist() == pytest.approx([-3, -1.5, 4.5])
+    assert baseline_advantages(r, "max").tolist() == pytest.approx([-5, -4, 0])
+    assert baseline_advantages(r, "raw").tolist() == pytest.approx([1, 2, 6])
+
+
+def _samples(returns, group="g"):
+    return [Sample("a", "p", 0, group, [1], [2], [0.0], return_=r) for r in returns]
+
+
+def test_scale_rewards_group_zscore_and_baselines_coincide():
+    results = {}
+    for baseline in ("mean", "rloo", "max", "raw"):
+        ss = _samples([1.0, 2.0, 6.0])
+        compute_advantages(ss, baseline, "group")
+        results[baseline] = [s.advantage for s in ss]
+    std = torch.tensor([-2.0, -1.0, 3.0]).std().item()  # unbiased, as in TRL
+    expected = [-2 / (std + 1e-4), -1 / (std + 1e-4), 3 / (std + 1e-4)]
+    for adv in results.values():
+        assert adv == pytest.approx(expected, rel=1e-4)  # equal up to eps
+    assert advantage_warnings("rloo", "group") and not advantage_warnings("rloo", "none")
+    # without normalisation they differ
+    raw, mean = _samples([1.0, 2.0, 6.0]), _samples([1.0, 2.0, 6.0])
+    compute_advantages(raw, "raw", "none")
+    compute_advantages(mean, "mean", "none")
+    assert [s.advantage for s in raw] != [s.advantage for s in mean]
+
+
+def test_scale_rewards_batch_uses_batch_std():
+    ss = _samples([0.0, 2.0], "g1") + _samples([0.0, 4.0], "g2")
+    stats = compute_advantages(ss, "mean", "batch")
+    centred = torch.tensor([-1.0, 1.0, -2.0, 2.0])
+    want = (centred / (centred.std() + 1e-4)).tolist()
+    assert [s.advantage for s in ss] == pytest.approx(want)
+    assert stats["frac_zero_std_groups"] == 0.0
+
+
+def test_zero_variance_group_gets_zero_advantage_and_is_counted():
+    ss = _samples([1.0, 1.0], "flat") + _samples([0.0, 1.0], "live")
+    stats = compute_advantages(ss, "mean", "group")
+    assert [s.advantage for s in ss[:2]] == [0.0, 0.0]
+    assert stats["frac_zero_std_groups"] == 0.5
+    assert all(math.isfinite(s.advantage) for s in ss)
+
+
+def test_empty_and_singleton_groups_are_errors():
+    with pytest.raises(ValueError, match="empty"):
+        compute_advantages([], "mean", "group")
+    with pytest.raises(ValueError, match=">= 2"):
+        compute_advantages(_samples([1.0], "lonely"), "mean", "group")
+
+
+def test_reward_that_raises_is_reported_with_context():
+    def bad(completions, example):
+        raise KeyError("score")
+
+    env = lambda: FunctionEnv(["a", "b"], bad)  # noqa: E731
+    with pytest.raises(RewardError, match="example 7, turn 0"):
+        joint_rollout(ScriptedTeam(), env, [(7, {"prompt": "p"})], num_generations=2, max_turns=1)
+
+
+def test_nan_reward_is_an_error():
+    env = lambda: FunctionEnv(["a", "b"], lambda c, e: float("nan"))  # noqa: E731
+    with pytest.raises(RewardError, match="NaN"):
+        joint_rollout(ScriptedTeam(), env, [(0, {"prompt": "p"})], num_generations=2, max_turns=1)

@@ -1,0 +1,604 @@
+"""Tests for teamrl.rewards.sandbox: normal programs, the hostile corpus, the pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+from hostile_programs import CORPUS, Hostile
+
+from teamrl.rewards.sandbox import (
+    ExecResult,
+    Limits,
+    SandboxPool,
+    isolation_mode,
+    run_python,
+)
+
+# Small limits keep the file fast; the corpus checks every run against them.
+LIMITS = Limits(
+    cpu_seconds=1,
+    wall_seconds=2.0,
+    memory_mb=256,
+    file_size_mb=4,
+    max_processes=8,
+    output_bytes=4096,
+    open_files=64,
+)
+SLACK = 1.0  # seconds allowed past the wall limit: kill, reap, drain, a loaded machine
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Every corpus program first reports its uid, so the test can look for leftover processes.
+PRELUDE = "import os as _o\nprint('UID', _o.getuid(), flush=True)\ndel _o\n"
+
+
+def live_processes(uid: int) -> list[int]:
+    """Pids of processes owned by ``uid`` that are not zombies."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.append(int(entry))
+    return found
+
+
+def current_env() -> dict[str, str]:
+    """This process's environment, less the variable pytest itself rewrites per test."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def reported_uid(result: ExecResult) -> int:
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("UID "), f"no uid line in {result.stdout[:200]!r}"
+    return int(first.split()[1])
+
+
+def processes() -> list[tuple[int, int, list[str]]]:
+    """(pid, uid, argv) of every process we can read."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{entry}").st_uid
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        found.append((int(entry), uid, argv))
+    return found
+
+
+def no_leftovers(uid: int, patience: float = 1.0) -> list[int]:
+    """Leftover processes of ``uid``, allowing a SIGKILLed process a moment to finish dying."""
+    end = time.monotonic() + patience
+    while (left := live_processes(uid)) and time.monotonic() < end:
+        time.sleep(0.05)
+    return left
+
+
+def reachable_python() -> str:
+    """An interpreter other users can run (needed by the "setuid" mode)."""
+    candidates = [sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]
+    for path in candidates:
+        if not path or not os.path.exists(path):
+            continue
+        real = os.path.realpath(path)
+        current, ok = "/", True
+        for part in real.strip("/").split("/"):
+            current = os.path.join(current, part)
+            ok = ok and bool(os.stat(current).st_mode & stat.S_IXOTH)
+        if ok:
+            return real
+    raise AssertionError(f"no interpreter reachable by other users among {candidates}")
+
+
+# --------------------------------------------------------------------------------------
+# Normal programs
+# --------------------------------------------------------------------------------------
+
+
+def test_hello_world():
+    r = run_python("print('hello')")
+    assert (r.stdout, r.stderr, r.returncode, r.killed, r.timed_out) == (
+        "hello\n",
+        "",
+        0,
+        None,
+        False,
+    )
+    assert r.ok
+    assert 0 < r.wall_seconds < 5
+
+
+def test_stdin_is_read_and_large_input_does_not_deadlock():
+    numbers = "\n".join(str(i) for i in range(1, 10001))  # ~49 KB
+    r = run_python("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin=numbers)
+    assert r.ok, r.stderr
+    assert r.stdout == "50005000\n"  # 10000 * 10001 / 2
+
+
+def test_stdin_echo_and_args():
+    code = "import sys\nfor line in sys.stdin:\n    print(line.strip()[::-1])\nprint(sys.argv[1:])"
+    r = run_python(code, stdin="abc\nxyz\n", args=["a", "b c"])
+    assert r.stdout == "cba\nzyx\n['a', 'b c']\n"
+
+
+def test_no_stdin_reads_eof():
+    r = run_python("import sys\nprint(repr(sys.stdin.read()))")
+    assert r.stdout == "''\n"
+
+
+def test_nonzero_exit():
+    r = run_python("import sys\nprint('x')\nsys.exit(3)")
+    assert (r.returncode, r.killed, r.timed_out, r.stdout) == (3, None, False, "x\n")
+    assert not r.ok
+
+
+def test_exception_traceback_reads_like_a_direct_run():
+    r = run_python("x = 1\ny = x / 0\n")
+    assert r.returncode == 1 and not r.ok and r.killed is None
+    lines = r.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1].endswith('main.py", line 2, in <module>')
+    assert lines[-1] == "ZeroDivisionError: division by zero"
+    assert "<string>" not in r.stderr  # the bootstrap's frame is hidden
+
+
+def test_syntax_error():
+    r = run_python("def f(:\n    pass\n")
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-1].startswith("SyntaxError")
+    assert "Traceback" not in r.stderr  # as with `python main.py`
+
+
+def test_main_module_semantics():
+    code = "import pickle, sys\nclass A:\n    pass\nprint(__name__, __file__ == sys.argv[0])\n"
+    code += "print(type(pickle.loads(pickle.dumps(A()))).__name__)"
+    r = run_python(code)
+    assert r.stdout == "__main__ True\nA\n", r.stderr
+
+
+def test_working_directory_is_private_writable_and_removed():
+    code = (
+        "import os\nopen('out.txt', 'w').write('data')\n"
+        "print(os.getcwd())\nprint(open('out.txt').read())\nprint(sorted(os.environ))\n"
+        "print(os.environ['HOME'] == os.getcwd() == os.environ['TMPDIR'])"
+    )
+    r = run_python(code)
+    assert r.ok, r.stderr
+    cwd, content, env_keys, same = r.stdout.splitlines()
+    assert content == "data"
+    assert env_keys == "['HOME', 'LANG', 'PATH', 'TMPDIR']"
+    assert same == "True"
+    assert not os.path.exists(cwd)
+    assert not os.path.exists(os.path.dirname(cwd))
+
+
+def test_output_cap_is_exact():
+    limits = Limits(output_bytes=10, wall_seconds=5)
+    at_cap = run_python("print('123456789')", limits=limits)  # 10 bytes with the newline
+    assert at_cap.ok and at_cap.stdout == "123456789\n"
+    over = run_python("print('1234567890')", limits=limits)  # 11 bytes
+    assert over.killed == "output_limit" and not over.ok
+    assert over.stdout == "1234567890"
+
+
+def test_invalid_utf8_is_replaced():
+    r = run_python("import sys\nsys.stdout.buffer.write(b'a\\xffb')")
+    assert r.stdout == "a\ufffdb"
+
+
+def test_output_before_a_timeout_is_kept():
+    r = run_python("import time\nprint('before', flush=True)\ntime.sleep(100)", limits=LIMITS)
+    assert r.killed == "wall_time" and r.timed_out and not r.ok
+    assert r.stdout == "before\n"
+    assert r.wall_seconds <= LIMITS.wall_seconds + SLACK
+
+
+def test_memory_below_the_limit_is_fine():
+    r = run_python("b = bytearray(50 << 20)\nprint(len(b))", limits=LIMITS)
+    assert r.ok and r.stdout == f"{50 << 20}\n"
+
+
+def test_exec_result_ok():
+    def make(returncode, timed_out=False, killed=None):
+        return ExecResult("", "", returncode, timed_out, killed, 0.1)
+
+    assert make(0).ok
+    assert not make(1).ok
+    assert not make(None).ok
+    assert not make(0, timed_out=True).ok
+    assert not make(0, killed="output_limit").ok
+
+
+@pytest.mark.parametrize(
+    "kwargs, field_name",
+    [
+        ({"cpu_seconds": 0}, "cpu_seconds"),
+        ({"memory_mb": 1.5}, "memory_mb"),
+        ({"max_processes": True}, "max_processes"),
+        ({"wall_seconds": 0}, "wall_seconds"),
+        ({"output_bytes": -1}, "output_bytes"),
+    ],
+)
+def test_limits_validation(kwargs, field_name):
+    with pytest.raises(ValueError, match=f"Limits.{field_name}"):
+        Limits(**kwargs)
+
+
+def test_exit_builtins_and_unicode():
+    assert run_python("exit(3)").returncode == 3
+    assert run_python("quit()").returncode == 0
+    r = run_python("print('h\u00e9llo \u2713', input())", stdin="\u00e4\n")
+    assert r.stdout == "h\u00e9llo \u2713 \u00e4\n"
+
+
+def test_cpu_limit_is_classified():
+    # Alone (not among the corpus's many CPU burners) so each gets its CPU second quickly.
+    spin = "while True:\n    pass\n"
+    deaf = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" + spin
+    limits = Limits(cpu_seconds=1, wall_seconds=8)
+    with SandboxPool(max_workers=2) as pool:
+        soft, hard = pool.map([spin, deaf], limits=limits)
+    # SIGXCPU at the soft limit; the program that ignores it gets SIGKILL 1 s later.
+    assert (soft.killed, soft.returncode, soft.timed_out) == ("cpu_time", -signal.SIGXCPU, True)
+    assert (hard.killed, hard.returncode, hard.timed_out) == ("cpu_time", -signal.SIGKILL, True)
+    assert soft.wall_seconds < hard.wall_seconds < limits.wall_seconds
+
+
+def test_sandbox_dies_with_its_caller():
+    token = secrets.token_hex(8)
+    script = (
+        "from teamrl.rewards.sandbox import Limits, run_python\n"
+        f"run_python('import time\\ntime.sleep(1000)', args=['{token}'], "
+        "limits=Limits(wall_seconds=60))\n"
+    )
+    caller = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    try:
+        uid, program = None, None
+        end = time.monotonic() + 15
+        while uid is None and time.monotonic() < end:
+            time.sleep(0.1)
+            for _pid, owner, argv in processes():
+                if owner != 0 and token in argv:
+                    uid, program = owner, next(a for a in argv if a.endswith("main.py"))
+        assert uid is not None, "the sandboxed program never showed up"
+    finally:
+        caller.kill()
+        caller.wait()
+    assert no_leftovers(uid, patience=3.0) == []
+    # A killed caller cannot clean up its temporary directory; do it here.
+    shutil.rmtree(os.path.dirname(program))
+
+
+RLIMITS_SCRIPT = """\
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from teamrl.rewards.sandbox import Limits, isolation_mode, run_python
+limits = Limits(cpu_seconds=1, wall_seconds=2, max_processes=8, output_bytes=4096)
+programs = {
+    "hello": "print('hi')",
+    "network": "import socket\\nsocket.create_connection(('127.0.0.1', 9), 1)",
+    "forks": sys.argv[2],
+    "loop": "while True:\\n    pass",
+    "sleep": "import time\\ntime.sleep(100)",
+    "child": "import subprocess\\nprint(subprocess.Popen(['sleep', '1000']).pid)",
+    "output": "while True:\\n    print('x' * 1000)",
+}
+report = {"mode": isolation_mode(), "uid": os.getuid()}
+for name, code in programs.items():
+    r = run_python(code, limits=limits)
+    report[name] = [r.returncode, r.killed, r.stdout, r.stderr, r.wall_seconds]
+print(json.dumps(report))
+"""
+
+
+def test_rlimits_mode_for_an_unprivileged_caller():
+    # Run a caller as `nobody` with an interpreter that user can reach.
+    python = reachable_python()
+    argv = [python, "-I", "-c", RLIMITS_SCRIPT, REPO, BOUNDED_FORKS]
+    done = subprocess.run(
+        argv, user=65534, group=65534, extra_groups=[], capture_output=True, text=True, cwd="/"
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["mode"], report["uid"]) == ("rlimits", 65534)
+    assert report["hello"][:3] == [0, None, "hi\n"]
+    assert "network access is disabled in the sandbox" in report["network"][3]
+    forked = int(report["forks"][2].split()[1])
+    assert 1 <= forked <= LIMITS.max_processes - 2  # the caller and the program count too
+    assert report["loop"][1] in ("cpu_time", "wall_time")
+    assert report["sleep"][1] == "wall_time"
+    assert report["output"][1] == "output_limit" and len(report["output"][2]) == 4096
+    child = int(report["child"][2])
+    assert child not in live_processes(65534)
+    for name in ("loop", "sleep", "output"):
+        assert report[name][4] <= 2.0 + SLACK
+
+
+def test_isolation_argument_is_checked():
+    with pytest.raises(ValueError, match="isolation"):
+        run_python("pass", isolation="chroot")
+    if os.geteuid() == 0:
+        with pytest.raises(ValueError, match="refused as root"):
+            run_python("pass", isolation="rlimits")
+    else:
+        with pytest.raises(ValueError, match="needs root"):
+            run_python("pass", isolation="namespaces")
+    with pytest.raises(TypeError, match="code"):
+        run_python(b"print(1)")
+
+
+def test_isolation_mode_here_is_namespaces():
+    # The corpus below is written for (and run under) the namespaces mode.
+    assert os.geteuid() == 0, "these tests expect to run as root, as on the team machine"
+    assert isolation_mode() == "namespaces"
+
+
+# --------------------------------------------------------------------------------------
+# Hostile corpus
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Arena:
+    """The test's side of the fence: listeners, secrets, markers, and what must not change."""
+
+    pid: int
+    cwd: str
+    env: dict
+    marker: str
+    marker_dir: str
+    marker_paths: list[str]
+    tcp: socket.socket
+    udp: socket.socket
+    unix: socket.socket
+    unix_path: str
+    secret_name: str
+    secret_value: str
+    home_secret: str
+
+    def fill(self, code: str) -> str:
+        values = {
+            "TEST_PID": str(self.pid),
+            "MARKER_DIR": self.marker_dir,
+            "MARKER": self.marker,
+            "TCP_PORT": str(self.tcp.getsockname()[1]),
+            "UDP_PORT": str(self.udp.getsockname()[1]),
+            "UNIX_SOCKET": self.unix_path,
+            "SECRET_NAME": self.secret_name,
+            "HOME_SECRET": self.home_secret,
+            "HOME": os.path.expanduser("~"),
+            "REPO": REPO,
+        }
+        for key, value in values.items():
+            code = code.replace(f"@{key}@", value)
+        assert "@" not in code.replace("@@", ""), f"unfilled placeholder in {code!r}"
+        return code
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    marker = f"teamrl-sandbox-marker-{secrets.token_hex(4)}"
+    marker_dir = str(tmp_path_factory.mktemp("outside"))
+    os.chmod(marker_dir, 0o777)  # writable by anyone: only the sandbox may stop the write
+    home = os.path.expanduser("~")
+    secret_name, secret_value = "TEAMRL_FAKE_API_KEY", f"s3cret-{secrets.token_hex(8)}"
+    os.environ[secret_name] = secret_value
+    home_secret = os.path.join(home, f".{marker}-secret")
+    with open(home_secret, "w") as f:
+        f.write(secret_value)
+    os.chmod(home_secret, 0o644)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix_path = os.path.join(marker_dir, "listener.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)  # default mode (umask 022): others may not connect
+    unix.listen(8)
+    paths = ["/tmp", "/etc", REPO, home, "/dev/shm", marker_dir, "/var/tmp"]
+    arena = Arena(
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        env=current_env(),
+        marker=marker,
+        marker_dir=marker_dir,
+        marker_paths=[os.path.join(p, marker) for p in paths],
+        tcp=tcp,
+        udp=udp,
+        unix=unix,
+        unix_path=unix_path,
+        secret_name=secret_name,
+        secret_value=secret_value,
+        home_secret=home_secret,
+    )
+    yield arena
+    for s in (tcp, udp, unix):
+        s.close()
+    os.remove(home_secret)
+    del os.environ[secret_name]
+
+
+BOUNDED_FORKS = """\
+import os, time
+n = 0
+for i in range(40):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    n += 1
+print('forked', n)
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus_results(arena):
+    # Prove that RLIMIT_NPROC holds with a bounded program before any unbounded fork bomb.
+    # The program may have max_processes processes including itself.
+    probe = run_python(BOUNDED_FORKS, limits=LIMITS, isolation="namespaces")
+    assert probe.stdout == f"forked {LIMITS.max_processes - 1}\n", probe
+    codes, limits = [], []
+    for case in CORPUS:
+        codes.append(PRELUDE + arena.fill(case.code))
+        limits.append(Limits(**{**LIMITS.__dict__, **case.limits}))
+    start = time.monotonic()
+    with SandboxPool(max_workers=8, isolation="namespaces") as pool:
+        results = pool.map(codes, limits=limits)
+    elapsed = time.monotonic() - start
+    # All in parallel: the slowest case bounds the total, not the sum.
+    assert elapsed < 30, f"the corpus took {elapsed:.1f} s"
+    return {case.name: (case, lim, r) for case, lim, r in zip(CORPUS, limits, results)}
+
+
+def test_corpus_is_large_and_names_are_unique():
+    names = [case.name for case in CORPUS]
+    assert len(names) >= 30
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("name", [case.name for case in CORPUS])
+def test_hostile_program(name, corpus_results, arena):
+    case, limits, r = corpus_results[name]
+    assert isinstance(case, Hostile)
+    # Ends within its limit.
+    assert r.wall_seconds <= limits.wall_seconds + SLACK, r
+    # Fails, or (sneaky) did no harm; the allowed reasons are specific where they can be.
+    if not case.sneaky:
+        assert not r.ok, r
+    if case.killed is not None:
+        assert r.killed in case.killed, r
+    assert r.timed_out == (r.killed in ("wall_time", "cpu_time"))
+    assert "ESCAPED" not in r.stdout, r
+    assert arena.secret_value not in r.stdout + r.stderr
+    for stream in (r.stdout, r.stderr):
+        assert len(stream.encode()) <= limits.output_bytes
+    if r.killed == "output_limit":
+        assert limits.output_bytes in (len(r.stdout.encode()), len(r.stderr.encode()))
+    # Ran as an unprivileged uid, and nothing of it is left running.
+    uid = reported_uid(r)
+    assert uid != 0 and uid != os.getuid()
+    assert no_leftovers(uid) == []
+    # The test process is unchanged and no marker file appeared outside the sandbox.
+    assert os.getpid() == arena.pid
+    assert os.getcwd() == arena.cwd
+    assert current_env() == arena.env
+    for path in arena.marker_paths:
+        assert not os.path.lexists(path), path
+
+
+def test_sneaky_successes_did_nothing(corpus_results):
+    # os._exit skips the flush: the buffered text is lost, and that is what the caller sees.
+    r = corpus_results["exit0_mid_output"][2]
+    assert r.returncode == 0 and "PARTIAL" not in r.stdout
+    # Killing init (our parent inside the namespace) is ignored; the program went on.
+    r = corpus_results["kill_parent"][2]
+    assert r.stdout.splitlines()[1:] == ["sent"]
+    # The environment holds no secret: the variable is simply missing.
+    r = corpus_results["env_secret"][2]
+    assert r.stdout.splitlines()[1] == "None"
+
+
+def test_listeners_received_nothing(corpus_results, arena):
+    for listener in (arena.tcp, arena.unix):
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    arena.udp.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        arena.udp.recvfrom(100)
+
+
+def test_network_can_be_allowed(corpus_results, arena):
+    # After the corpus (whose listeners must stay silent), open the door on purpose once.
+    code = arena.fill(
+        "import socket\ns = socket.create_connection(('127.0.0.1', @TCP_PORT@), 2)\n"
+        "s.sendall(b'hello')\nprint('connected')\n"
+    )
+    arena.tcp.setblocking(True)
+    arena.tcp.settimeout(5)
+    r = run_python(code, limits=Limits(network=True, wall_seconds=5))
+    assert r.ok and r.stdout == "connected\n", r
+    conn, _ = arena.tcp.accept()
+    with conn:
+        assert conn.recv(5) == b"hello"
+
+
+# --------------------------------------------------------------------------------------
+# Fallback mode ("setuid": root without namespaces) and the pool
+# --------------------------------------------------------------------------------------
+
+
+def test_setuid_mode_fences(arena):
+    python = reachable_python()
+    programs = {
+        "network": "import socket\nsocket.create_connection(('127.0.0.1', @TCP_PORT@), 1)",
+        "forks": BOUNDED_FORKS,
+        "daemon": "import subprocess\nsubprocess.Popen(['sleep', '1000'], start_new_session=True)",
+        "kill": "import os\nos.kill(@TEST_PID@, 9)",
+        "etc": "open('/etc/@MARKER@', 'w')",
+        "secret": "import os\nprint(os.environ.get('@SECRET_NAME@'))",
+    }
+    with SandboxPool(max_workers=6, isolation="setuid", python=python) as pool:
+        codes = [PRELUDE + arena.fill(c) for c in programs.values()]
+        results = dict(zip(programs, pool.map(codes, limits=LIMITS)))
+    assert "PermissionError: [Errno 1] network access is disabled" in results["network"].stderr
+    assert results["forks"].stdout.splitlines()[1] == f"forked {LIMITS.max_processes - 1}"
+    assert results["daemon"].ok  # it exits at once; its child must not outlive the run
+    assert "PermissionError" in results["kill"].stderr
+    assert "PermissionError" in results["etc"].stderr
+    assert results["secret"].stdout.splitlines()[1] == "None"
+    for r in results.values():
+        uid = reported_uid(r)
+        assert uid != 0 and no_leftovers(uid) == []
+        assert r.wall_seconds <= LIMITS.wall_seconds + SLACK
+    assert os.getpid() == arena.pid
+    assert not os.path.exists(f"/etc/{arena.marker}")
+
+
+def test_pool_keeps_order_and_runs_in_parallel():
+    codes = ["import sys, time\ntime.sleep(0.5)\nprint(sys.stdin.read() * 2)"] * 4
+    stdins = ["a", "b", "c", "d"]
+    start = time.monotonic()
+    with SandboxPool(max_workers=4) as pool:
+        results = pool.map(codes, stdins=stdins)
+    elapsed = time.monotonic() - start
+    assert [r.stdout for r in results] == ["aa\n", "bb\n", "cc\n", "dd\n"]
+    assert elapsed < 1.6, elapsed  # serially it would take at least 2 s
+
+
+def test_pool_limits_per_program_and_length_checks():
+    with SandboxPool(max_workers=2) as pool:
+        fast, slow = Limits(wall_seconds=5), Limits(wall_seconds=0.5)
+        results = pool.map(["import time\ntime.sleep(1)\nprint(1)"] * 2, limits=[fast, slow])
+        assert results[0].ok and results[0].stdout == "1\n"
+        assert results[1].killed == "wall_time"
+        with pytest.raises(ValueError, match="stdins: expected 2"):
+            pool.map(["pass", "pass"], stdins=["x"])
+        with pytest.raises(ValueError, match="limits: expected 1"):
+            pool.map(["pass"], limits=[fast, slow])
+    with SandboxPool() as pool:
+        assert pool.max_workers == os.cpu_count()
+    with pytest.raises(ValueError, match="max_workers"):
+        SandboxPool(0)

@@ -1,0 +1,235 @@
+"""End-to-end behaviour on tiny models: learning, LoRA isolation, resume, KL, policies, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_overrides
+
+from teamrl.cli import main as cli_main
+from teamrl.config import ConfigError, load_config
+from teamrl.trainer import Trainer
+
+
+def make(tmp_path, policies="shared", steps=2, **extra):
+    cfg = load_config(None, tiny_overrides(policies, steps, **extra))
+    return Trainer(cfg, run_dir=tmp_path / "run")
+
+
+def test_tiny_magrpo_run_reward_rises(tmp_path):
+    tr = make(
+        tmp_path,
+        steps=30,
+        **{"train.prompts_per_step": 2, "algorithm.num_generations": 8, "seed": 1},
+    )
+    history = tr.train()
+    rewards = [m["reward/mean"] for m in history]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert first < 0.15
+    assert last > first + 0.3, rewards
+
+
+def test_sampler_and_trainer_logprobs_agree_and_first_ratio_is_one(tmp_path):
+    tr = make(
+        tmp_path,
+        **{
+            "team.agents": "[{name: alice, temperature: 0.7, "
+            "max_completion_length: 8}, {name: bob, max_completion_length: 8}]",
+            "algorithm.num_iterations": 2,
+            "train.learning_rate": 0.5,
+        },
+    )
+    m = tr.train_step()
+    # positions, masks and temperature in training match what the sampler did
+    assert m["logp_diff/shared"] < 1e-4
+    assert m["ratio_dev_first_pass/shared"] == 0.0
+    # with a large step, the second pass moves away from the old policy and clipping bites
+    assert m["clip_fraction/shared"] > 0.0
+
+
+def snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_lora_isolation(tmp_path):
+    tr = make(tmp_path, "lora", **{"train.learning_rate": 0.05})
+    model = tr.team.policies["alice"].model
+    assert tr.team.policies["bob"].model is model  # one base for both agents
+    before = snapshot(model)
+    result = tr.rollout(tr.data.next(1))
+    from teamrl.algorithms.advantages import compute_advantages
+
+    compute_advantages(result.samples)
+    alice = [s for s in result.samples if s.agent == "alice"]
+    tr.update(tr.team.policies["alice"], alice)
+    after = snapshot(model)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert changed, "agent A's update changed nothing"
+    assert all(".alice." in n for n in changed)  # only A's adapter
+    assert not any(".bob." in n for n in changed)  # B untouched
+    assert not any("lora_" not in n for n in changed)  # the base never changes
+
+
+def test_lora_generation_is_one_batched_call_across_adapters(tmp_path, monkeypatch):
+    tr = make(tmp_path, "lora")
+    import teamrl.team as team_mod
+
+    calls = []
+    real = team_mod.generate
+
+    def spy(model, requests, *a, **k):
+        calls.append({r.adapter for r in requests})
+        return real(model, requests, *a, **k)
+
+    monkeypatch.setattr(team_mod, "generate", spy)
+    tr.rollout(tr.data.next(2))
+    assert calls == [{"alice", "bob"}]
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    extra = {"log.save_steps": 2, "train.prompts_per_step": 2}
+    straight = make(tmp_path / "a", steps=4, **extra)
+    full = straight.train()
+
+    first = make(tmp_path / "b", steps=2, **extra)
+    first.train()
+    assert (first.run_dir / "checkpoints" / "step-2" / "trainer_state.json").exists()
+    resumed = Trainer(
+        load_config(None, tiny_overrides("shared", 4, **extra)), run_dir=first.run_dir
+    )
+    rest = resumed.train(resume=True)
+    assert [m["step"] for m in rest] == [3, 4]
+    for a, b in zip(full[2:], rest):
+        assert a["reward/mean"] == b["reward/mean"]
+        assert a["loss/shared"] == b["loss/shared"]
+    pa = straight.team.policies["shared"].state_dict()
+    pb = resumed.team.policies["shared"].state_dict()
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    lines = (first.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["step"] for ln in lines] == [1, 2, 3, 4]
+
+
+def test_kl_reference_is_loaded_only_with_beta(tmp_path):
+    plain = make(tmp_path / "p")
+    assert plain.team.policies["shared"].ref_model is None
+    tr = make(
+        tmp_path / "k",
+        **{"algorithm.beta": 0.1, "algorithm.num_iterations": 2, "train.learning_rate": 0.1},
+    )
+    assert tr.team.policies["shared"].ref_model is not None
+    m1 = tr.train_step()
+    assert m1["kl/shared"] > 0.0  # second pass: the policy has moved away from the reference
+    lora = make(tmp_path / "l", "lora", **{"algorithm.beta": 0.1})
+    m = lora.train_step()
+    assert lora.team.policies["alice"].ref_model is None  # reference = adapters disabled
+    assert m["kl/alice"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at zero
+
+
+def test_separate_heterogeneous_team_and_multi_turn_cross(tmp_path):
+    tr = make(
+        tmp_path,
+        "separate",
+        **{
+            "team.agents": "[{name: alice, model: tiny-llama, max_completion_length: 6}, "
+            "{name: bob, model: tiny-qwen2, max_completion_length: 6}]",
+            "env.max_turns": 2,
+            "algorithm.joint_mode": "cross",
+            "algorithm.num_generations": 2,
+            "algorithm.discount": 0.5,
+        },
+    )
+    a, b = tr.team.policies["alice"].model, tr.team.policies["bob"].model
+    assert type(a).__name__ != type(b).__name__
+    m = tr.train_step()
+    # cross, G=2, N=2: 4 joint actions at the root, each spawning a child with 4 more
+    assert m["groups"] == 2 * (1 + 4)
+    assert "reward/turn_1/mean" in m
+
+
+def test_nan_loss_is_an_error_or_counted(tmp_path, monkeypatch):
+    import teamrl.trainer as trainer_mod
+
+    real = trainer_mod.policy_loss
+
+    def nan_loss(*a, **k):
+        out = real(*a, **k)
+        out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(trainer_mod, "policy_loss", nan_loss)
+    with pytest.raises(FloatingPointError, match="shared"):
+        make(tmp_path / "e").train_step()
+    tr = make(tmp_path / "s", **{"train.nan_policy": "skip"})
+    before = snapshot(tr.team.policies["shared"].model)
+    m = tr.train_step()
+    assert m["nan_skips"] == 1.0
+    after = snapshot(tr.team.policies["shared"].model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("algorithm.num_generationz=4", "algorithm.num_generationz"),
+        ("algorithm.num_generations=1", "algorithm.num_generations"),
+        ("train.learning_rate=fast", "train.learning_rate"),
+        ("algorithm.loss_type=ppo", "algorithm.loss_type"),
+        ("team.agents=[{name: a, temperature: hot}]", "team.agents[0].temperature"),
+        ("env.max_turns=0", "env.max_turns"),
+    ],
+)
+def test_bad_configs_name_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, tiny_overrides() + [override])
+    assert field in str(err.value)
+
+
+def test_agent_names_must_match_the_env(tmp_path):
+    with pytest.raises(ConfigError, match="team.agents"):
+        make(tmp_path, **{"team.agents": "[{name: carol}, {name: bob}]"})
+
+
+def test_cli_train_plot_envs(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: cli\n")
+    args = [
+        "train",
+        str(cfg),
+        *tiny_overrides(steps=2),
+        f"log.output_dir={tmp_path}",
+        "eval.eval_steps=1",
+        "eval.num_examples=2",
+    ]
+    assert cli_main(args) == 0
+    run = tmp_path / "cli"
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    need = [
+        "reward/mean",
+        "reward/std",
+        "reward/turn_0/mean",
+        "reward/agent/alice/mean",
+        "loss/shared",
+        "kl/shared",
+        "clip_fraction/shared",
+        "entropy/shared",
+        "completion_length/alice",
+        "tokens_per_second",
+        "time/rollout",
+        "time/reward",
+        "time/update",
+        "eval/reward/mean",
+    ]
+    for key in need:
+        assert key in rows[2], key
+    assert (run / "config.yaml").exists() and (run / "samples.jsonl").exists()
+    assert (run / "checkpoints" / "step-2" / "policies" / "shared" / "optimizer.pt").exists()
+    assert not list((run / "checkpoints").glob(".step-*"))  # no half-written checkpoint left
+    assert cli_main(["plot", str(run)]) == 0
+    assert (run / "learning_curves.png").stat().st_size > 1000
+    assert cli_main(["envs"]) == 0
+    assert "digits" in capsys.readouterr().out
+    assert cli_main(["train", str(cfg), "algorithm.num_generations=1"]) == 2
+    assert "algorithm.num_generations" in capsys.readouterr().err
