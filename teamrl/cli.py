@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -37,17 +36,23 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from teamrl.config import load_config
+    from teamrl.evaluation import evaluate_trainer, markdown_table, write_report
     from teamrl.trainer import Trainer
 
     cfg = load_config(args.config, args.overrides)
     trainer = Trainer(cfg, run_dir=args.run_dir)
+    label = "untrained"
     if args.checkpoint:
         trainer.load_checkpoint(args.checkpoint)
-    metrics = trainer.evaluate()
-    text = json.dumps(metrics, indent=2, sort_keys=True)
-    print(text)
-    if args.output:
-        Path(args.output).write_text(text + "\n")
+        label = Path(args.checkpoint).name
+    ks = tuple(int(k) for k in args.ks.split(","))
+    report = evaluate_trainer(trainer, args.split, args.num_samples, ks, args.limit)
+    report.update({"model": cfg.model.name_or_path, "checkpoint": label})
+    reports = {f"{trainer.task.name} ({label})": report}
+    out_dir = args.output_dir or (trainer.run_dir / "eval" / label)
+    jpath, mpath = write_report(reports, out_dir)
+    print(markdown_table(reports))
+    print(f"\nreport: {jpath}  {mpath}")
     return 0
 
 
@@ -80,11 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="Run folder (default log.output_dir/run_name).")
     t.set_defaults(fn=cmd_train)
 
-    e = sub.add_parser("eval", help="Greedy evaluation on the held-out split.")
+    e = sub.add_parser(
+        "eval", help="Greedy accuracy, pass@k, avg@k, turns and reward components on a split."
+    )
     e.add_argument("config")
     e.add_argument("overrides", nargs="*")
-    e.add_argument("--checkpoint", default=None, help="checkpoints/step-N folder to load.")
-    e.add_argument("--output", default=None, help="Write the JSON report here.")
+    e.add_argument("--checkpoint", default=None, help="checkpoints/step-N folder (else untrained).")
+    e.add_argument("--split", default="test", choices=["test", "eval", "train"])
+    e.add_argument("--num-samples", type=int, default=4, help="Sampled episodes per problem.")
+    e.add_argument("--ks", default="1,2,4", help="Comma-separated k for pass@k.")
+    e.add_argument("--limit", type=int, default=None, help="Evaluate the first N problems only.")
+    e.add_argument("--output-dir", default=None, help="Where eval.json and eval.md go.")
     e.add_argument("--run-dir", default=None)
     e.set_defaults(fn=cmd_eval)
 

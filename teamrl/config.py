@@ -88,6 +88,9 @@ class TeamConfig:
     )
     agents: list[AgentConfig] = _f([], "The team, in the env's agent order.")
     chat_template: bool = _f(True, "Apply the tokenizer's chat template when it has one.")
+    ignore_eos: bool = _f(
+        False, "Always generate max_completion_length tokens (benchmarks with equal lengths)."
+    )
 
 
 @dataclass
@@ -102,10 +105,15 @@ class EnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: Literal["magrpo"] = _f(
-        "magrpo", "Rollout shape and grouping. 'magrpo': joint tree, groups (problem, node, agent)."
+    name: Literal["magrpo", "at_grpo", "grpo"] = _f(
+        "magrpo",
+        "Rollout shape and grouping. 'magrpo': simultaneous joint tree, groups (problem, node, "
+        "agent). 'at_grpo': sequential agent-turn tree, K branches per (turn, agent), groups "
+        "(problem, turn, agent). 'grpo': K independent episodes per problem, groups (problem).",
     )
-    num_generations: int = _f(4, "G: samples per agent per node (the group size). Must be >= 2.")
+    num_generations: int = _f(
+        4, "G (MAGRPO) or K (AT-GRPO, GRPO): samples per group. Must be >= 2."
+    )
     joint_mode: Literal["aligned", "cross"] = _f(
         "aligned",
         "'aligned': G joint actions per node (j-th sample of every agent); 'cross': the "
@@ -135,6 +143,16 @@ class AlgorithmConfig:
     epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
     epsilon_high: float | None = _f(None, "Upper clip range (None = epsilon).")
     num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
+    selection: Literal["greedy", "sample", "random"] = _f(
+        "greedy",
+        "AT-GRPO: which of the K branches continues: the best reward, a softmax sample, or "
+        "uniform at random (unbiased).",
+    )
+    selection_temperature: float = _f(1.0, "AT-GRPO: softmax temperature for selection='sample'.")
+    alpha: float = _f(1.0, "AT-GRPO/GRPO: an agent's reward is alpha * team + local.")
+    filter_groups: bool = _f(
+        False, "Drop zero-variance groups from the update (their fraction is always logged)."
+    )
     beta: float = _f(0.0, "KL coefficient to the reference policy (0 = no reference is loaded).")
     kl_estimator: Literal["k1", "k3"] = _f("k3", "Per-token KL estimator.")
 
@@ -177,6 +195,9 @@ class EvalConfig:
 class LogConfig:
     output_dir: str = _f("runs", "Parent folder of run folders.")
     save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
+    overwrite: bool = _f(
+        False, "Start afresh in a run folder that already holds a run (else it is an error)."
+    )
     save_total_limit: int | None = _f(2, "Keep at most this many checkpoints (None = all).")
     num_completions_to_log: int = _f(2, "Completions per step written to samples.jsonl.")
     progress_bar: bool = _f(True, "Show a tqdm progress bar.")
@@ -347,9 +368,27 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+BUILTIN_CONFIGS = Path(__file__).parent / "configs"
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A YAML path, or the name of a shipped config (``quickstart`` -> teamrl/configs/...)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    shipped = BUILTIN_CONFIGS / f"{p.name.removesuffix('.yaml')}.yaml"
+    if shipped.exists():
+        return shipped
+    names = ", ".join(sorted(q.stem for q in BUILTIN_CONFIGS.glob("*.yaml")))
+    raise ConfigError(
+        f"config {str(path)!r}: no such file, and no shipped config of that name (shipped: {names})"
+    )
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     data: dict = {}
     if path is not None:
+        path = resolve_config_path(path)
         text = Path(path).read_text()
         data = yaml.safe_load(text) or {}
         if not isinstance(data, dict):

@@ -30,7 +30,9 @@ from teamrl.algorithms.losses import collate, policy_loss, token_logprobs
 from teamrl.config import Config, ConfigError, dump_config, from_dict, to_dict
 from teamrl.envs.base import Task, make_task
 from teamrl.logging import RunLogger
-from teamrl.rollout.joint_tree import RolloutResult, joint_rollout
+from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.rollout.common import RolloutResult
+from teamrl.rollout.joint_tree import joint_rollout
 from teamrl.sample import Sample
 from teamrl.team import Policy, Team
 
@@ -117,6 +119,7 @@ class Trainer:
         self.nan_skips = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
         self.logger: RunLogger | None = None
+        self.last_eval: RolloutResult | None = None  # the latest evaluation's episodes
 
     # --- optimisation ---------------------------------------------------------------------------
 
@@ -247,19 +250,61 @@ class Trainer:
     # --- one step -----------------------------------------------------------------------------
 
     def rollout(self, examples, greedy: bool = False) -> RolloutResult:
-        a = self.cfg.algorithm
-        return joint_rollout(
+        a, env = self.cfg.algorithm, self.cfg.env
+        if a.name == "magrpo":
+            return joint_rollout(
+                self.team,
+                self.task.make_env,
+                examples,
+                num_generations=a.num_generations,
+                max_turns=env.max_turns,
+                joint_mode=a.joint_mode,
+                discount=a.discount,
+                early_termination_threshold=a.early_termination_threshold,
+                greedy=greedy,
+                reward_workers=env.reward_workers,
+                ignore_eos=self.cfg.team.ignore_eos,
+            )
+        return agent_turn_rollout(
             self.team,
             self.task.make_env,
             examples,
             num_generations=a.num_generations,
-            max_turns=self.cfg.env.max_turns,
-            joint_mode=a.joint_mode,
+            max_turns=env.max_turns,
+            tree=(a.name == "at_grpo"),
+            selection=a.selection,
+            selection_temperature=a.selection_temperature,
+            alpha=a.alpha,
             discount=a.discount,
-            early_termination_threshold=a.early_termination_threshold,
             greedy=greedy,
-            reward_workers=self.cfg.env.reward_workers,
+            reward_workers=env.reward_workers,
+            seed=self.cfg.seed * 100_003 + self.step,
         )
+
+    def sample_episodes(self, examples, k: int) -> list[dict]:
+        """k sampled single-path episodes per example (for avg@k and pass@k)."""
+        a, env = self.cfg.algorithm, self.cfg.env
+        if a.name == "magrpo":
+            repeated = [ex for ex in examples for _ in range(k)]
+            return joint_rollout(
+                self.team,
+                self.task.make_env,
+                repeated,
+                num_generations=1,
+                max_turns=env.max_turns,
+                reward_workers=env.reward_workers,
+            ).episodes
+        return agent_turn_rollout(
+            self.team,
+            self.task.make_env,
+            examples,
+            num_generations=k,
+            max_turns=env.max_turns,
+            tree=False,
+            alpha=a.alpha,
+            reward_workers=env.reward_workers,
+            seed=self.cfg.seed,
+        ).episodes
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -268,13 +313,17 @@ class Trainer:
         result = self.rollout(examples)
         t_rollout = time.perf_counter() - t0
         metrics: dict[str, float] = {"step": self.step + 1}
-        metrics.update(rollout_metrics(result, list(self.team.agents)))
+        metrics.update(result.metrics)
         metrics.update(
             compute_advantages(result.samples, cfg.algorithm.baseline, cfg.algorithm.scale_rewards)
         )
+        train_samples = result.samples
+        if cfg.algorithm.filter_groups:
+            train_samples = drop_flat_groups(train_samples)
+            metrics["filtered_samples_fraction"] = 1 - len(train_samples) / len(result.samples)
         t1 = time.perf_counter()
         for name, pol in self.team.policies.items():
-            mine = [s for s in result.samples if s.policy == name]
+            mine = [s for s in train_samples if s.policy == name]
             if not mine:
                 continue
             for k, v in self.update(pol, mine).items():
@@ -295,7 +344,9 @@ class Trainer:
             }
         )
         if self.logger is not None:
-            self.logger.log_samples(sample_rows(result, self.step, cfg.log.num_completions_to_log))
+            self.logger.log_samples(
+                sample_rows(result.samples, self.step, cfg.log.num_completions_to_log)
+            )
         return metrics
 
     @torch.no_grad()
@@ -306,14 +357,23 @@ class Trainer:
         examples = [(i, split[i]) for i in range(n)]
         with torch.random.fork_rng(devices=[]):  # eval never shifts the training RNG stream
             result = self.rollout(examples, greedy=self.cfg.eval.greedy)
-        m = rollout_metrics(result, list(self.team.agents))
-        return {f"eval/{k}": v for k, v in m.items() if k.startswith(("reward", "completion"))}
+        self.last_eval = result
+        m = result.metrics
+        keep = ("reward", "completion", "success", "turns")
+        return {f"eval/{k}": v for k, v in m.items() if k.startswith(keep)}
 
     # --- the loop -----------------------------------------------------------------------------
 
     def train(self, resume: bool = False) -> list[dict]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume and (self.run_dir / "metrics.jsonl").exists():
+            if not cfg.log.overwrite:
+                raise FileExistsError(
+                    f"{self.run_dir} already holds a run: pass --resume to continue it, "
+                    "log.overwrite=true to start afresh, or another run_name"
+                )
+            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
         if resume:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is None:
@@ -330,7 +390,7 @@ class Trainer:
             cfg.run_name,
             to_dict(cfg),
         )
-        self.logger.truncate_after(self.step)
+        self.logger.truncate_after(self.step if resume else -1)
         history = []
         bar = None
         if cfg.log.progress_bar:
@@ -457,63 +517,35 @@ def _yaml(path: Path) -> dict:
 # --- metrics ----------------------------------------------------------------------------------
 
 
-def _walk(node):
-    yield node
-    for child in node.children.values():
-        yield from _walk(child)
+def drop_flat_groups(samples: list[Sample]) -> list[Sample]:
+    """DAPO-style dynamic filtering: keep only groups whose returns are not all equal."""
+    returns: dict = {}
+    for s in samples:
+        returns.setdefault(s.group, set()).add(round(s.return_, 12))
+    return [s for s in samples if len(returns[s.group]) > 1]
 
 
-def rollout_metrics(result: RolloutResult, agents: list[str]) -> dict[str, float]:
-    """Team reward (episode return at the root), per turn, per agent, components, lengths."""
-    m: dict[str, float] = {}
-    root_returns = [r for root in result.roots for r in root.returns]
-    m["reward/mean"] = float(np.mean(root_returns))
-    m["reward/std"] = float(np.std(root_returns))
-    per_turn: dict[int, list[float]] = {}
-    comps: dict[str, list[float]] = {}
-    local: dict[str, list[float]] = {}
-    done = 0
-    n_steps = 0
-    for root in result.roots:
-        for node in _walk(root):
-            per_turn.setdefault(node.turn, []).extend(node.rewards)
-            for st in node.steps:
-                n_steps += 1
-                done += int(any(st.terminations.values()))
-                for k, v in (st.infos.get("reward_components") or {}).items():
-                    comps.setdefault(k, []).append(float(v))
-                for a, v in st.local_rewards.items():
-                    local.setdefault(a, []).append(float(v))
-    for turn, rs in sorted(per_turn.items()):
-        m[f"reward/turn_{turn}/mean"] = float(np.mean(rs))
-    for k, vs in sorted(comps.items()):
-        m[f"reward/components/{k}"] = float(np.mean(vs))
-    for a in agents:
-        mine = [s for s in result.samples if s.agent == a]
-        if mine:
-            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
-            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
-            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
-        if a in local:
-            m[f"reward/local/{a}/mean"] = float(np.mean(local[a]))
-    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in result.samples]))
-    m["terminated_fraction"] = done / max(1, n_steps)
-    return m
-
-
-def sample_rows(result: RolloutResult, step: int, k: int) -> list[dict]:
+def sample_rows(samples: list[Sample], step: int, k: int) -> list[dict]:
+    """A few completions of the step's first problem, for reading in samples.jsonl."""
+    if not samples:
+        return []
+    first = samples[0].group[0]
     rows = []
-    for root in result.roots[:1]:
-        for j in range(min(k, len(root.joint))):
-            idx = root.joint[j]
-            rows.append(
-                {
-                    "step": step,
-                    "problem": root.problem,
-                    "joint": j,
-                    "reward": root.rewards[j],
-                    "return": root.returns[j],
-                    "completions": {a: root.samples[a][i].text for a, i in zip(root.samples, idx)},
-                }
-            )
+    per_group: dict = {}
+    for s in samples:
+        if s.group[0] != first or per_group.get(s.group, 0) >= k:
+            continue
+        per_group[s.group] = per_group.get(s.group, 0) + 1
+        rows.append(
+            {
+                "step": step,
+                "group": list(s.group),
+                "agent": s.agent,
+                "turn": s.turn,
+                "reward": s.reward,
+                "return": s.return_,
+                "advantage": s.advantage,
+                "completion": s.text,
+            }
+        )
     return rows

@@ -14,8 +14,9 @@ from teamrl.algorithms.advantages import (
     compute_advantages,
 )
 from teamrl.envs.functional import FunctionEnv
+from teamrl.rollout.common import RewardError
 from teamrl.rollout.generator import Generation
-from teamrl.rollout.joint_tree import RewardError, joint_rollout
+from teamrl.rollout.joint_tree import joint_rollout
 from teamrl.sample import Sample
 
 

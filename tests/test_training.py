@@ -53,8 +53,12 @@ def snapshot(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def test_lora_isolation(tmp_path):
-    tr = make(tmp_path, "lora", **{"train.learning_rate": 0.05})
+@pytest.mark.parametrize("algorithm", ["magrpo", "at_grpo"])
+def test_lora_isolation(tmp_path, algorithm):
+    extra = {"train.learning_rate": 0.05, "algorithm.name": algorithm}
+    if algorithm == "at_grpo":
+        extra["env.kwargs"] = "{sequential: true}"
+    tr = make(tmp_path, "lora", **extra)
     model = tr.team.policies["alice"].model
     assert tr.team.policies["bob"].model is model  # one base for both agents
     before = snapshot(model)
@@ -63,6 +67,8 @@ def test_lora_isolation(tmp_path):
 
     compute_advantages(result.samples)
     alice = [s for s in result.samples if s.agent == "alice"]
+    for i, s in enumerate(alice):  # a learning signal even if the group's rewards were flat
+        s.advantage = 1.0 if i % 2 else -1.0
     tr.update(tr.team.policies["alice"], alice)
     after = snapshot(model)
     changed = {n for n in before if not torch.equal(before[n], after[n])}
@@ -233,3 +239,43 @@ def test_cli_train_plot_envs(tmp_path, capsys):
     assert "digits" in capsys.readouterr().out
     assert cli_main(["train", str(cfg), "algorithm.num_generations=1"]) == 2
     assert "algorithm.num_generations" in capsys.readouterr().err
+
+
+def test_at_grpo_and_grpo_train_on_a_sequential_tiny_task(tmp_path):
+    for name in ("at_grpo", "grpo"):
+        tr = make(
+            tmp_path / name,
+            "shared",
+            steps=1,
+            **{"algorithm.name": name, "env.kwargs": "{sequential: true}", "env.max_turns": 2},
+        )
+        m = tr.train()[0]
+        assert m["groups"] == (4 if name == "at_grpo" else 1)  # (turn, agent) nodes vs problem
+        assert "reward/local/alice/mean" in m and "frac_zero_std_groups" in m
+
+
+def test_cli_eval_report(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: ev\n")
+    args = [
+        "eval",
+        str(cfg),
+        *tiny_overrides(),
+        f"log.output_dir={tmp_path}",
+        "--split",
+        "eval",
+        "--num-samples",
+        "2",
+        "--ks",
+        "1,2",
+        "--limit",
+        "3",
+        "--output-dir",
+        str(tmp_path / "rep"),
+    ]
+    assert cli_main(args) == 0
+    report = json.loads((tmp_path / "rep" / "eval.json").read_text())
+    row = report["digits (untrained)"]
+    assert row["problems"] == 3 and row["samples_per_problem"] == 2
+    assert {"greedy/reward", "greedy/turns", "sampled/reward"} <= set(row)
+    assert "| digits (untrained) |" in (tmp_path / "rep" / "eval.md").read_text()

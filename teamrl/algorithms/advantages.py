@@ -61,23 +61,33 @@ def compute_advantages(
     if not samples:
         raise ValueError("compute_advantages: no samples (empty rollout)")
     groups = group_samples(samples)
-    centred: dict[Hashable, torch.Tensor] = {}
+    centred: dict[Hashable, torch.Tensor] = {}  # per sample
+    unit_adv: dict[Hashable, torch.Tensor] = {}  # per episode (== per sample unless "unit")
     zero_std = 0
     for key, members in groups.items():
-        if len(members) < 2:
+        # Trajectory-level groups hold several samples per episode ("unit"): the baseline and
+        # the std are taken over episodes, then each sample gets its episode's advantage.
+        units = [s.info.get("unit", i) for i, s in enumerate(members)]
+        first = {}
+        for i, u in enumerate(units):
+            first.setdefault(u, i)
+        if len(first) < 2:
             raise ValueError(
-                f"group {key!r} has {len(members)} sample; a group-relative baseline needs >= 2"
+                f"group {key!r} has {len(first)} member; a group-relative baseline needs >= 2"
             )
-        returns = torch.tensor([s.return_ for s in members], dtype=torch.float64)
+        returns = torch.tensor([members[i].return_ for i in first.values()], dtype=torch.float64)
         zero_std += int(returns.std() < 1e-8)
         adv = baseline_advantages(returns, baseline)
-        centred[key] = adv - adv.mean() if scale_rewards != "none" else adv
+        adv = adv - adv.mean() if scale_rewards != "none" else adv
+        unit_pos = {u: j for j, u in enumerate(first)}
+        centred[key] = adv[[unit_pos[u] for u in units]]
+        unit_adv[key] = adv
     if scale_rewards == "batch":
-        batch_std = torch.cat(list(centred.values())).std()
+        batch_std = torch.cat(list(unit_adv.values())).std()
     for key, members in groups.items():
         adv = centred[key]
         if scale_rewards == "group":
-            adv = adv / (adv.std() + EPS)
+            adv = adv / (unit_adv[key].std() + EPS)
         elif scale_rewards == "batch":
             adv = adv / (batch_std + EPS)
         elif scale_rewards != "none":

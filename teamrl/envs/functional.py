@@ -29,6 +29,8 @@ class FunctionEnv:
     reward(completions, example) -> float, or (float, {component: float}).
     transition(example, completions, history) -> {agent: next observation}; without one, the
     next observation repeats the prompt with the agent's previous answer appended.
+    sequential=True sets ``turn_order``: agents act one at a time (AT-GRPO) and the reward is
+    called on the actions committed so far in the turn.
     """
 
     def __init__(
@@ -38,8 +40,12 @@ class FunctionEnv:
         prompt: Callable[[dict, str], str] | None = None,
         transition: Callable[[dict, dict[str, str], list], dict[str, str]] | None = None,
         done: Callable[[float, dict], bool] | None = None,
+        sequential: bool = False,
     ):
         self.agents = list(agents)
+        if sequential:  # agents act one at a time, each seeing this turn's earlier actions
+            self.turn_order = list(agents)
+        self.pending: dict[str, str] = {}
         self.reward_fn, self.prompt_fn = reward, prompt or (lambda ex, agent: ex["prompt"])
         self.transition_fn, self.done_fn = transition, done
         self.example: dict = {}
@@ -47,13 +53,27 @@ class FunctionEnv:
         self.observations: dict[str, str] = {}
 
     def reset(self, example: dict) -> dict[str, str]:
-        self.example, self.history = dict(example), []
+        self.example, self.history, self.pending = dict(example), [], {}
         self.observations = {a: self.prompt_fn(self.example, a) for a in self.agents}
         return dict(self.observations)
 
     def step(self, actions: dict[str, str]) -> Step:
-        out = self.reward_fn(dict(actions), self.example)
+        self.pending.update(actions)
+        # Sequential turns: the reward is that of the successor state, i.e. of the actions
+        # committed so far this turn; the turn ends when every agent has acted.
+        out = self.reward_fn(dict(self.pending), self.example)
         reward, components = out if isinstance(out, tuple) else (out, {})
+        if set(self.pending) != set(self.agents):
+            seen = "\n".join(f"{a} answered: {t}" for a, t in self.pending.items())
+            obs = {a: f"{self.observations[a]}\n\nThis turn so far:\n{seen}" for a in self.agents}
+            return Step(
+                observations=obs,
+                reward=float(reward),
+                terminations={a: False for a in self.agents},
+                truncations={a: False for a in self.agents},
+                infos={"reward_components": dict(components)},
+            )
+        actions, self.pending = dict(self.pending), {}
         self.history.append(dict(actions))
         if self.transition_fn is not None:
             nxt = self.transition_fn(self.example, dict(actions), list(self.history))

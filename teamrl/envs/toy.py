@@ -3,6 +3,8 @@
 ``digits``: two agents must both answer with digits. The team reward is the mean, over the two
 agents, of the fraction of non-space characters that are digits, so each agent's reward is
 shared and only rises when both improve. Multi-turn episodes feed back the last score.
+``sequential=True`` makes the agents act in turn (for AT-GRPO); the reward after each action
+is the mean digit fraction of the answers given so far in the turn.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ def digits_reward(completions: dict[str, str], example: dict) -> tuple[float, di
 
 
 @register_task("digits", "Toy: two agents are rewarded for answering with digits (tests, demos).")
-def digits_task(n_train: int = 32, n_eval: int = 8, agents: tuple = ("alice", "bob")) -> Task:
+def digits_task(
+    n_train: int = 32, n_eval: int = 8, agents: tuple = ("alice", "bob"), sequential: bool = False
+) -> Task:
     def transition(example, completions, history):
         score, _ = digits_reward(completions, example)
         return {a: f"Count to {example['n']}. Last team score: {score:.2f}." for a in agents}
@@ -33,6 +37,7 @@ def digits_task(n_train: int = 32, n_eval: int = 8, agents: tuple = ("alice", "b
             prompt=lambda ex, agent: f"Count to {ex['n']}.",
             reward=digits_reward,
             transition=transition,
+            sequential=sequential,
         )
 
     examples = [{"n": 3 + i} for i in range(n_train + n_eval)]

@@ -25,7 +25,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from teamrl.envs.base import Env, Step, clone
+from teamrl.rollout.common import RolloutResult, check_observations, parallel_map, step_env
 from teamrl.sample import Sample
 from teamrl.team import Team
 
@@ -44,30 +47,6 @@ class Node:
     children: dict[int, Node] = field(default_factory=dict)
     returns: list[float] = field(default_factory=list)
     samples: dict[str, list[Sample]] = field(default_factory=dict)
-
-
-@dataclass
-class RolloutResult:
-    samples: list[Sample]
-    roots: list[Node]
-    stats: dict[str, float]
-
-
-class RewardError(RuntimeError):
-    """An environment's step (its reward or transition) raised."""
-
-
-def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
-    try:
-        out = env.step(actions)
-    except Exception as err:  # re-raised with the context a user needs to debug their env
-        preview = {a: t[:80] for a, t in actions.items()}
-        raise RewardError(f"{where}: env.step raised {err!r} on actions {preview}") from err
-    if not isinstance(out, Step):
-        raise RewardError(f"{where}: env.step must return a teamrl Step, got {type(out).__name__}")
-    if out.reward != out.reward:  # NaN
-        raise RewardError(f"{where}: env.step returned a NaN reward on actions {actions}")
-    return out
 
 
 def joint_rollout(
@@ -92,7 +71,7 @@ def joint_rollout(
     for problem, example in examples:
         env = make_env()
         obs = env.reset(example)
-        _check_obs(obs, agents, f"reset(example {problem})")
+        check_observations(obs, agents, f"reset(example {problem})")
         roots.append(Node(problem, "root", 0, env, obs, example))
 
     frontier = list(roots)
@@ -141,7 +120,7 @@ def joint_rollout(
                 actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
                 where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
                 work.append((node, clone(node.env), actions, where))
-        stepped = _map(pool, lambda w: step_env(w[1], w[2], w[3]), work)
+        stepped = parallel_map(pool, lambda w: step_env(w[1], w[2], w[3]), work)
         t_env += time.perf_counter() - t0
 
         # 3. Rewards, early termination, children.
@@ -162,7 +141,7 @@ def joint_rollout(
             for j, (env, step) in enumerate(pairs):
                 if step.done:
                     continue
-                _check_obs(step.observations, agents, f"step (example {node.problem})")
+                check_observations(step.observations, agents, f"step (example {node.problem})")
                 child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
                 child = Node(node.problem, child_id, turn + 1, env, step.observations, node.example)
                 node.children[j] = child
@@ -180,7 +159,34 @@ def joint_rollout(
         "time/reward": t_env,
         "tokens/generated": float(n_tokens),
     }
-    return RolloutResult(samples=samples, roots=roots, stats=stats)
+    return RolloutResult(
+        samples=samples,
+        roots=roots,
+        stats=stats,
+        metrics=rollout_metrics(roots, samples, agents),
+        episodes=[path_summary(root) for root in roots] if g == 1 else [],
+    )
+
+
+def path_summary(root: Node) -> dict:
+    """Summary of a single-path episode (one sample per agent per turn): eval reports."""
+    node, turns, success, comps = root, 0, None, {}
+    while node is not None:
+        turns += 1
+        step = node.steps[0]
+        for k, v in (step.infos.get("reward_components") or {}).items():
+            comps.setdefault(k, []).append(float(v))
+        if "success" in step.infos:
+            success = bool(step.infos["success"])
+        node = node.children.get(0)
+    return {
+        "problem": root.problem,
+        "success": success,
+        "turns": turns,
+        "return": root.returns[0],
+        "team_return": root.returns[0],
+        "components": {k: float(np.mean(v)) for k, v in comps.items()},
+    }
 
 
 def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool) -> None:
@@ -209,13 +215,47 @@ def _collect(node: Node, agents: list[str]) -> list[Sample]:
     return out
 
 
-def _map(pool: ThreadPoolExecutor | None, fn, items: list) -> list:
-    return list(pool.map(fn, items)) if pool else [fn(x) for x in items]
+def _walk(node):
+    yield node
+    for child in node.children.values():
+        yield from _walk(child)
 
 
-def _check_obs(obs: dict, agents: list[str], where: str) -> None:
-    if not isinstance(obs, dict) or set(agents) - set(obs):
-        have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-        raise ValueError(
-            f"{where}: env must return an observation for every agent {agents}, got {have}"
-        )
+def rollout_metrics(
+    roots: list[Node], samples: list[Sample], agents: list[str]
+) -> dict[str, float]:
+    """Team reward (episode return at the root), per turn, per agent, components, lengths."""
+    m: dict[str, float] = {}
+    root_returns = [r for root in roots for r in root.returns]
+    m["reward/mean"] = float(np.mean(root_returns))
+    m["reward/std"] = float(np.std(root_returns))
+    per_turn: dict[int, list[float]] = {}
+    comps: dict[str, list[float]] = {}
+    local: dict[str, list[float]] = {}
+    done = 0
+    n_steps = 0
+    for root in roots:
+        for node in _walk(root):
+            per_turn.setdefault(node.turn, []).extend(node.rewards)
+            for st in node.steps:
+                n_steps += 1
+                done += int(any(st.terminations.values()))
+                for k, v in (st.infos.get("reward_components") or {}).items():
+                    comps.setdefault(k, []).append(float(v))
+                for a, v in st.local_rewards.items():
+                    local.setdefault(a, []).append(float(v))
+    for turn, rs in sorted(per_turn.items()):
+        m[f"reward/turn_{turn}/mean"] = float(np.mean(rs))
+    for k, vs in sorted(comps.items()):
+        m[f"reward/components/{k}"] = float(np.mean(vs))
+    for a in agents:
+        mine = [s for s in samples if s.agent == a]
+        if mine:
+            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
+            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
+            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
+        if a in local:
+            m[f"reward/local/{a}/mean"] = float(np.mean(local[a]))
+    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
+    m["terminated_fraction"] = done / max(1, n_steps)
+    return m

@@ -1,0 +1,313 @@
+"""Time CoMLRL 1.4.3's MAGRPOTrainer on the benchmark's MAGRPO step.
+
+Runs inside the venv that ``benchmarks/setup_comlrl.sh`` builds; it never imports teamrl.
+The work per step is one MAGRPO step as CoMLRL does it: 2 agents (two full copies of the
+model, each with its own AdamW), single turn, G completions per agent from one prompt, one
+optimiser step per agent per prompt (``rollout_buffer_size=1``).
+
+Every completion is forced to exactly ``--max-new-tokens`` tokens with ``min_new_tokens``,
+which CoMLRL forwards from ``trainer.train(**kwargs)`` to ``model.generate``: EOS is masked
+until the length is reached, so the model never stops early and no pads are produced. The
+worker checks each generated batch and raises if a completion has another length or an EOS.
+
+Timing wraps three of the trainer's methods on the instance (the package files are not
+touched): ``_train_step_returns`` (one dataset item = one step, generation + reward + update),
+``_generate_completions`` (one call per agent) and ``_drain_ready_buffers`` (the updates).
+
+Usage (inside the comlrl venv):
+    python benchmarks/comlrl_worker.py --model-dir DIR --prompts prompts.json \\
+        --steps 3 --warmup 1 --out comlrl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+# CoMLRL imports wandb at module level; make sure it never tries to log in or reach a host.
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
+
+PEER = "comlrl 1.4.3"
+
+
+@dataclass
+class WorkerArgs:
+    """The benchmark's settings, as the CLI gives them."""
+
+    model_dir: str = field(metadata={"help": "Plain HF folder of SmolLM2-135M-Instruct (fp32)."})
+    prompts: str = field(metadata={"help": "JSON file: a list of prompt strings, one per step."})
+    out: str = field(metadata={"help": "Where to write the result JSON."})
+    steps: int = field(default=3, metadata={"help": "Timed steps (dataset items)."})
+    warmup: int = field(default=1, metadata={"help": "Untimed steps run first."})
+    num_generations: int = field(default=4, metadata={"help": "G, completions per agent."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Exact length of each completion."})
+    chat_template: bool = field(
+        default=True,
+        metadata={"help": "Wrap each prompt as one user message in the tokenizer's chat template."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for python, numpy and torch."})
+
+
+def parse_args(argv: list[str] | None = None) -> WorkerArgs:
+    """Parse the CLI; ``--model-dir`` defaults to ``$TEAMRL_CACHE/smollm2-135m-instruct``."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cache = os.environ.get("TEAMRL_CACHE")
+    default_dir = str(Path(cache) / "smollm2-135m-instruct") if cache else None
+    p.add_argument("--model-dir", default=default_dir, required=default_dir is None)
+    p.add_argument("--prompts", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--num-generations", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--no-chat-template", dest="chat_template", action="store_false")
+    p.add_argument("--seed", type=int, default=0)
+    args = WorkerArgs(**vars(p.parse_args(argv)))
+    if args.steps < 1:
+        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup: expected >= 0, got {args.warmup}")
+    if args.num_generations < 2:
+        raise ValueError(f"--num-generations: expected >= 2, got {args.num_generations}")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens: expected >= 1, got {args.max_new_tokens}")
+    if not (Path(args.model_dir) / "config.json").is_file():
+        raise ValueError(f"--model-dir: no config.json in {args.model_dir!r}")
+    return args
+
+
+def load_prompts(path: str, n: int) -> list[str]:
+    """``n`` prompts from a JSON list of strings, cycling through the list if it is shorter."""
+    prompts = json.loads(Path(path).read_text())
+    if not isinstance(prompts, list) or not prompts:
+        raise ValueError(f"--prompts: expected a non-empty JSON list in {path!r}")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise ValueError(f"--prompts[{i}]: expected a string, got {type(p).__name__}")
+    return [prompts[i % len(prompts)] for i in range(n)]
+
+
+def distinct_word_reward(completions_1: list[str], completions_2: list[str]) -> list[float]:
+    """Team reward of one joint action: 0.1 * (distinct words of agent 2 - of agent 1).
+
+    Cheap and deterministic, and it varies across samples so the advantages are non-zero.
+    CoMLRL calls it once per joint action with one-element lists (its N-positional form).
+    """
+    c1, c2 = completions_1[0], completions_2[0]
+    return [0.1 * (len(set(c2.split())) - len(set(c1.split())))]
+
+
+def peak_rss_gib() -> float:
+    """Peak resident set size of this process (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class StepTimer:
+    """Wraps the trainer's per-item, generation and update methods to time them.
+
+    The wrappers are instance attributes, so CoMLRL's ``self._method(...)`` calls hit them
+    while the installed package stays as it is.
+    """
+
+    def __init__(self, trainer: MAGRPOTrainer, max_new_tokens: int, eos_ids: set[int]):
+        self.max_new_tokens = max_new_tokens
+        self.eos_ids = eos_ids
+        self.step_s: list[float] = []
+        self.generate_s: list[float] = []
+        self.update_s: list[float] = []
+        self.completion_lengths: list[list[int]] = []  # per step, per agent x sample
+        self.prompt_tokens: list[list[int]] = []  # per step, per agent
+        self._gen = 0.0
+        self._upd = 0.0
+        self._lens: list[int] = []
+        self._ptoks: list[int] = []
+
+        step, gen, drain = (
+            trainer._train_step_returns,
+            trainer._generate_completions,
+            trainer._drain_ready_buffers,
+        )
+
+        def timed_step(batch_item, **kwargs):
+            self._gen = self._upd = 0.0
+            self._lens, self._ptoks = [], []
+            t0 = time.perf_counter()
+            out = step(batch_item, **kwargs)
+            self.step_s.append(time.perf_counter() - t0)
+            self.generate_s.append(self._gen)
+            self.update_s.append(self._upd)
+            self.completion_lengths.append(self._lens)
+            self.prompt_tokens.append(self._ptoks)
+            return out
+
+        def timed_generate(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = gen(*args, **kwargs)
+            self._gen += time.perf_counter() - t0
+            self._check_lengths(out)
+            return out
+
+        def timed_drain(ready_agents):
+            t0 = time.perf_counter()
+            out = drain(ready_agents)
+            self._upd += time.perf_counter() - t0
+            return out
+
+        trainer._train_step_returns = timed_step
+        trainer._generate_completions = timed_generate
+        trainer._drain_ready_buffers = timed_drain
+
+    def _check_lengths(self, out: dict) -> None:
+        # completion_input_ids holds what CoMLRL later scores in its loss: the generated
+        # tokens after the prompt, pads included. Every one must be max_new_tokens real tokens.
+        self._ptoks.append(int(out["prompt_input_ids"].shape[1]))
+        for i, toks in enumerate(out["completion_input_ids"][0]):
+            n, eos = len(toks), sum(int(t) in self.eos_ids for t in toks.tolist())
+            if n != self.max_new_tokens or eos:
+                raise RuntimeError(
+                    f"completion {i}: expected {self.max_new_tokens} tokens and no EOS, "
+                    f"got {n} tokens with {eos} EOS"
+                )
+            self._lens.append(n)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that do the work, and of the interpreter."""
+    names = ["comlrl", "torch", "transformers", "datasets", "tokenizers", "numpy"]
+    out = {name: metadata.version(name) for name in names}
+    out["python"] = platform.python_version()
+    return out
+
+
+def run(args: WorkerArgs) -> dict:
+    """Build the trainer, run ``warmup + steps`` items, and return the result dict."""
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+
+    tok = AutoTokenizer.from_pretrained(args.model_dir)
+    # SmolLM2's pad token is <|im_end|>, which CoMLRL (1.4.3) looks for inside the prompt to
+    # find the prompt's end; with the chat template that cuts the prompt after the system
+    # message. <|endoftext|> never occurs in the prompts, so CoMLRL sees the whole prompt.
+    tok.pad_token = "<|endoftext|>"
+
+    def formatter(item: dict) -> str:
+        if not args.chat_template:
+            return item["prompt"]
+        msgs = [{"role": "user", "content": item["prompt"]}]
+        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    n_items = args.warmup + args.steps
+    dataset = Dataset.from_list([{"prompt": p} for p in load_prompts(args.prompts, n_items)])
+    config = MAGRPOConfig(
+        num_train_epochs=1,
+        num_agents=2,
+        num_turns=1,
+        num_generations=args.num_generations,
+        max_new_tokens=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,  # 0 disables top-k; None would fall back to generate's default of 50
+        rollout_buffer_size=1,
+        train_batch_size=1,
+        eval_interval=0,  # no evaluation inside the timed loop
+        logging_steps=1,
+    )
+    t0 = time.perf_counter()
+    trainer = MAGRPOTrainer(
+        agent_model=args.model_dir,  # CoMLRL loads one full copy per agent
+        num_agents=2,
+        tokenizer=tok,
+        train_dataset=dataset,
+        reward_func=distinct_word_reward,
+        formatters=formatter,
+        args=config,
+    )
+    load_s = time.perf_counter() - t0
+    for i, agent in enumerate(trainer.agents):
+        dtype = next(agent.parameters()).dtype
+        if dtype != torch.float32:
+            raise RuntimeError(f"agent {i}: expected float32 weights, got {dtype}")
+    if trainer.agents[0] is trainer.agents[1]:
+        raise RuntimeError("agents: expected two separate model copies, got one shared")
+
+    # A completion that stopped early would hold an EOS (and pads equal to EOS for SmolLM2).
+    eos_ids = {tok.eos_token_id}
+    gen_eos = trainer.agents[0].generation_config.eos_token_id
+    eos_ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    eos_ids.discard(None)
+    timer = StepTimer(trainer, args.max_new_tokens, eos_ids)
+
+    # CoMLRL forwards train(**kwargs) to generate(); min_new_tokens masks EOS until then.
+    trainer.train(min_new_tokens=args.max_new_tokens)
+    if len(timer.step_s) != n_items:
+        raise RuntimeError(f"steps: expected {n_items} dataset items, timed {len(timer.step_s)}")
+
+    timed = slice(args.warmup, None)
+    s_per_step = timer.step_s[timed]
+    return {
+        "peer": PEER,
+        "s_per_step": s_per_step,
+        "median_s_per_step": statistics.median(s_per_step),
+        "peak_rss_gib": peak_rss_gib(),
+        "generate_s": timer.generate_s[timed],
+        "update_s": timer.update_s[timed],
+        "warmup_s_per_step": timer.step_s[: args.warmup],
+        "load_s": load_s,
+        "completion_lengths": timer.completion_lengths[timed],
+        "prompt_tokens": timer.prompt_tokens[timed],
+        "settings": {
+            "agents": 2,
+            "num_generations": args.num_generations,
+            "max_new_tokens": args.max_new_tokens,
+            "min_new_tokens": args.max_new_tokens,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": 0,
+            "rollout_buffer_size": 1,
+            "chat_template": args.chat_template,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "torch_threads": torch.get_num_threads(),
+            "device": str(trainer.device),
+        },
+        "versions": versions(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"{PEER}: median {result['median_s_per_step']:.2f} s/step "
+        f"(generate {statistics.median(result['generate_s']):.2f} s, "
+        f"update {statistics.median(result['update_s']):.2f} s), "
+        f"peak RSS {result['peak_rss_gib']:.2f} GiB",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()

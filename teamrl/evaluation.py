@@ -1,0 +1,113 @@
+"""Evaluation: greedy accuracy, pass@k (unbiased), avg@k, mean turns and reward components.
+
+For each problem, ``k`` sampled single-path episodes plus one greedy episode are run. With c of
+the n = k samples successful, the unbiased estimator of Chen et al. (2021) is
+
+    pass@k' = 1 - C(n - c, k') / C(n, k')      for every k' <= n,
+
+and avg@k = c / n (the mean success of a sample). A task's "success" comes from the env's
+``infos["success"]``; tasks without one (writing) report rewards only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn without replacement from n succeeds."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[str, Any]:
+    """Aggregate episode summaries (see RolloutResult.episodes) into one report."""
+    report: dict[str, Any] = {"problems": len({e["problem"] for e in greedy})}
+    report["greedy/reward"] = float(np.mean([e["return"] for e in greedy]))
+    report["greedy/turns"] = float(np.mean([e["turns"] for e in greedy]))
+    comps: dict[str, list[float]] = {}
+    for e in greedy:
+        for k, v in e["components"].items():
+            comps.setdefault(k, []).append(v)
+    for k, vs in sorted(comps.items()):
+        report[f"greedy/components/{k}"] = float(np.mean(vs))
+    has_success = all(e["success"] is not None for e in greedy + sampled)
+    if has_success:
+        report["greedy/accuracy"] = float(np.mean([e["success"] for e in greedy]))
+    if sampled:
+        by_problem: dict[int, list[dict]] = {}
+        for e in sampled:
+            by_problem.setdefault(e["problem"], []).append(e)
+        n = min(len(v) for v in by_problem.values())
+        report["samples_per_problem"] = n
+        report["sampled/reward"] = float(np.mean([e["return"] for e in sampled]))
+        report["sampled/turns"] = float(np.mean([e["turns"] for e in sampled]))
+        if has_success:
+            counts = [sum(bool(e["success"]) for e in v[:n]) for v in by_problem.values()]
+            report[f"avg@{n}"] = float(np.mean(counts) / n)
+            for k in ks:
+                if k <= n:
+                    report[f"pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
+    return report
+
+
+def markdown_table(reports: dict[str, dict[str, Any]]) -> str:
+    """One row per task (or per run), one column per metric."""
+    cols = sorted({k for r in reports.values() for k in r})
+    head = "| task | " + " | ".join(cols) + " |"
+    sep = "|---|" + "---|" * len(cols)
+    rows = []
+    for name, r in reports.items():
+        cells = [_fmt(r.get(c)) for c in cols]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join([head, sep, *rows])
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def evaluate_trainer(
+    trainer,
+    split: str = "test",
+    num_samples: int = 4,
+    ks: tuple[int, ...] = (1, 2, 4),
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """Greedy and sampled single-path episodes of the trainer's team on a task split."""
+    import torch
+
+    data = getattr(trainer.task, split)
+    if not data:
+        raise ValueError(f"task {trainer.task.name!r} has no {split!r} split to evaluate on")
+    n = len(data) if limit is None else min(limit, len(data))
+    examples = [(i, data[i]) for i in range(n)]
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(trainer.cfg.seed)
+        greedy = trainer.rollout(examples, greedy=True).episodes
+        sampled = trainer.sample_episodes(examples, num_samples) if num_samples > 0 else []
+    report = summarise(greedy, sampled, list(ks))
+    report["split"] = split
+    return report
+
+
+def write_report(reports: dict[str, dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jpath, mpath = out / "eval.json", out / "eval.md"
+    jpath.write_text(json.dumps(reports, indent=2, sort_keys=True) + "\n")
+    mpath.write_text(markdown_table(reports) + "\n")
+    return jpath, mpath

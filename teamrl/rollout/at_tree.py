@@ -1,0 +1,275 @@
+"""AT-GRPO's agent- and turn-wise tree, and the trajectory-level GRPO baseline.
+
+Agent-turn tree (one state per problem; K branches per (turn, agent) node):
+
+    for t in turns:
+        for agent i in turn_order:                   # i sees what agents < i did this turn
+            K candidates a_k ~ pi_i(. | o_i)          # one generate call for all problems
+            out_k = env_k.step({i: a_k}), env_k = clone(env)   # each on its OWN successor
+            r_k = alpha * team(out_k) + local_i(out_k)
+            group (problem, t, i) <- K samples        # recorded before termination is checked
+            k* = select(r)   (greedy | sample ~ softmax(r / tau) | random)
+            env = env_{k*};  stop the problem if out_{k*} ended the episode
+
+Optional ``discount``: a candidate's return adds the discounted later rewards of the same
+agent along the chosen path, R_k = r_k + sum_{t' > t} gamma^(t' - t) r*_{t', i}. With tree
+sampling that continuation is shared by all K candidates, so it shifts a group by a constant
+(it changes nothing under a mean baseline; it matters for 'raw'/'max' or batch scaling).
+
+Trajectory GRPO (the paper's baseline): K independent episodes per problem, no branching, every
+sample of every turn kept (also those of episodes that end early), each credited with its
+episode's return, grouped by problem; the baseline is taken over episodes, not samples.
+
+Both fix the reference code's defects: rewards are computed on each branch's own successor,
+the continuing state is the selected branch's, the last agent's samples are always recorded,
+and group keys never merge problems.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from teamrl.envs.base import Env, Step, clone
+from teamrl.rollout.common import RolloutResult, parallel_map, step_env
+from teamrl.sample import Sample
+from teamrl.team import Team
+
+
+def turn_order(env: Env) -> list[str]:
+    order = getattr(env, "turn_order", None)
+    if order:
+        return list(order)
+    if len(env.agents) == 1:
+        return list(env.agents)
+    raise ValueError(
+        f"AT-GRPO needs a sequential env: {type(env).__name__} has {len(env.agents)} agents "
+        "and no turn_order (use algorithm.name=magrpo for simultaneous turns)"
+    )
+
+
+def select_branch(rewards: list[float], rule: str, temperature: float, rng: random.Random) -> int:
+    """Index of the branch that continues."""
+    if rule == "greedy":  # ties broken at random, so no position is favoured
+        best = max(rewards)
+        return rng.choice([k for k, r in enumerate(rewards) if r == best])
+    if rule == "sample":
+        m = max(rewards)
+        weights = [math.exp((r - m) / max(temperature, 1e-8)) for r in rewards]
+        return rng.choices(range(len(rewards)), weights=weights)[0]
+    if rule == "random":
+        return rng.randrange(len(rewards))
+    raise ValueError(f"algorithm.selection: expected greedy|sample|random, got {rule!r}")
+
+
+@dataclass
+class Episode:
+    problem: int
+    example: dict
+    env: Env
+    observations: dict[str, str]
+    index: int = 0  # episode number within its problem (trajectory GRPO)
+    done: bool = False
+    success: bool | None = None
+    turns: int = 0
+    team_return: float = 0.0  # sum of team rewards along the chosen path
+    path: list[tuple[str, float]] = field(default_factory=list)  # (agent, mixed reward) chosen
+    components: dict[str, list[float]] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+
+
+def _mixed(step: Step, agent: str, alpha: float) -> tuple[float, float, float]:
+    local = float(step.local_rewards.get(agent, 0.0))
+    return alpha * float(step.reward) + local, float(step.reward), local
+
+
+def _record_outcome(ep: Episode, step: Step) -> None:
+    ep.team_return += float(step.reward)
+    for k, v in (step.infos.get("reward_components") or {}).items():
+        ep.components.setdefault(k, []).append(float(v))
+    if "success" in step.infos:
+        ep.success = bool(step.infos["success"])
+
+
+def agent_turn_rollout(
+    team: Team,
+    make_env,
+    examples: list[tuple[int, dict]],
+    *,
+    num_generations: int,
+    max_turns: int,
+    tree: bool = True,
+    selection: str = "greedy",
+    selection_temperature: float = 1.0,
+    alpha: float = 1.0,
+    discount: float = 1.0,
+    greedy: bool = False,
+    reward_workers: int = 1,
+    seed: int = 0,
+) -> RolloutResult:
+    """``tree=True``: AT-GRPO. ``tree=False``: K independent episodes per problem (GRPO)."""
+    k_branches = 1 if greedy else num_generations
+    rng = random.Random(seed)
+    pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
+    copies = 1 if (tree or greedy) else num_generations
+    episodes = []
+    for problem, example in examples:
+        for c in range(copies):
+            env = make_env()
+            obs = env.reset(example)
+            episodes.append(Episode(problem, example, env, obs, index=c))
+    order = turn_order(episodes[0].env)
+    n = k_branches if tree else 1  # samples drawn per episode per node
+    t_gen = t_env = 0.0
+    n_tokens = 0
+    for turn in range(max_turns):
+        for agent in order:
+            live = [ep for ep in episodes if not ep.done]
+            if not live:
+                break
+            # 1. One generate call per engine: every live episode, n candidates each.
+            t0 = time.perf_counter()
+            jobs = []
+            for ep in live:
+                if agent not in ep.observations:
+                    raise ValueError(
+                        f"example {ep.problem}, turn {turn}: env gave no observation for {agent!r}"
+                    )
+                ids = team.encode_prompt(agent, ep.observations[agent], ep.example)
+                jobs.append((agent, team.request(agent, ids, n, greedy=greedy)))
+            gens = team.generate(jobs)
+            t_gen += time.perf_counter() - t0
+
+            # 2. Every candidate on its own copy of the state.
+            t0 = time.perf_counter()
+            work = []
+            for ep, cands in zip(live, gens):
+                for k, gen in enumerate(cands):
+                    text = team.decode(agent, gen.completion_ids)
+                    where = f"example {ep.problem}, turn {turn}, agent {agent}, candidate {k}"
+                    env = clone(ep.env) if tree else ep.env
+                    work.append((ep, k, gen, text, env, where, {agent: text}))
+                    n_tokens += len(gen.completion_ids)
+            steps = parallel_map(pool, lambda w: step_env(w[4], w[6], w[5]), work)
+            t_env += time.perf_counter() - t0
+
+            # 3. Record the group, then select the branch that continues.
+            by_ep: dict[int, list] = {}
+            for w, st in zip(work, steps):
+                by_ep.setdefault(id(w[0]), []).append((w, st))
+            for ep in live:
+                branch = by_ep[id(ep)]
+                mixed = [_mixed(st, agent, alpha) for _, st in branch]
+                group = (ep.problem, turn, agent) if tree else (ep.problem,)
+                new = []
+                for ((_, _, gen, text, *_), _), (r, team_r, local) in zip(branch, mixed):
+                    new.append(
+                        Sample(
+                            agent=agent,
+                            policy=team.policy_of[agent],
+                            turn=turn,
+                            group=group,
+                            prompt_ids=gen.prompt_ids,
+                            completion_ids=gen.completion_ids,
+                            sampler_logprobs=gen.logprobs,
+                            truncated=gen.truncated,
+                            temperature=1.0 if greedy else team.agents[agent].temperature,
+                            reward=r,
+                            text=text,
+                            info={"team": team_r, "local": local}
+                            | ({} if tree else {"unit": (ep.problem, ep.index)}),
+                        )
+                    )
+                if tree and len(new) != k_branches:
+                    raise AssertionError(
+                        f"group {group} has {len(new)} samples, expected {k_branches}"
+                    )
+                ep.samples.extend(new)
+                pick = (
+                    select_branch([m[0] for m in mixed], selection, selection_temperature, rng)
+                    if tree
+                    else 0
+                )
+                ep.turns = turn + 1
+                (w, st) = branch[pick]
+                ep.env, ep.observations = w[4], st.observations
+                ep.path.append((agent, mixed[pick][0]))
+                _record_outcome(ep, st)
+                if st.done:
+                    ep.done = True
+    if pool:
+        pool.shutdown()
+    _assign_returns(episodes, tree, discount)
+    samples = [s for ep in episodes for s in ep.samples]
+    stats = {"time/generate": t_gen, "time/reward": t_env, "tokens/generated": float(n_tokens)}
+    metrics = episode_metrics(episodes, samples, order)
+    summaries = [
+        {
+            "problem": ep.problem,
+            "episode": ep.index,
+            "success": ep.success,
+            "turns": ep.turns,
+            "team_return": ep.team_return,
+            "return": sum(r for _, r in ep.path),
+            "components": {k: float(np.mean(v)) for k, v in ep.components.items()},
+        }
+        for ep in episodes
+    ]
+    return RolloutResult(samples=samples, stats=stats, metrics=metrics, episodes=summaries)
+
+
+def _assign_returns(episodes: list[Episode], tree: bool, gamma: float) -> None:
+    for ep in episodes:
+        if not tree:  # trajectory GRPO: every sample carries its episode's return
+            total = sum(r for _, r in ep.path)
+            for s in ep.samples:
+                s.return_ = total
+            continue
+        # return-to-go of the same agent along the chosen path (constant within a group)
+        nodes: dict[tuple[int, str], list[Sample]] = {}
+        for smp in ep.samples:  # chronological; ep.path holds the chosen reward of each node
+            nodes.setdefault((smp.turn, smp.agent), []).append(smp)
+        future: dict[str, float] = {}
+        for ((_, agent), group), (_, chosen) in reversed(list(zip(nodes.items(), ep.path))):
+            f = future.get(agent, 0.0)
+            for smp in group:
+                smp.return_ = smp.reward + gamma * f
+            future[agent] = chosen + gamma * f
+
+
+def episode_metrics(episodes: list[Episode], samples: list[Sample], agents: list[str]) -> dict:
+    m: dict[str, float] = {}
+    m["reward/mean"] = float(np.mean([sum(r for _, r in ep.path) for ep in episodes]))
+    m["reward/std"] = float(np.std([sum(r for _, r in ep.path) for ep in episodes]))
+    m["reward/team/mean"] = float(np.mean([ep.team_return for ep in episodes]))
+    succ = [ep.success for ep in episodes if ep.success is not None]
+    if succ:
+        m["success_rate"] = float(np.mean(succ))
+    m["turns/mean"] = float(np.mean([ep.turns for ep in episodes]))
+    per_turn: dict[int, list[float]] = {}
+    for s in samples:
+        per_turn.setdefault(s.turn, []).append(s.reward)
+    for t, rs in sorted(per_turn.items()):
+        m[f"reward/turn_{t}/mean"] = float(np.mean(rs))
+    comps: dict[str, list[float]] = {}
+    for ep in episodes:
+        for k, vs in ep.components.items():
+            comps.setdefault(k, []).extend(vs)
+    for k, vs in sorted(comps.items()):
+        m[f"reward/components/{k}"] = float(np.mean(vs))
+    for a in agents:
+        mine = [s for s in samples if s.agent == a]
+        if mine:
+            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
+            m[f"reward/team/{a}/mean"] = float(np.mean([s.info["team"] for s in mine]))
+            m[f"reward/local/{a}/mean"] = float(np.mean([s.info["local"] for s in mine]))
+            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
+            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
+    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
+    m["terminated_fraction"] = float(np.mean([ep.done for ep in episodes]))
+    return m
