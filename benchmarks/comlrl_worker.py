@@ -42,10 +42,9 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
-
-from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 
 PEER = "comlrl 1.4.3"
 
@@ -66,6 +65,9 @@ class WorkerArgs:
         metadata={"help": "Wrap each prompt as one user message in the tokenizer's chat template."},
     )
     seed: int = field(default=0, metadata={"help": "Seed for python, numpy and torch."})
+    threads: int = field(
+        default=0, metadata={"help": "torch.set_num_threads (0 = torch's default)."}
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerArgs:
@@ -82,6 +84,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--no-chat-template", dest="chat_template", action="store_false")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
     args = WorkerArgs(**vars(p.parse_args(argv)))
     if args.steps < 1:
         raise ValueError(f"--steps: expected >= 1, got {args.steps}")
@@ -89,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
         raise ValueError(f"--warmup: expected >= 0, got {args.warmup}")
     if args.num_generations < 2:
         raise ValueError(f"--num-generations: expected >= 2, got {args.num_generations}")
+    if args.threads < 0:
+        raise ValueError(f"--threads: expected >= 0, got {args.threads}")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens: expected >= 1, got {args.max_new_tokens}")
     if not (Path(args.model_dir) / "config.json").is_file():
@@ -201,6 +206,9 @@ def versions() -> dict[str, str]:
 
 def run(args: WorkerArgs) -> dict:
     """Build the trainer, run ``warmup + steps`` items, and return the result dict."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -291,6 +299,9 @@ def run(args: WorkerArgs) -> dict:
             "torch_threads": torch.get_num_threads(),
             "device": str(trainer.device),
         },
+        # 1/5/15-minute load averages: the 2 cores are shared, so a busy machine inflates times.
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
         "versions": versions(),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -15,6 +16,8 @@ def _quiet_hf() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    # PEFT still calls a transformers property that transformers 5 renamed; harmless.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -126,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except (FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
 
 

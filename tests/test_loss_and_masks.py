@@ -77,12 +77,14 @@ def _sample(completion, adv=1.0, prompt=(1, 2)):
 
 
 def test_collate_mask_covers_real_tokens_through_eos_only():
-    batch = collate([_sample([7, 8, EOS]), _sample([9], prompt=(1, 2, 3, 4))], pad_id=PAD)
-    assert batch.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
-    assert batch.completion_ids.tolist() == [[7, 8, EOS], [9, PAD, PAD]]
-    # left-padded prompt, right-padded completion; positions count real tokens only
-    assert batch.attention_mask.tolist() == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
-    assert batch.position_ids[0].tolist()[2:] == [0, 1, 2, 3, 4]
+    samples = [_sample([7, 8, EOS]), _sample([9], prompt=(1, 2, 3, 4)), _sample([5, EOS])]
+    batch = collate(samples, pad_id=PAD)
+    assert batch.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert batch.completion_ids.tolist() == [[7, 8, EOS], [9, PAD, PAD], [5, EOS, PAD]]
+    # distinct prompts are stored once (left-padded); samples point at theirs
+    assert batch.prompt_ids.tolist() == [[PAD, PAD, 1, 2], [1, 2, 3, 4]]
+    assert batch.prompt_mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
+    assert batch.prompt_index.tolist() == [0, 1, 0]
 
 
 def test_loss_never_scores_pads_and_always_scores_eos():
@@ -97,11 +99,11 @@ def test_loss_never_scores_pads_and_always_scores_eos():
     assert grad[1, 1] == 0 and grad[1, 2] == 0  # pads of row 1 are not
 
 
-def test_token_logprobs_ignore_pad_token_values():
+def _tiny_llama():
     torch.manual_seed(0)
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    model = LlamaForCausalLM(
+    return LlamaForCausalLM(
         LlamaConfig(
             vocab_size=40,
             hidden_size=16,
@@ -111,6 +113,10 @@ def test_token_logprobs_ignore_pad_token_values():
             intermediate_size=32,
         )
     ).eval()
+
+
+def test_token_logprobs_ignore_pad_token_values():
+    model = _tiny_llama()
     samples = [_sample([7, 8, EOS]), _sample([9], prompt=(1, 2, 3, 4))]
     a = collate(samples, pad_id=PAD)
     b = collate(samples, pad_id=33)  # different pad token values
@@ -118,6 +124,31 @@ def test_token_logprobs_ignore_pad_token_values():
     lb, _ = token_logprobs(model, b)
     m = a.completion_mask.bool()
     assert torch.allclose(la[m], lb[m], atol=1e-5)
+
+
+def test_shared_prefix_logprobs_and_grads_equal_full_sequences():
+    """Prefix sharing is exact: same log-probs and gradients as running each sample alone."""
+    model = _tiny_llama().train()
+    samples = [
+        _sample([7, 8, EOS], prompt=(1, 2, 3)),
+        _sample([9, 5], prompt=(1, 2, 3)),
+        _sample([6], prompt=(4, 5)),
+    ]
+    shared, _ = token_logprobs(model, collate(samples, PAD))
+    (shared * collate(samples, PAD).completion_mask).sum().backward()
+    g_shared = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    total = 0.0
+    for i, s in enumerate(samples):
+        ids = torch.tensor([s.prompt_ids + s.completion_ids])
+        logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1]
+        lp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(s.prompt_ids) :, None])[:, 0]
+        n = len(s.completion_ids)
+        assert torch.allclose(shared[i, :n], lp, atol=1e-5)
+        total = total + lp.sum()
+    total.backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(g_shared[name], p.grad, atol=1e-5), name
 
 
 def test_ratio_is_one_on_first_pass_and_clipping_applies_later():

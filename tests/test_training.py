@@ -279,3 +279,17 @@ def test_cli_eval_report(tmp_path, capsys):
     assert row["problems"] == 3 and row["samples_per_problem"] == 2
     assert {"greedy/reward", "greedy/turns", "sampled/reward"} <= set(row)
     assert "| digits (untrained) |" in (tmp_path / "rep" / "eval.md").read_text()
+
+
+def test_lora_checkpoint_roundtrip(tmp_path):
+    tr = make(tmp_path, "lora", steps=1)
+    tr.train()
+    model = tr.team.policies["alice"].model
+    saved = snapshot(model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.add_(1.0)
+    tr.load_checkpoint(tmp_path / "run" / "checkpoints" / "step-1")
+    restored = snapshot(model)
+    assert all(torch.equal(saved[n], restored[n]) for n in saved)

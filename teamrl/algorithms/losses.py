@@ -1,8 +1,10 @@
 """Batched token log-probs and the clipped policy-gradient loss.
 
-Layout of a batch: ``[left-padded prompt | right-padded completion]``. Only the last
-``C + 1`` logits are computed (``logits_to_keep``), because the completion tokens are the
-last ``C`` positions and the logit at position t predicts token t+1.
+Prefix sharing: the G (or K) samples of a group share one prompt, so the prompt is run once
+per distinct prompt (left-padded, with the KV cache kept *with* its autograd graph) and the
+cache is copied to each of its samples; the right-padded completions then run on top. The
+gradient through the shared prompt is the sum over its samples, exactly as if each sample
+had been run in full, at a fraction of the cost when prompts are long.
 
 Loss, per token t of sample i (ratio r = exp(logp - logp_old), advantage A_i):
 
@@ -29,11 +31,11 @@ from teamrl.sample import Sample
 
 @dataclass
 class Batch:
-    input_ids: torch.Tensor  # (B, P + C)
-    attention_mask: torch.Tensor  # (B, P + C)
-    position_ids: torch.Tensor  # (B, P + C)
-    completion_ids: torch.Tensor  # (B, C)
-    completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS
+    prompt_ids: torch.Tensor  # (U, P) distinct prompts, left-padded
+    prompt_mask: torch.Tensor  # (U, P)
+    prompt_index: torch.Tensor  # (B,) which distinct prompt each sample continues
+    completion_ids: torch.Tensor  # (B, C) right-padded
+    completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS, 0 on pads
     advantages: torch.Tensor  # (B,)
     temperatures: torch.Tensor  # (B,)
     sampler_logprobs: torch.Tensor  # (B, C)
@@ -43,7 +45,9 @@ class Batch:
 
 
 def collate(samples: list[Sample], pad_id: int) -> Batch:
-    prompt_ids, prompt_mask = left_pad([s.prompt_ids for s in samples], pad_id)
+    distinct: dict[tuple[int, ...], int] = {}
+    index = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
+    prompt_ids, prompt_mask = left_pad([list(p) for p in distinct], pad_id)
     width = max(1, max(len(s.completion_ids) for s in samples))
     comp = torch.full((len(samples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(samples), width))
@@ -53,11 +57,10 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
         comp[i, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
         mask[i, :n] = 1.0
         sampler[i, :n] = torch.tensor(s.sampler_logprobs)
-    attn = torch.cat([prompt_mask, mask.long()], dim=1)
     return Batch(
-        input_ids=torch.cat([prompt_ids, comp], dim=1),
-        attention_mask=attn,
-        position_ids=(attn.cumsum(-1) - 1).clamp_min(0),
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        prompt_index=torch.tensor(index, dtype=torch.long),
         completion_ids=comp,
         completion_mask=mask,
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
@@ -69,16 +72,37 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
 def token_logprobs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob of each completion token under ``model`` (one forward pass), and its entropy."""
-    c = batch.completion_ids.shape[1]
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        logits_to_keep=c + 1,
+    """Log-prob of each completion token under ``model``, and (optionally) its entropy.
+
+    One pass per batch in two stages: distinct prompts (KV cache kept), then completions.
+    """
+    idx = batch.prompt_index
+    p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    prefix = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=p_pos,
+        use_cache=True,
+        logits_to_keep=1,
     )
-    logits = out.logits[:, -c - 1 : -1].float() / batch.temperatures[:, None, None]
+    cache = prefix.past_key_values
+    if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+        cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
+    comp_mask = batch.completion_mask.long()
+    attn = torch.cat([batch.prompt_mask[idx], comp_mask], dim=1)
+    start = batch.prompt_mask.sum(-1)[idx]  # first completion position of each sample
+    c = batch.completion_ids.shape[1]
+    pos = start[:, None] + torch.arange(c, device=start.device)[None]
+    suffix = model(
+        input_ids=batch.completion_ids,
+        attention_mask=attn,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    # logit of completion token t comes from position t-1; token 0 from the prompt's last one
+    logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
+    logits = logits.float() / batch.temperatures[:, None, None]
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
     entropy = None
