@@ -12,7 +12,8 @@ worker checks each generated batch and raises if a completion has another length
 
 Timing wraps three of the trainer's methods on the instance (the package files are not
 touched): ``_train_step_returns`` (one dataset item = one step, generation + reward + update),
-``_generate_completions`` (one call per agent) and ``_drain_ready_buffers`` (the updates).
+``_generate_completions`` (one call per agent) and ``_drain_ready_buffers`` (the updates),
+plus each optimiser's ``step`` (the AdamW share of the update).
 
 Usage (inside the comlrl venv):
     python benchmarks/comlrl_worker.py --model-dir DIR --prompts prompts.json \\
@@ -61,8 +62,11 @@ class WorkerArgs:
     num_generations: int = field(default=4, metadata={"help": "G, completions per agent."})
     max_new_tokens: int = field(default=64, metadata={"help": "Exact length of each completion."})
     chat_template: bool = field(
-        default=True,
-        metadata={"help": "Wrap each prompt as one user message in the tokenizer's chat template."},
+        default=False,
+        metadata={
+            "help": "Wrap each prompt as one user message in the tokenizer's chat template "
+            "(default: send it verbatim, as CoMLRL's default formatter does)."
+        },
     )
     seed: int = field(default=0, metadata={"help": "Seed for python, numpy and torch."})
     threads: int = field(
@@ -82,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--no-chat-template", dest="chat_template", action="store_false")
+    p.add_argument("--chat-template", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     args = WorkerArgs(**vars(p.parse_args(argv)))
@@ -128,7 +132,7 @@ def peak_rss_gib() -> float:
 
 
 class StepTimer:
-    """Wraps the trainer's per-item, generation and update methods to time them.
+    """Wraps the trainer's per-item, generation and update methods (and the AdamW steps).
 
     The wrappers are instance attributes, so CoMLRL's ``self._method(...)`` calls hit them
     while the installed package stays as it is.
@@ -140,10 +144,12 @@ class StepTimer:
         self.step_s: list[float] = []
         self.generate_s: list[float] = []
         self.update_s: list[float] = []
+        self.optimizer_s: list[float] = []  # the AdamW steps alone, inside update_s
         self.completion_lengths: list[list[int]] = []  # per step, per agent x sample
         self.prompt_tokens: list[list[int]] = []  # per step, per agent
         self._gen = 0.0
         self._upd = 0.0
+        self._opt = 0.0
         self._lens: list[int] = []
         self._ptoks: list[int] = []
 
@@ -154,13 +160,14 @@ class StepTimer:
         )
 
         def timed_step(batch_item, **kwargs):
-            self._gen = self._upd = 0.0
+            self._gen = self._upd = self._opt = 0.0
             self._lens, self._ptoks = [], []
             t0 = time.perf_counter()
             out = step(batch_item, **kwargs)
             self.step_s.append(time.perf_counter() - t0)
             self.generate_s.append(self._gen)
             self.update_s.append(self._upd)
+            self.optimizer_s.append(self._opt)
             self.completion_lengths.append(self._lens)
             self.prompt_tokens.append(self._ptoks)
             return out
@@ -181,6 +188,17 @@ class StepTimer:
         trainer._train_step_returns = timed_step
         trainer._generate_completions = timed_generate
         trainer._drain_ready_buffers = timed_drain
+        for opt in trainer.optimizers:
+            opt.step = self._timed_optimizer_step(opt.step)
+
+    def _timed_optimizer_step(self, step):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = step(*args, **kwargs)
+            self._opt += time.perf_counter() - t0
+            return out
+
+        return timed
 
     def _check_lengths(self, out: dict) -> None:
         # completion_input_ids holds what CoMLRL later scores in its loss: the generated
@@ -280,6 +298,7 @@ def run(args: WorkerArgs) -> dict:
         "peak_rss_gib": peak_rss_gib(),
         "generate_s": timer.generate_s[timed],
         "update_s": timer.update_s[timed],
+        "optimizer_s": timer.optimizer_s[timed],
         "warmup_s_per_step": timer.step_s[: args.warmup],
         "load_s": load_s,
         "completion_lengths": timer.completion_lengths[timed],
@@ -314,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{PEER}: median {result['median_s_per_step']:.2f} s/step "
         f"(generate {statistics.median(result['generate_s']):.2f} s, "
-        f"update {statistics.median(result['update_s']):.2f} s), "
+        f"update {statistics.median(result['update_s']):.2f} s, of which AdamW "
+        f"{statistics.median(result['optimizer_s']):.2f} s), "
         f"peak RSS {result['peak_rss_gib']:.2f} GiB",
         file=sys.stderr,
     )

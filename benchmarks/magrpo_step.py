@@ -33,7 +33,22 @@ HERE = Path(__file__).resolve().parent
 G, NEW_TOKENS = 4, 64
 
 
-def prompts(n: int) -> list[str]:
+SHORT_PROMPTS = [
+    "Write a short paragraph about the sea.",
+    "Describe a busy city street in the morning.",
+    "Explain why the sky is blue to a child.",
+    "Tell a short story about a lost key.",
+    "Give three tips for learning to cook.",
+    "Describe the smell of rain on a summer day.",
+    "Write a note thanking a neighbour for help.",
+    "Explain how a bicycle stays upright.",
+]
+
+
+def prompts(n: int, style: str = "short") -> list[str]:
+    """Short one-line prompts (the shared notes' setting) or ~200-token posts ('long')."""
+    if style == "short":
+        return [SHORT_PROMPTS[i % len(SHORT_PROMPTS)] for i in range(n)]
     from teamrl.data.writing import offline_texts
 
     rows = offline_texts("train")[:n]
@@ -155,9 +170,9 @@ def bench_comlrl(texts: list[str], steps: int) -> dict | None:
         return json.loads(out.read_text())
 
 
-def _child(kind: str, steps: int) -> None:
+def _child(kind: str, steps: int, style: str) -> None:
     """Run one contender in this process and print its JSON (fresh process = fair RSS)."""
-    texts = prompts(2 * (steps + 1))
+    texts = prompts(2 * (steps + 1), style)
     parts: dict = {}
     if kind == "raw":
         times = bench_raw(texts, steps)
@@ -171,7 +186,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--skip-comlrl", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "results" / "magrpo_step.md"))
+    ap.add_argument("--prompts", choices=["short", "long"], default="short")
+    ap.add_argument("--out", default=None, help="default: results/magrpo_step_<prompts>.md")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -180,13 +196,22 @@ def main() -> int:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     if args.child:
-        _child(args.child, args.steps)
+        _child(args.child, args.steps, args.prompts)
         return 0
 
     rows: dict[str, dict] = {}
     for kind in ("raw", "teamrl:lora", "teamrl:shared", "teamrl:separate"):
         out = subprocess.run(
-            [sys.executable, __file__, "--child", kind, "--steps", str(args.steps)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                kind,
+                "--steps",
+                str(args.steps),
+                "--prompts",
+                args.prompts,
+            ],
             check=True,
             capture_output=True,
             text=True,
@@ -202,8 +227,13 @@ def main() -> int:
             flush=True,
         )
     if not args.skip_comlrl:
-        c = bench_comlrl(prompts(2 * (args.steps + 1)), args.steps)
-        rows["comlrl 1.4.3"] = {"median": c["median_s_per_step"], "rss": c["peak_rss_gib"]}
+        c = bench_comlrl(prompts(2 * (args.steps + 1), args.prompts), args.steps)
+        rows["comlrl 1.4.3"] = {
+            "median": c["median_s_per_step"],
+            "rss": c["peak_rss_gib"],
+            "generate_s": statistics.median(c["generate_s"]),
+            "update_s": statistics.median(c["update_s"]),
+        }
         print(f"{'comlrl 1.4.3':<16} {c['median_s_per_step']:6.2f} s/step", flush=True)
 
     cpu = platform.processor() or platform.machine()
@@ -220,25 +250,28 @@ def main() -> int:
     header = (
         f"MAGRPO step, 2 agents x G={G} x {NEW_TOKENS} tokens, SmolLM2-135M fp32. "
         f"{dt.date.today()}, {os.cpu_count()} cores ({cpu}), torch {torch.__version__}, "
-        f"median of {args.steps} steps after 1 warm-up."
+        f"{args.prompts} prompts, median of {args.steps} steps after 1 warm-up."
     )
     lines = [
         header,
         "",
-        "| run | s/step | peak RSS (GiB) | vs raw bound | CoMLRL / this |",
-        "|---|---|---|---|---|",
+        "| run | s/step | generate s | update s | peak RSS (GiB) | vs raw bound | CoMLRL / this |",
+        "|---|---|---|---|---|---|---|",
     ]
     raw = rows["raw"]["median"]
     comlrl = rows.get("comlrl 1.4.3", {}).get("median")
     for name, r in rows.items():
         speedup = f"{comlrl / r['median']:.2f}x" if comlrl else "n/a"
+        gen, upd = (f"{r[k]:.2f}" if k in r else "" for k in ("generate_s", "update_s"))
         lines.append(
-            f"| {name} | {r['median']:.2f} | {r['rss']:.1f} | {r['median'] / raw:.2f} | {speedup} |"
+            f"| {name} | {r['median']:.2f} | {gen} | {upd} | {r['rss']:.1f} | "
+            f"{r['median'] / raw:.2f} | {speedup} |"
         )
     table = "\n".join(lines)
     print("\n" + table)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(table + "\n")
+    out_path = Path(args.out or HERE / "results" / f"magrpo_step_{args.prompts}.md")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(table + "\n")
     return 0
 
 

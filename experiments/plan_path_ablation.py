@@ -45,7 +45,7 @@ def overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]
         "log.overwrite=true",
         "log.progress_bar=false",
         "log.save_steps=0",
-        "model.name_or_path=smollm2-135m",
+        f"model.name_or_path={args.model}",
         f"team.policies={policies}",
         f"team.agents={agents}",
         f"env.name={task}",
@@ -142,6 +142,7 @@ def main() -> int:
     ap.add_argument("--test-problems", type=int, default=20)
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS))
     ap.add_argument("--runs", default="runs")
+    ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--out", default="docs")
     args = ap.parse_args()
     from teamrl.cli import _quiet_hf

@@ -192,3 +192,15 @@ def test_simultaneous_env_with_several_agents_is_rejected():
 
     with pytest.raises(ValueError, match="turn_order"):
         run(env=Simul)
+
+
+def test_filter_groups_drops_only_zero_variance_groups():
+    from teamrl.sample import Sample
+    from teamrl.trainer import drop_flat_groups
+
+    def smp(group, ret):
+        return Sample("a", "a", 0, group, [1], [2], [0.0], return_=ret)
+
+    flat = [smp("flat", 1.0), smp("flat", 1.0)]
+    live = [smp("live", 0.0), smp("live", 1.0)]
+    assert drop_flat_groups(flat + live) == live

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from test_code import HE_ROW, MBPP_ROW, _cc_row, _write_jsonl
+
 from teamrl.config import BUILTIN_CONFIGS, load_config
 from teamrl.trainer import Trainer
 
@@ -12,6 +14,23 @@ SHIPPED = sorted(p.stem for p in BUILTIN_CONFIGS.glob("*.yaml"))
 
 def test_there_are_shipped_configs():
     assert {"quickstart", "plan_path_at_grpo", "sudoku_at_grpo", "sokoban_at_grpo"} <= set(SHIPPED)
+
+
+def hub_fixture(name: str, folder) -> list[str]:
+    """Configs whose data lives on the hub run here on a local folder in the upstream format."""
+    if name.startswith("coophumaneval"):
+        coop = {k: HE_ROW[k] for k in ("task_id", "prompt", "test", "entry_point")}
+        rows = [{**coop, "task_id": f"CoopHumanEval/{i}"} for i in range(20)]
+        _write_jsonl(folder, "train.jsonl", rows)
+    elif name.startswith("mbpp"):
+        for split in ("train", "validation", "test"):
+            _write_jsonl(folder, f"{split}.jsonl", [MBPP_ROW])
+    elif name.startswith("code_contest"):
+        for split in ("train", "valid", "test"):
+            _write_jsonl(folder, f"{split}.jsonl", [_cc_row(f"{split} {i}") for i in range(2)])
+    else:
+        return []
+    return [f"env.kwargs.dataset_id={folder}"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -26,8 +45,10 @@ def test_shipped_config_runs_one_step(name, tmp_path):
             "train.prompts_per_step=1",
             "algorithm.num_generations=2",
             "eval.eval_steps=0",
+            "env.max_turns=1",
             "log.progress_bar=false",
             *short,
+            *hub_fixture(name, tmp_path / "data"),
         ],
     )
     trainer = Trainer(cfg, run_dir=tmp_path / name)

@@ -192,6 +192,13 @@ def test_bad_configs_name_the_field(override, field):
     assert field in str(err.value)
 
 
+def test_yaml_scientific_floats_and_shipped_names_load():
+    cfg = load_config("quickstart", ["train.learning_rate=1e-6", "algorithm.beta=2e-3"])
+    assert cfg.train.learning_rate == 1e-6 and cfg.algorithm.beta == 2e-3
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config("no_such_config")
+
+
 def test_agent_names_must_match_the_env(tmp_path):
     with pytest.raises(ConfigError, match="team.agents"):
         make(tmp_path, **{"team.agents": "[{name: carol}, {name: bob}]"})
