@@ -250,60 +250,55 @@ class Trainer:
     # --- one step -----------------------------------------------------------------------------
 
     def rollout(self, examples, greedy: bool = False) -> RolloutResult:
-        a, env = self.cfg.algorithm, self.cfg.env
+        """The configured rollout shape: joint tree (MAGRPO), agent-turn tree, or flat GRPO."""
+        a = self.cfg.algorithm
+        common = dict(
+            num_generations=a.num_generations,
+            max_turns=self.cfg.env.max_turns,
+            discount=a.discount,
+            greedy=greedy,
+            reward_workers=self.cfg.env.reward_workers,
+        )
         if a.name == "magrpo":
             return joint_rollout(
                 self.team,
                 self.task.make_env,
                 examples,
-                num_generations=a.num_generations,
-                max_turns=env.max_turns,
                 joint_mode=a.joint_mode,
-                discount=a.discount,
                 early_termination_threshold=a.early_termination_threshold,
-                greedy=greedy,
-                reward_workers=env.reward_workers,
                 ignore_eos=self.cfg.team.ignore_eos,
+                **common,
             )
         return agent_turn_rollout(
             self.team,
             self.task.make_env,
             examples,
-            num_generations=a.num_generations,
-            max_turns=env.max_turns,
             tree=(a.name == "at_grpo"),
             selection=a.selection,
             selection_temperature=a.selection_temperature,
             alpha=a.alpha,
-            discount=a.discount,
-            greedy=greedy,
-            reward_workers=env.reward_workers,
             seed=self.cfg.seed * 100_003 + self.step,
+            **common,
         )
 
     def sample_episodes(self, examples, k: int) -> list[dict]:
         """k sampled single-path episodes per example (for avg@k and pass@k)."""
         a, env = self.cfg.algorithm, self.cfg.env
+        common = dict(max_turns=env.max_turns, reward_workers=env.reward_workers)
         if a.name == "magrpo":
             repeated = [ex for ex in examples for _ in range(k)]
             return joint_rollout(
-                self.team,
-                self.task.make_env,
-                repeated,
-                num_generations=1,
-                max_turns=env.max_turns,
-                reward_workers=env.reward_workers,
+                self.team, self.task.make_env, repeated, num_generations=1, **common
             ).episodes
         return agent_turn_rollout(
             self.team,
             self.task.make_env,
             examples,
             num_generations=k,
-            max_turns=env.max_turns,
             tree=False,
             alpha=a.alpha,
-            reward_workers=env.reward_workers,
             seed=self.cfg.seed,
+            **common,
         ).episodes
 
     def train_step(self) -> dict[str, float]:

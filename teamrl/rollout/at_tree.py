@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import RolloutResult, parallel_map, step_env
+from teamrl.rollout.common import RolloutResult, means, parallel_map, sample_metrics, step_env
 from teamrl.sample import Sample
 from teamrl.team import Team
 
@@ -254,22 +254,17 @@ def episode_metrics(episodes: list[Episode], samples: list[Sample], agents: list
     per_turn: dict[int, list[float]] = {}
     for s in samples:
         per_turn.setdefault(s.turn, []).append(s.reward)
-    for t, rs in sorted(per_turn.items()):
-        m[f"reward/turn_{t}/mean"] = float(np.mean(rs))
+    m.update(means("reward/turn_", per_turn, "/mean"))
     comps: dict[str, list[float]] = {}
     for ep in episodes:
         for k, vs in ep.components.items():
             comps.setdefault(k, []).extend(vs)
-    for k, vs in sorted(comps.items()):
-        m[f"reward/components/{k}"] = float(np.mean(vs))
+    m.update(means("reward/components/", comps))
+    m.update(sample_metrics(samples, agents))
     for a in agents:
         mine = [s for s in samples if s.agent == a]
         if mine:
-            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
             m[f"reward/team/{a}/mean"] = float(np.mean([s.info["team"] for s in mine]))
             m[f"reward/local/{a}/mean"] = float(np.mean([s.info["local"] for s in mine]))
-            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
-            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
-    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
     m["terminated_fraction"] = float(np.mean([ep.done for ep in episodes]))
     return m

@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import RolloutResult, check_observations, parallel_map, step_env
+from teamrl.rollout.common import (
+    RolloutResult,
+    check_observations,
+    means,
+    parallel_map,
+    sample_metrics,
+    step_env,
+)
 from teamrl.sample import Sample
 from teamrl.team import Team
 
@@ -244,18 +251,9 @@ def rollout_metrics(
                     comps.setdefault(k, []).append(float(v))
                 for a, v in st.local_rewards.items():
                     local.setdefault(a, []).append(float(v))
-    for turn, rs in sorted(per_turn.items()):
-        m[f"reward/turn_{turn}/mean"] = float(np.mean(rs))
-    for k, vs in sorted(comps.items()):
-        m[f"reward/components/{k}"] = float(np.mean(vs))
-    for a in agents:
-        mine = [s for s in samples if s.agent == a]
-        if mine:
-            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
-            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
-            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
-        if a in local:
-            m[f"reward/local/{a}/mean"] = float(np.mean(local[a]))
-    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
+    m.update(means("reward/turn_", per_turn, "/mean"))
+    m.update(means("reward/components/", comps))
+    m.update(sample_metrics(samples, agents))
+    m.update(means("reward/local/", local, "/mean"))
     m["terminated_fraction"] = done / max(1, n_steps)
     return m
