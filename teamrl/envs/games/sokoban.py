@@ -23,7 +23,6 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from teamrl.envs.base import Task, register_task
 from teamrl.envs.games.common import (
     MOVES,
     GameSpec,
@@ -31,8 +30,8 @@ from teamrl.envs.games.common import (
     board_fits_seed,
     example_int,
     example_seed,
-    game_task,
     parse_moves,
+    register_game_tasks,
 )
 
 Cell = tuple[int, int]
@@ -311,55 +310,11 @@ SPEC = GameSpec(
 )
 
 
-@register_task("sokoban", "Sokoban box pushing; tool agent (code) then plan agent")
-def sokoban_task(
-    size: int = 6,
-    n_boxes: int = 1,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-    runner=None,
-    max_output_chars: int = 1000,
-) -> Task:
-    """Two-agent Sokoban. ``rewards`` overrides fields of :class:`SokobanRewards`."""
-    return game_task(
-        SPEC,
-        SokobanRewards,
-        {"size": size, "n_boxes": n_boxes},
-        two_agent=True,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        runner=runner,
-        max_output_chars=max_output_chars,
-        description=f"Sokoban {size}x{size}, {n_boxes} box(es), tool + plan agents",
-    )
-
-
-@register_task("sokoban_single", "Sokoban box pushing; one agent (L0 baseline)")
-def sokoban_single_task(
-    size: int = 6,
-    n_boxes: int = 1,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-) -> Task:
-    """Single-agent Sokoban (agent ``solver``)."""
-    return game_task(
-        SPEC,
-        SokobanRewards,
-        {"size": size, "n_boxes": n_boxes},
-        two_agent=False,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        description=f"Sokoban {size}x{size}, {n_boxes} box(es), single agent",
-    )
+# Registers "sokoban" (tool + plan agents) and "sokoban_single"; the board parameters come first.
+sokoban_task, sokoban_single_task = register_game_tasks(
+    SPEC,
+    SokobanRewards,
+    {"size": 6, "n_boxes": 1},
+    summary="Sokoban box pushing",
+    describe=lambda size, n_boxes: f"Sokoban {size}x{size}, {n_boxes} box(es)",
+)

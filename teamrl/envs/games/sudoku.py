@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass, field
 from math import isqrt
 
-from teamrl.envs.base import Task, register_task
 from teamrl.envs.games.common import (
     GameSpec,
     apply_info,
@@ -31,7 +30,7 @@ from teamrl.envs.games.common import (
     example_int,
     example_seed,
     extract_action_segment,
-    game_task,
+    register_game_tasks,
 )
 
 Grid = list[list[int]]
@@ -313,55 +312,11 @@ SPEC = GameSpec(
 )
 
 
-@register_task("sudoku", "Sudoku 4x4 (or 9x9); tool agent (code) then plan agent")
-def sudoku_task(
-    size: int = 4,
-    n_empty: int | None = None,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-    runner=None,
-    max_output_chars: int = 1000,
-) -> Task:
-    """Two-agent Sudoku. ``rewards`` overrides fields of :class:`SudokuRewards`."""
-    return game_task(
-        SPEC,
-        SudokuRewards,
-        {"size": size, "n_empty": n_empty},
-        two_agent=True,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        runner=runner,
-        max_output_chars=max_output_chars,
-        description=f"Sudoku {size}x{size}, tool + plan agents",
-    )
-
-
-@register_task("sudoku_single", "Sudoku 4x4 (or 9x9); one agent (L0 baseline)")
-def sudoku_single_task(
-    size: int = 4,
-    n_empty: int | None = None,
-    n_train: int = 10_000,
-    n_eval: int = 100,
-    n_test: int = 100,
-    max_turns: int = 5,
-    rewards: dict | None = None,
-) -> Task:
-    """Single-agent Sudoku (agent ``solver``)."""
-    return game_task(
-        SPEC,
-        SudokuRewards,
-        {"size": size, "n_empty": n_empty},
-        two_agent=False,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        max_turns=max_turns,
-        rewards=rewards,
-        description=f"Sudoku {size}x{size}, single agent",
-    )
+# Registers "sudoku" (tool + plan agents) and "sudoku_single"; the board parameters come first.
+sudoku_task, sudoku_single_task = register_game_tasks(
+    SPEC,
+    SudokuRewards,
+    {"size": 4, "n_empty": None},
+    summary="Sudoku 4x4 (or 9x9)",
+    describe=lambda size, n_empty: f"Sudoku {size}x{size}",
+)
