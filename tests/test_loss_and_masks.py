@@ -33,7 +33,7 @@ class ScriptedLM(torch.nn.Module):
 
 
 def test_generation_masks_stop_at_eos_and_never_hold_pads():
-    reqs = [Request(prompt_ids=[5, 6, 7], n=1, max_new_tokens=6) for _ in range(4)]
+    reqs = [Request(prompt_ids=[5, 6, 7 + r], n=1, max_new_tokens=6) for r in range(4)]
     outs = [g[0] for g in generate(ScriptedLM(), reqs, eos_ids=[EOS], pad_id=PAD)]
     # row r: r + 1 content tokens then EOS (included); row 3 hits the budget? 4 + EOS = 5 <= 6
     assert [o.completion_ids for o in outs] == [
@@ -46,12 +46,14 @@ def test_generation_masks_stop_at_eos_and_never_hold_pads():
     assert all(PAD not in o.completion_ids for o in outs)
     assert all(len(o.logprobs) == len(o.completion_ids) for o in outs)
     # budget cut: no EOS, marked truncated, mask covers every generated token
-    cut = generate(ScriptedLM(), [Request([5], n=1, max_new_tokens=1)] * 2, [EOS], PAD)
+    cut = generate(
+        ScriptedLM(), [Request([5 + r], n=1, max_new_tokens=1) for r in range(2)], [EOS], PAD
+    )
     assert cut[1][0].completion_ids == [10] and cut[1][0].truncated
 
 
 def test_ignore_eos_forces_equal_lengths():
-    reqs = [Request([5], n=1, max_new_tokens=5) for _ in range(3)]
+    reqs = [Request([5 + r], n=1, max_new_tokens=5) for r in range(3)]
     outs = generate(ScriptedLM(), reqs, [EOS], PAD, ignore_eos=True)
     assert [len(o[0].completion_ids) for o in outs] == [5, 5, 5]
 

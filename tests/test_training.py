@@ -259,6 +259,8 @@ def test_at_grpo_and_grpo_train_on_a_sequential_tiny_task(tmp_path):
         m = tr.train()[0]
         assert m["groups"] == (4 if name == "at_grpo" else 1)  # (turn, agent) nodes vs problem
         assert "reward/local/alice/mean" in m and "frac_zero_std_groups" in m
+        # GRPO's K episodes share a prompt at turn 0: one shared prefill, same log-probs
+        assert m["logp_diff/shared"] < 1e-4
 
 
 def test_cli_eval_report(tmp_path, capsys):

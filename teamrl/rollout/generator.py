@@ -110,10 +110,15 @@ def generate(
     if not rows:
         return []
     device = next(model.parameters()).device
-    # Prefill each prompt once, then copy its KV cache to its n sample rows (prefix sharing).
-    ids, attn = left_pad([r.prompt_ids for r in requests], pad_id)
+    # Prefill each distinct (prompt, adapter) once, then copy its KV cache to every sample row
+    # that continues it (prefix sharing across samples and across identical requests).
+    distinct: dict[tuple, int] = {}
+    row_prefix = [
+        distinct.setdefault((tuple(r.prompt_ids), r.adapter), len(distinct)) for r, _ in rows
+    ]
+    ids, attn = left_pad([list(p) for p, _ in distinct], pad_id)
     ids, attn = ids.to(device), attn.to(device)
-    expand = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=device)
+    expand = torch.tensor(row_prefix, device=device)
     temp = torch.tensor([r.temperature for r, _ in rows], device=device)
     top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
     top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
@@ -122,7 +127,7 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        with _adapters(model, [r.adapter for r in requests]) as kw:
+        with _adapters(model, [a for _, a in distinct]) as kw:
             position = (attn.cumsum(-1) - 1).clamp_min(0)
             out = model(
                 input_ids=ids,
@@ -133,7 +138,7 @@ def generate(
                 **kw,
             )
         cache = out.past_key_values
-        if len(rows) != len(requests):
+        if not torch.equal(expand, torch.arange(len(distinct), device=device)):
             cache.reorder_cache(expand)
         logits, attn, last_pos = out.logits[expand, -1], attn[expand], position[expand, -1]
         del out
