@@ -98,6 +98,11 @@ class EnvConfig:
     name: str = _f("tldr", "Registered task name (see `teamrl envs`).")
     kwargs: dict[str, Any] = _f({}, "Keyword arguments for the task builder.")
     max_turns: int = _f(1, "Turns per episode (the tree depth for MAGRPO).")
+    turn_order: list[str] | None = _f(
+        None,
+        "Run a simultaneous-turn task sequentially in this agent order (AT-GRPO/GRPO on writing "
+        "or helper/main coding); non-final agents are scored by a one-sample lookahead.",
+    )
     reward_workers: int = _f(
         1, "Threads that step env copies (and so compute rewards) in parallel."
     )

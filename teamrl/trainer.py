@@ -12,6 +12,7 @@ The trainer is the only module that knows the config, the team, the env and the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
 from teamrl.algorithms.losses import collate, policy_loss, token_logprobs
 from teamrl.config import Config, ConfigError, dump_config, from_dict, to_dict
 from teamrl.envs.base import Task, make_task
+from teamrl.envs.sequential import SequentialTurns
 from teamrl.logging import RunLogger
 from teamrl.rollout.at_tree import agent_turn_rollout
 from teamrl.rollout.common import RolloutResult
@@ -102,6 +104,12 @@ class Trainer:
         self.cfg = cfg
         set_seed(cfg.seed)
         self.task = task or make_task(cfg.env.name, **cfg.env.kwargs)
+        if cfg.env.turn_order:
+            inner = self.task.make_env
+            order = list(cfg.env.turn_order)
+            self.task = dataclasses.replace(
+                self.task, make_env=lambda: SequentialTurns(inner(), order)
+            )
         env_agents = list(self.task.make_env().agents)
         names = [a.name for a in cfg.team.agents]
         if names != env_agents:

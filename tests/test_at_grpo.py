@@ -204,3 +204,33 @@ def test_filter_groups_drops_only_zero_variance_groups():
     flat = [smp("flat", 1.0), smp("flat", 1.0)]
     live = [smp("live", 0.0), smp("live", 1.0)]
     assert drop_flat_groups(flat + live) == live
+
+
+def test_simultaneous_env_runs_sequentially_with_lookahead_scoring():
+    from teamrl.envs.functional import FunctionEnv
+    from teamrl.envs.sequential import SequentialTurns
+
+    # team reward of the joint action (a, b) = 10 a + b, defined only once both acted
+    def reward(c, example):
+        return 10.0 * int(c["tool"]) + int(c["plan"])
+
+    team = ScriptedTeam()
+    out = run(team, env=lambda: SequentialTurns(FunctionEnv(["tool", "plan"], reward)),
+              examples=[(0, {"prompt": "p"})], max_turns=1, alpha=1.0)
+    tool = [s for s in out.samples if s.agent == "tool"]
+    plan = [s for s in out.samples if s.agent == "plan"]
+    # tool's candidates k are completed by one lookahead sample of plan (candidate 0): 10 k
+    assert [s.reward for s in tool] == [0.0, 10.0, 20.0]
+    # then plan acts for real on the chosen tool action (2): 20 + k
+    assert [s.reward for s in plan] == [20.0, 21.0, 22.0]
+    plan_obs = [o for a, o in team.seen if a == "plan"]
+    assert all("[tool wrote]\n2" in o for o in plan_obs[-1:])  # sequential visibility
+    assert out.episodes[0]["team_return"] == 22.0  # the lookahead estimate is not counted
+
+
+def test_sequential_turns_validates_order():
+    from teamrl.envs.functional import FunctionEnv
+    from teamrl.envs.sequential import SequentialTurns
+
+    with pytest.raises(ValueError, match="turn_order"):
+        SequentialTurns(FunctionEnv(["a", "b"], lambda c, e: 0.0), ["a", "c"])

@@ -88,7 +88,48 @@ def _mixed(step: Step, agent: str, alpha: float) -> tuple[float, float, float]:
     return alpha * float(step.reward) + local, float(step.reward), local
 
 
+def _lookahead(
+    team: Team, work: list, steps: list[Step], later: list[str], greedy: bool, turn: int
+) -> float:
+    """Score pending candidates by finishing the turn on a copy: one sample per later agent.
+
+    Replaces each pending step's reward (and the acting agent's local reward) with those of
+    the completed turn; the branch's own env stays pending, so the real later agents still act
+    on it. Returns the seconds spent generating.
+    """
+    idx = [i for i, st in enumerate(steps) if st.infos.get("pending")]
+    envs = {i: clone(work[i][4]) for i in idx}
+    obs = {i: steps[i].observations for i in idx}
+    final: dict[int, Step] = {}
+    t_gen = 0.0
+    for agent in later:
+        t0 = time.perf_counter()
+        jobs = []
+        for i in idx:
+            ids = team.encode_prompt(agent, obs[i][agent], work[i][0].example)
+            jobs.append((agent, team.request(agent, ids, 1, greedy=greedy)))
+        gens = team.generate(jobs)
+        t_gen += time.perf_counter() - t0
+        for i, gen in zip(idx, gens):
+            text = team.decode(agent, gen[0].completion_ids)
+            where = f"example {work[i][0].problem}, turn {turn}, lookahead {agent}"
+            final[i] = step_env(envs[i], {agent: text}, where)
+            obs[i] = final[i].observations
+    for i in idx:
+        acting = next(iter(work[i][6]))
+        done = final[i]
+        steps[i] = Step(
+            observations=steps[i].observations,
+            reward=done.reward,
+            local_rewards={acting: done.local_rewards.get(acting, 0.0)},
+            infos={"lookahead": True, "reward_components": {}},
+        )
+    return t_gen
+
+
 def _record_outcome(ep: Episode, step: Step) -> None:
+    if step.infos.get("lookahead"):  # an estimate: the real turn's outcome is recorded later
+        return
     ep.team_return += float(step.reward)
     for k, v in (step.infos.get("reward_components") or {}).items():
         ep.components.setdefault(k, []).append(float(v))
@@ -157,6 +198,9 @@ def agent_turn_rollout(
                     n_tokens += len(gen.completion_ids)
             steps = parallel_map(pool, lambda w: step_env(w[4], w[6], w[5]), work)
             t_env += time.perf_counter() - t0
+            if tree and k_branches > 1 and any(st.infos.get("pending") for st in steps):
+                later = order[order.index(agent) + 1 :]
+                t_gen += _lookahead(team, work, steps, later, greedy, turn)
 
             # 3. Record the group, then select the branch that continues.
             by_ep: dict[int, list] = {}

@@ -1,0 +1,45 @@
+"""Run a simultaneous-turn env sequentially (for AT-GRPO): agents act one at a time.
+
+Each agent sees what the agents before it committed in the same turn. The wrapped env's reward
+is only defined once every agent has acted, so the step of a non-final agent returns
+``infos["pending"] = True`` and no reward; the AT-GRPO rollout then scores each of that agent's
+candidates by completing the turn on a copy with one sampled action of each later agent
+(a one-sample Monte-Carlo lookahead), so every candidate is rewarded on its own successor.
+"""
+
+from __future__ import annotations
+
+from teamrl.envs.base import Env, Step
+
+
+class SequentialTurns:
+    def __init__(self, env: Env, order: list[str] | None = None):
+        self.env = env
+        self.agents = list(env.agents)
+        self.turn_order = list(order or env.agents)
+        if sorted(self.turn_order) != sorted(self.agents):
+            raise ValueError(
+                f"env.turn_order: {self.turn_order} must list each of the env's agents "
+                f"{self.agents} once"
+            )
+        self.pending: dict[str, str] = {}
+        self.observations: dict[str, str] = {}
+
+    def reset(self, example: dict) -> dict[str, str]:
+        self.pending = {}
+        self.observations = dict(self.env.reset(example))
+        return dict(self.observations)
+
+    def step(self, actions: dict[str, str]) -> Step:
+        self.pending.update(actions)
+        if len(self.pending) < len(self.agents):
+            seen = "\n\n".join(f"[{a} wrote]\n{t}" for a, t in self.pending.items())
+            obs = {
+                a: f"{o}\n\nYour teammates' answers so far this turn:\n\n{seen}"
+                for a, o in self.observations.items()
+            }
+            return Step(observations=obs, reward=0.0, infos={"pending": True})
+        joint, self.pending = dict(self.pending), {}
+        out = self.env.step(joint)
+        self.observations = dict(out.observations)
+        return out
