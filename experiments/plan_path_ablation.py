@@ -15,6 +15,7 @@ Writes ``<out>/results_plan_path.md`` (means and spreads over seeds) and a curve
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -70,7 +71,6 @@ def run_condition(name: str, seed: int, args) -> dict:
     spec = CONDITIONS[name] or ("plan_path", "at_grpo", "shared")
     cfg = load_config(None, overrides(*spec, seed, args))
     trainer = Trainer(cfg)
-    t0 = time.perf_counter()
     history = [] if CONDITIONS[name] is None else trainer.train()
     report = evaluate_trainer(trainer, "test", num_samples=0, limit=args.test_problems)
     return {
@@ -151,11 +151,15 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     raw = out / "results_plan_path.jsonl"
-    results = []
-    t0 = time.perf_counter()
+    # Runs already in the raw log are kept (an interrupted experiment resumes where it stopped).
+    results = [json.loads(ln) for ln in raw.read_text().splitlines()] if raw.exists() else []
+    done = {(r["condition"], r["seed"]) for r in results}
     for name in args.conditions:
         for seed in args.seeds:
+            if (name, seed) in done:
+                continue
             r = run_condition(name, seed, args)
+            gc.collect()  # optimizer/scheduler reference cycles otherwise keep old models alive
             results.append(r)
             with raw.open("a") as f:
                 f.write(json.dumps(r) + "\n")
@@ -167,8 +171,9 @@ def main() -> int:
     md = table(results)
     plot(results, out / "results_plan_path.png")
     cmd = "python experiments/plan_path_ablation.py " + " ".join(sys.argv[1:])
+    minutes = sum(r["seconds"] for r in results) / 60
     (out / "results_plan_path.md").write_text(
-        f"{md}\n\nCommand: `{cmd.strip()}` ({(time.perf_counter() - t0) / 60:.0f} min)\n"
+        f"{md}\n\nCommand: `{cmd.strip()}` ({minutes:.0f} min of runs)\n"
     )
     print(md)
     return 0
