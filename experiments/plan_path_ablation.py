@@ -71,6 +71,7 @@ def run_condition(name: str, seed: int, args) -> dict:
     spec = CONDITIONS[name] or ("plan_path", "at_grpo", "shared")
     cfg = load_config(None, overrides(*spec, seed, args))
     trainer = Trainer(cfg)
+    t0 = time.perf_counter()
     history = [] if CONDITIONS[name] is None else trainer.train()
     report = evaluate_trainer(trainer, "test", num_samples=0, limit=args.test_problems)
     return {
