@@ -59,15 +59,13 @@ def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[st
 
 
 def markdown_table(reports: dict[str, dict[str, Any]]) -> str:
-    """One row per task (or per run), one column per metric."""
-    cols = sorted({k for r in reports.values() for k in r})
-    head = "| task | " + " | ".join(cols) + " |"
-    sep = "|---|" + "---|" * len(cols)
-    rows = []
-    for name, r in reports.items():
-        cells = [_fmt(r.get(c)) for c in cols]
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join([head, sep, *rows])
+    """One column per task (or run), one row per metric."""
+    names = list(reports)
+    keys = sorted({k for r in reports.values() for k in r})
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(_fmt(reports[n].get(k)) for n in names) + " |")
+    return "\n".join(lines)
 
 
 def _fmt(v: Any) -> str:

@@ -44,4 +44,5 @@ def test_rewards_only_tasks_have_no_accuracy():
     assert "greedy/accuracy" not in r and "pass@1" not in r
     assert r["greedy/reward"] == 2.0 and r["sampled/reward"] == 1.0
     table = markdown_table({"tldr": r})
-    assert table.splitlines()[0].startswith("| task |") and "| tldr |" in table
+    assert table.splitlines()[0] == "| metric | tldr |"
+    assert "| greedy/reward | 2.000 |" in table

@@ -287,7 +287,7 @@ def test_cli_eval_report(tmp_path, capsys):
     row = report["digits (untrained)"]
     assert row["problems"] == 3 and row["samples_per_problem"] == 2
     assert {"greedy/reward", "greedy/turns", "sampled/reward"} <= set(row)
-    assert "| digits (untrained) |" in (tmp_path / "rep" / "eval.md").read_text()
+    assert "| metric | digits (untrained) |" in (tmp_path / "rep" / "eval.md").read_text()
 
 
 def test_lora_checkpoint_roundtrip(tmp_path):
