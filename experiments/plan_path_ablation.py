@@ -55,7 +55,7 @@ def overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]
         "env.reward_workers=2",
         f"algorithm.name={algo}",
         f"algorithm.num_generations={args.k}",
-        "train.prompts_per_step=2",
+        f"train.prompts_per_step={args.prompts_per_step}",
         f"train.max_steps={args.steps}",
         "train.learning_rate=5e-4",
         "train.lr_scheduler_type=constant",
@@ -144,6 +144,7 @@ def main() -> int:
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS))
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prompts-per-step", type=int, default=1)
     ap.add_argument("--out", default="docs")
     args = ap.parse_args()
     from teamrl.cli import _quiet_hf

@@ -215,8 +215,13 @@ def test_simultaneous_env_runs_sequentially_with_lookahead_scoring():
         return 10.0 * int(c["tool"]) + int(c["plan"])
 
     team = ScriptedTeam()
-    out = run(team, env=lambda: SequentialTurns(FunctionEnv(["tool", "plan"], reward)),
-              examples=[(0, {"prompt": "p"})], max_turns=1, alpha=1.0)
+    out = run(
+        team,
+        env=lambda: SequentialTurns(FunctionEnv(["tool", "plan"], reward)),
+        examples=[(0, {"prompt": "p"})],
+        max_turns=1,
+        alpha=1.0,
+    )
     tool = [s for s in out.samples if s.agent == "tool"]
     plan = [s for s in out.samples if s.agent == "plan"]
     # tool's candidates k are completed by one lookahead sample of plan (candidate 0): 10 k

@@ -368,9 +368,11 @@ def test_humaneval_and_coophumaneval_folders(tmp_path):
 
 def test_humaneval_splits_follow_the_reference():
     splits = function_task_splits("humaneval")
-    assert [len(splits[k]) for k in ("train", "eval", "test")] == [130, 32, 32]
+    assert [len(splits[k]) for k in ("train", "eval", "test")] == [114, 16, 32]
     assert splits["train"][0]["task_id"] == "HumanEval/33"
-    assert splits["train"][-1]["task_id"] == "HumanEval/162"
+    assert splits["eval"][-1]["task_id"] == "HumanEval/162"
+    ids = {k: {r["task_id"] for r in v} for k, v in splits.items()}
+    assert not (ids["eval"] & ids["test"]) and not (ids["train"] & (ids["eval"] | ids["test"]))
 
 
 MBPP_ROW = {

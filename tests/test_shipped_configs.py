@@ -19,7 +19,7 @@ def hub_fixture(name: str, folder) -> list[str]:
     """Configs whose data lives on the hub run here on a local folder in the upstream format."""
     if name.startswith("coophumaneval"):
         coop = {k: HE_ROW[k] for k in ("task_id", "prompt", "test", "entry_point")}
-        rows = [{**coop, "task_id": f"CoopHumanEval/{i}"} for i in range(20)]
+        rows = [{**coop, "task_id": f"CoopHumanEval/{i}"} for i in range(30)]
         _write_jsonl(folder, "train.jsonl", rows)
     elif name.startswith("mbpp"):
         for split in ("train", "validation", "test"):

@@ -319,13 +319,19 @@ def load_mbpp(
 def function_task_splits(
     name: str, dataset_id: str | None = None, *, skip_malformed: bool = False
 ) -> dict[str, list[dict]]:
-    """``{"train", "eval", "test"}`` rows of ``humaneval``, ``coophumaneval`` or ``mbpp``."""
+    """``{"train", "eval", "test"}`` rows of ``humaneval``, ``coophumaneval`` or ``mbpp``.
+
+    HumanEval and CoopHumanEval have one split. The test rows are the reference's evaluation
+    slice ([:32] and [:16]); training-time eval must never see them, so it takes the last 16
+    (or 8) rows of the reference's training range, which training then leaves out.
+    """
     if name == "humaneval":
         rows = load_humaneval(dataset_id, skip_malformed=skip_malformed)
-        return {"train": rows[33:163], "eval": rows[:32], "test": rows[:32]}
+        return {"train": rows[33:147], "eval": rows[147:163], "test": rows[:32]}
     if name == "coophumaneval":
         rows = load_coophumaneval(dataset_id or COOPHUMANEVAL_ID, skip_malformed=skip_malformed)
-        return {"train": rows[16:], "eval": rows[:16], "test": rows[:16]}
+        cut = max(16, len(rows) - 8)
+        return {"train": rows[16:cut], "eval": rows[cut:], "test": rows[:16]}
     if name == "mbpp":
         kw = {"dataset_id": dataset_id or MBPP_ID, "skip_malformed": skip_malformed}
         return {
