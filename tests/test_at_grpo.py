@@ -81,7 +81,10 @@ def test_group_keys_and_sizes_never_merge_problems():
     groups: dict = {}
     for s in out.samples:
         groups.setdefault(s.group, []).append(s)
-    assert set(groups) == {(p, t, a) for p in (0, 1) for t in (0, 1) for a in ("tool", "plan")}
+    # (problem, batch slot, turn, agent)
+    assert set(groups) == {
+        (p, p, t, a) for p in (0, 1) for t in (0, 1) for a in ("tool", "plan")
+    }
     assert all(len(v) == 3 for v in groups.values())
     # one generate call per (turn, agent) node, covering both problems
     assert team.calls == 4
@@ -176,11 +179,11 @@ def test_trajectory_grpo_keeps_every_sample_and_uses_episode_baseline():
     # 3rd action (total 3, return 3); ep2 ends at its 2nd action (total 4, return 4)
     eps = sorted(out.episodes, key=lambda e: e["episode"])
     assert [e["turns"] for e in eps] == [2, 2, 1]
-    assert {s.group for s in out.samples} == {(0,)}
+    assert {s.group for s in out.samples} == {(0, 0)}
     assert len(out.samples) == 4 + 3 + 2  # every sample kept, also early-ended episodes'
     compute_advantages(out.samples, "mean", "none")
     # the baseline is the mean over EPISODES (7/3), not over the 9 samples
-    adv = {s.info["unit"][1]: s.advantage for s in out.samples}
+    adv = {s.info["unit"][-1]: s.advantage for s in out.samples}
     assert adv == pytest.approx({0: -7 / 3, 1: 2 / 3, 2: 5 / 3})
 
 
@@ -239,3 +242,86 @@ def test_sequential_turns_validates_order():
 
     with pytest.raises(ValueError, match="turn_order"):
         SequentialTurns(FunctionEnv(["a", "b"], lambda c, e: 0.0), ["a", "c"])
+
+
+def test_a_repeated_example_gets_its_own_groups():
+    # The data stream may return one example twice in a step (epoch wrap): trees must not merge.
+    out = run(examples=[(0, {}), (0, {})])
+    groups: dict = {}
+    for s in out.samples:
+        groups.setdefault(s.group, []).append(s)
+    assert len(groups) == 2 * 2 * 2  # 2 slots x 2 turns x 2 agents
+    assert all(len(v) == 3 for v in groups.values())
+
+
+class PermutedTeam(ScriptedTeam):
+    """Candidate k says ``digits[k]``: rewards are not monotone in k."""
+
+    def __init__(self, digits=(2, 0, 1)):
+        super().__init__()
+        self.digits = digits
+
+    def decode(self, agent, ids):
+        return str(self.digits[ids[0]])
+
+
+@pytest.mark.parametrize("selection", ["greedy", "sample", "random"])
+def test_the_selected_branch_state_continues(selection):
+    team = PermutedTeam()
+    out = run(team, selection=selection, max_turns=1, seed=3)
+    tool = [s for s in out.samples if s.agent == "tool"]
+    plan = [s for s in out.samples if s.agent == "plan"]
+    # plan candidates were scored on the chosen tool branch: reward = 2 * (chosen + d) ... with
+    # alpha 1: team = chosen + d, local = d. Recover the chosen tool digit from plan's rewards.
+    chosen = {s.reward - 2 * int(s.text) for s in plan}
+    assert len(chosen) == 1
+    chosen_digit = chosen.pop()
+    assert chosen_digit in {int(s.text) for s in tool}
+    # the plan agent saw exactly that branch's log
+    plan_obs = [o for a, o in team.seen if a == "plan"]
+    assert plan_obs == [f"tool:{int(chosen_digit)}"]
+    if selection == "greedy":
+        assert chosen_digit == 2  # candidate 0, not the last one
+
+
+def test_sample_selection_follows_the_softmax():
+    # rewards [0, ln 2] at temperature 1: probabilities 1/3 and 2/3
+    import math
+
+    picks = [select_branch([0.0, math.log(2)], "sample", 1.0, random.Random(s)) for s in range(6000)]
+    assert abs(sum(picks) / len(picks) - 2 / 3) < 0.02
+
+
+def test_tool_candidates_earn_the_team_reward_on_the_game_env():
+    """Tool/plan games: each tool candidate is scored by finishing the turn on its own copy, so
+    alpha changes the tool agent's rewards (the reference gave the tool no team term here)."""
+    from teamrl.envs.games.common import ToolPlanEnv
+    from teamrl.envs.games.plan_path import SPEC, PlanPathRewards
+
+    class Result(SimpleNamespace):
+        pass
+
+    def runner(code):  # the "code" is the move list itself
+        return Result(ok=True, stdout=code, stderr="", timed_out=False)
+
+    board = {"seed": 5, "size": 4}
+
+    class MovesTeam(ScriptedTeam):
+        # tool candidate k prints one of three different move lists
+        TOOL = ["['R', 'D']", "['L']", "['U', 'U']"]
+
+        def decode(self, agent, ids):
+            # the lookahead plan sample copies the tool's parsed list from its observation
+            return self.TOOL[ids[0]] if agent == "tool" else "#### " + self.TOOL[ids[0]]
+
+    def env():
+        return ToolPlanEnv(SPEC, PlanPathRewards(), runner=runner, max_turns=1)
+
+    def rewards(alpha):
+        out = run(MovesTeam(), env=env, examples=[(0, board)], max_turns=1, alpha=alpha)
+        return [s for s in out.samples if s.agent == "tool"]
+
+    one, zero = rewards(1.0), rewards(0.0)
+    assert [s.info["local"] for s in one] == [s.info["local"] for s in zero]
+    assert [s.info["team"] for s in one] != [0.0, 0.0, 0.0]
+    assert [a.reward - b.reward for a, b in zip(one, zero)] == [s.info["team"] for s in one]

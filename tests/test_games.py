@@ -342,6 +342,7 @@ def test_tool_step_simulates_on_copy_and_plan_sees_it():
     assert runner.calls == [code]
     # D, D, R each +0.1 shaping; U into '#' invalid -0.1; 4 steps -0.04
     assert step.local_rewards == {"tool": pytest.approx(0.16)} and step.reward == 0.0
+    assert step.infos["pending"]  # team reward known only after the plan agent acts
     assert env.state.pos == (0, 0)  # the real state is unchanged
     assert not step.done and step.infos["success"] is False
     plan_obs = step.observations["plan"]
@@ -349,7 +350,9 @@ def test_tool_step_simulates_on_copy_and_plan_sees_it():
     with pytest.raises(ValueError, match="'plan' only"):
         env.step({"tool": "again"})
     step = env.step({"plan": "The tool bumps into a wall.\n#### [D, D, R, R]"})
-    assert step.reward == pytest.approx(10.36) and step.local_rewards == {"plan": step.reward}
+    # team = the real transition; locals: the tool's simulation, the plan agent's gain over it
+    assert step.reward == pytest.approx(10.36)
+    assert step.local_rewards == {"tool": pytest.approx(0.16), "plan": pytest.approx(10.2)}
     assert step.infos["success"] and all(step.terminations.values())
     assert step.infos["reward_components"]["plan_win"] == 10.0
     with pytest.raises(RuntimeError, match="episode is over"):

@@ -69,7 +69,8 @@ def select_branch(rewards: list[float], rule: str, temperature: float, rng: rand
 
 @dataclass
 class Episode:
-    problem: int
+    problem: int  # dataset index of the example
+    slot: int  # position of the example in this step's batch (an example may appear twice)
     example: dict
     env: Env
     observations: dict[str, str]
@@ -117,22 +118,25 @@ def _lookahead(
             obs[i] = final[i].observations
     for i in idx:
         acting = next(iter(work[i][6]))
-        done = final[i]
+        own, done = steps[i], final[i]
+        # The candidate's team reward is the completed turn's; its local reward is the one the
+        # closing step assigns to it, else the one its own step gave.
+        local = done.local_rewards.get(acting, own.local_rewards.get(acting, 0.0))
         steps[i] = Step(
-            observations=steps[i].observations,
+            observations=own.observations,
             reward=done.reward,
-            local_rewards={acting: done.local_rewards.get(acting, 0.0)},
-            infos={"lookahead": True, "reward_components": {}},
+            local_rewards={acting: local},
+            infos={**own.infos, "lookahead": True},
         )
     return t_gen
 
 
 def _record_outcome(ep: Episode, step: Step) -> None:
+    for k, v in (step.infos.get("reward_components") or {}).items():
+        ep.components.setdefault(k, []).append(float(v))
     if step.infos.get("lookahead"):  # an estimate: the real turn's outcome is recorded later
         return
     ep.team_return += float(step.reward)
-    for k, v in (step.infos.get("reward_components") or {}).items():
-        ep.components.setdefault(k, []).append(float(v))
     if "success" in step.infos:
         ep.success = bool(step.infos["success"])
 
@@ -159,11 +163,11 @@ def agent_turn_rollout(
     pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
     copies = 1 if (tree or greedy) else num_generations
     episodes = []
-    for problem, example in examples:
+    for slot, (problem, example) in enumerate(examples):
         for c in range(copies):
             env = make_env()
             obs = env.reset(example)
-            episodes.append(Episode(problem, example, env, obs, index=c))
+            episodes.append(Episode(problem, slot, example, env, obs, index=c))
     order = turn_order(episodes[0].env)
     n = k_branches if tree else 1  # samples drawn per episode per node
     t_gen = t_env = 0.0
@@ -209,7 +213,8 @@ def agent_turn_rollout(
             for ep in live:
                 branch = by_ep[id(ep)]
                 mixed = [_mixed(st, agent, alpha) for _, st in branch]
-                group = (ep.problem, turn, agent) if tree else (ep.problem,)
+                # (problem, turn, agent); the batch slot keeps a repeated example's trees apart
+                group = (ep.problem, ep.slot, turn, agent) if tree else (ep.problem, ep.slot)
                 new = []
                 for ((_, _, gen, text, *_), _), (r, team_r, local) in zip(branch, mixed):
                     new.append(
@@ -226,12 +231,8 @@ def agent_turn_rollout(
                             reward=r,
                             text=text,
                             info={"team": team_r, "local": local}
-                            | ({} if tree else {"unit": (ep.problem, ep.index)}),
+                            | ({} if tree else {"unit": (ep.problem, ep.slot, ep.index)}),
                         )
-                    )
-                if tree and len(new) != k_branches:
-                    raise AssertionError(
-                        f"group {group} has {len(new)} samples, expected {k_branches}"
                     )
                 ep.samples.extend(new)
                 pick = (
@@ -250,6 +251,7 @@ def agent_turn_rollout(
         pool.shutdown()
     _assign_returns(episodes, tree, discount)
     samples = [s for ep in episodes for s in ep.samples]
+    _check_groups(samples, k_branches if tree else copies, tree)
     stats = {"time/generate": t_gen, "time/reward": t_env, "tokens/generated": float(n_tokens)}
     metrics = episode_metrics(episodes, samples, order)
     summaries = [
@@ -265,6 +267,17 @@ def agent_turn_rollout(
         for ep in episodes
     ]
     return RolloutResult(samples=samples, stats=stats, metrics=metrics, episodes=summaries)
+
+
+def _check_groups(samples: list[Sample], expected: int, tree: bool) -> None:
+    """Every group holds K samples (tree) or samples of exactly K episodes (trajectory GRPO)."""
+    members: dict[tuple, set] = {}
+    for i, s in enumerate(samples):
+        members.setdefault(s.group, set()).add(i if tree else s.info["unit"])
+    for group, m in members.items():
+        if len(m) != expected:
+            what = "samples" if tree else "episodes"
+            raise AssertionError(f"group {group} has {len(m)} {what}, expected {expected}")
 
 
 def _assign_returns(episodes: list[Episode], tree: bool, gamma: float) -> None:

@@ -13,10 +13,12 @@ Two wrappers turn a spec into a text environment (the protocol of ``teamrl.envs.
   board, the code, its output and the simulated result, and emits the final list, which is
   applied to the real state.
 
-  Rewards: at the tool step ``Step.reward`` (team) is 0.0 and ``local_rewards["tool"]`` is the
-  shaped reward of the simulation. At the plan step ``Step.reward`` is the shaped reward of the
-  real state's transition and ``local_rewards["plan"]`` is the same number (the plan agent's
-  own action caused it); a rollout mixes them as ``alpha * team + local``.
+  Rewards: the tool step is ``pending`` (team reward unknown until the plan agent acts) and
+  ``local_rewards["tool"]`` is the shaped reward of the simulation. At the plan step
+  ``Step.reward`` (team) is the shaped reward of the real state's transition r, and the local
+  terms are the tool's simulated reward r_sim and the plan agent's gain r - r_sim. A rollout
+  mixes them as ``alpha * team + local``: AT-GRPO scores each tool candidate by finishing the
+  turn on a copy, so the tool earns alpha * r + r_sim (the reference's sum, with alpha).
 
 * :class:`SingleAgentEnv`, one agent ``solver`` that emits the list directly (the L0 baseline),
   multi-turn with feedback on what its last list did.
@@ -311,11 +313,19 @@ class _Episode:
         self.state, reward, info = self.state.apply(actions)
         return reward, info
 
-    def _end_turn(self, agent: str, actions: list | None, reward: float, info: dict | None) -> Step:
+    def _end_turn(
+        self,
+        agent: str,
+        actions: list | None,
+        reward: float,
+        info: dict | None,
+        local_rewards: dict[str, float] | None = None,
+    ) -> Step:
         """Close the turn after ``agent``'s list was applied to the real state; its Step.
 
-        The committing agent's own action caused the transition, so its local reward is the
-        team reward. Call after the history line is written: the observations show the new turn.
+        By default the committing agent's own action caused the transition, so its local reward
+        is the team reward. Call after the history line is written: the observations show the
+        new turn.
         """
         self.turn += 1
         solved = self.state.is_solved()
@@ -326,7 +336,7 @@ class _Episode:
             reward=float(reward),
             terminations={a: solved for a in self.agents},
             truncations={a: truncated for a in self.agents},
-            local_rewards={agent: float(reward)},
+            local_rewards=local_rewards or {agent: float(reward)},
             infos={
                 "success": solved,
                 "reward_components": _components(f"{agent}_", info, reward),
@@ -408,7 +418,14 @@ class ToolPlanEnv(_Episode):
             terminations={a: False for a in self.agents},
             truncations={a: False for a in self.agents},
             local_rewards={"tool": float(reward)},
-            infos={"success": False, "reward_components": comps, "actions": actions},
+            # pending: the team reward of this candidate is only known once the plan agent has
+            # acted on it, so the AT-GRPO rollout finishes the turn on a copy to score it.
+            infos={
+                "success": False,
+                "pending": True,
+                "reward_components": comps,
+                "actions": actions,
+            },
         )
 
     def _plan_step(self, completion: str) -> Step:
@@ -421,7 +438,11 @@ class ToolPlanEnv(_Episode):
             f"plan applied {format_actions(actions)} ({_result_line(info, reward)})."
         )
         self.tool = None
-        return self._end_turn("plan", actions, reward, info)
+        # Local terms: the tool keeps its simulated reward; the plan agent is credited with what
+        # it added over the tool's proposal (r_real - r_sim), so alpha weighs the shared outcome
+        # against each agent's own contribution.
+        local = {"tool": float(tool["reward"]), "plan": float(reward) - float(tool["reward"])}
+        return self._end_turn("plan", actions, reward, info, local)
 
     def _observations(self) -> dict[str, str]:
         board = self._board()
