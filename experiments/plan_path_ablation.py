@@ -8,6 +8,10 @@ Conditions (each trained from the same base, then evaluated greedily on fixed te
     AT-GRPO shared     two agents, one shared policy, groups = (problem, turn, agent)  (L1)
     AT-GRPO lora       two agents, one LoRA adapter each                              (L2)
 
+Every trained condition trains LoRA adapters on the same frozen base (one shared adapter for
+"shared" and the single agent, one per agent for "lora"), so the conditions differ only in
+grouping and specialisation, not in full fine-tuning versus adapters.
+
 Usage:  python experiments/plan_path_ablation.py [--seeds 0 1 2] [--steps 8] [--out docs]
 Writes ``<out>/results_plan_path.md`` (means and spreads over seeds) and a curve PNG.
 """
@@ -47,6 +51,7 @@ def overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]
         "log.progress_bar=false",
         "log.save_steps=0",
         f"model.name_or_path={args.model}",
+        "model.use_peft=true",
         f"team.policies={policies}",
         f"team.agents={agents}",
         f"env.name={task}",
@@ -57,7 +62,7 @@ def overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]
         f"algorithm.num_generations={args.k}",
         f"train.prompts_per_step={args.prompts_per_step}",
         f"train.max_steps={args.steps}",
-        "train.learning_rate=5e-4",
+        f"train.learning_rate={args.lr}",
         "train.lr_scheduler_type=constant",
         "eval.eval_steps=0",
     ]
@@ -77,6 +82,7 @@ def run_condition(name: str, seed: int, args) -> dict:
     return {
         "condition": name,
         "seed": seed,
+        "setup": setup(args),
         "success": report["greedy/accuracy"],
         "reward": report["greedy/reward"],
         "train_reward": [m["reward/mean"] for m in history],
@@ -84,10 +90,18 @@ def run_condition(name: str, seed: int, args) -> dict:
     }
 
 
+def setup(args) -> str:
+    """The arguments that define a run (a resumed experiment only reuses matching rows)."""
+    keys = ("steps", "size", "turns", "k", "tool_tokens", "plan_tokens", "test_problems")
+    keys += ("model", "prompts_per_step", "lr")
+    return " ".join(f"{k}={getattr(args, k)}" for k in keys)
+
+
 def table(results: list[dict]) -> str:
     lines = [
-        "| condition | test success (mean ± sd) | per seed | greedy reward | minutes |",
-        "|---|---|---|---|---|",
+        "| condition | test success (mean ± sd) | per seed | greedy test reward (mean ± sd) "
+        "| training reward, first -> last step | minutes |",
+        "|---|---|---|---|---|---|",
     ]
     for name in CONDITIONS:
         rows = [r for r in results if r["condition"] == name]
@@ -96,11 +110,19 @@ def table(results: list[dict]) -> str:
         s = [r["success"] for r in rows]
         sd = statistics.stdev(s) if len(s) > 1 else 0.0
         per_seed = ", ".join(f"{x:.2f}" for x in s)
-        reward = statistics.mean(r["reward"] for r in rows)
+        rewards = [r["reward"] for r in rows]
+        r_sd = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
+        curves = [r["train_reward"] for r in rows if r["train_reward"]]
+        trend = (
+            f"{statistics.mean(c[0] for c in curves):.2f} -> "
+            f"{statistics.mean(c[-1] for c in curves):.2f}"
+            if curves
+            else "-"
+        )
         minutes = sum(r["seconds"] for r in rows) / 60
         lines.append(
             f"| {name} | {statistics.mean(s):.3f} ± {sd:.3f} | {per_seed} | "
-            f"{reward:.2f} | {minutes:.1f} |"
+            f"{statistics.mean(rewards):.2f} ± {r_sd:.2f} | {trend} | {minutes:.1f} |"
         )
     return "\n".join(lines)
 
@@ -145,6 +167,7 @@ def main() -> int:
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompts-per-step", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-3, help="LoRA learning rate")
     ap.add_argument("--out", default="docs")
     args = ap.parse_args()
     from teamrl.cli import _quiet_hf
@@ -155,6 +178,7 @@ def main() -> int:
     raw = out / "results_plan_path.jsonl"
     # Runs already in the raw log are kept (an interrupted experiment resumes where it stopped).
     results = [json.loads(ln) for ln in raw.read_text().splitlines()] if raw.exists() else []
+    results = [r for r in results if r.get("setup") == setup(args)]
     done = {(r["condition"], r["seed"]) for r in results}
     for name in args.conditions:
         for seed in args.seeds:

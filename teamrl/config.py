@@ -73,7 +73,11 @@ class AgentConfig:
     model: str | None = _f(
         None, "Per-agent model for policies='separate' (heterogeneous teams). None uses model."
     )
-    temperature: float = _f(1.0, "Sampling temperature (0 = greedy).")
+    temperature: float = _f(
+        1.0,
+        "Sampling temperature (0 = greedy, only without training: G greedy samples are "
+        "identical, so every group would be flat).",
+    )
     top_p: float = _f(1.0, "Nucleus sampling mass.")
     top_k: int = _f(0, "Top-k sampling (0 = off).")
     max_completion_length: int = _f(64, "Maximum new tokens per completion.")
@@ -97,7 +101,11 @@ class TeamConfig:
 class EnvConfig:
     name: str = _f("tldr", "Registered task name (see `teamrl envs`).")
     kwargs: dict[str, Any] = _f({}, "Keyword arguments for the task builder.")
-    max_turns: int = _f(1, "Turns per episode (the tree depth for MAGRPO).")
+    max_turns: int = _f(
+        1,
+        "Turns per episode (the tree depth for MAGRPO). Passed to task builders that take a "
+        "'max_turns' argument; env.kwargs.max_turns, if given, must equal it.",
+    )
     turn_order: list[str] | None = _f(
         None,
         "Run a simultaneous-turn task sequentially in this agent order (AT-GRPO/GRPO on writing "
@@ -124,7 +132,15 @@ class AlgorithmConfig:
         "'aligned': G joint actions per node (j-th sample of every agent); 'cross': the "
         "Cartesian product G^N, each completion credited with the marginal mean return.",
     )
-    discount: float = _f(1.0, "gamma in R = r + gamma * mean(children returns).")
+    discount: float = _f(
+        1.0,
+        "gamma. 'magrpo': R = r + gamma * mean(R of the child node's joint actions) "
+        "(CoMLRL 1.4.3 is undiscounted, i.e. 1.0). 'at_grpo': a sample's return is its reward "
+        "plus gamma times the same agent's return-to-go along the chosen path; that term is "
+        "constant within a group, so it changes advantages only with scale_rewards='batch' "
+        "or with baseline='raw' and scale_rewards='none'. 'grpo': unused (a sample carries "
+        "its episode's undiscounted total reward).",
+    )
     early_termination_threshold: float | None = _f(
         None,
         "Stop expanding a node whose mean joint reward exceeds this. None = never stop early.",
@@ -136,8 +152,9 @@ class AlgorithmConfig:
     )
     scale_rewards: Literal["group", "batch", "none"] = _f(
         "group",
-        "Std normalisation of advantages: z-score within each group, centre per group and "
-        "divide by the batch std, or 'none' (off).",
+        "Std normalisation of advantages, after centring per group: 'group' divides by the "
+        "group's std; 'batch' divides by the std of all raw rewards (returns) in the batch, as "
+        "TRL does; 'none' leaves the baseline's advantages unscaled (Dr. GRPO).",
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
         "dapo",
@@ -146,7 +163,7 @@ class AlgorithmConfig:
         "per forward chunk.",
     )
     epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
-    epsilon_high: float | None = _f(None, "Upper clip range (None = epsilon).")
+    epsilon_high: float | None = _f(None, "Upper clip range, > 0 (None = epsilon).")
     num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
     selection: Literal["greedy", "sample", "random"] = _f(
         "greedy",
@@ -171,7 +188,8 @@ class TrainConfig:
         "Optimizer steps per policy per iteration: the policy's samples are split this many ways.",
     )
     micro_batch_size: int | None = _f(
-        None, "Sequences per forward pass (gradient accumulation). None = the whole minibatch."
+        None,
+        "Sequences per forward pass (gradient accumulation). None or 0 = the whole minibatch.",
     )
     learning_rate: float = _f(1e-5, "Peak learning rate of AdamW.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
@@ -181,8 +199,10 @@ class TrainConfig:
     lr_scheduler_type: Literal["cosine", "constant", "linear"] = _f(
         "cosine", "Schedule after warmup."
     )
-    min_lr_ratio: float = _f(0.0, "Final LR as a fraction of the peak (cosine and linear).")
-    max_grad_norm: float | None = _f(1.0, "Gradient clipping norm (None = off).")
+    min_lr_ratio: float = _f(
+        0.0, "Final LR as a fraction of the peak, in [0, 1] (cosine and linear)."
+    )
+    max_grad_norm: float | None = _f(1.0, "Gradient clipping norm, > 0 (None = off).")
     shuffle: bool = _f(True, "Shuffle the training data every epoch.")
     nan_policy: Literal["error", "skip"] = _f(
         "error", "On a NaN/Inf loss: raise, or skip that update and count it in 'nan_skips'."
@@ -230,19 +250,47 @@ class Config:
         _check(0.0 <= a.discount <= 1.0, "algorithm.discount", a.discount, "in [0, 1]")
         _check(a.epsilon > 0, "algorithm.epsilon", a.epsilon, "> 0")
         _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
+        if a.epsilon_high is not None:
+            _check(a.epsilon_high > 0, "algorithm.epsilon_high", a.epsilon_high, "> 0 or None")
+        _check(self.model.lora_r >= 1, "model.lora_r", self.model.lora_r, ">= 1")
         _check(self.env.max_turns >= 1, "env.max_turns", self.env.max_turns, ">= 1")
+        check_max_turns(self.env)
         _check(self.env.reward_workers >= 1, "env.reward_workers", self.env.reward_workers, ">= 1")
         _check(t.max_steps >= 0, "train.max_steps", t.max_steps, ">= 0")
         _check(t.prompts_per_step >= 1, "train.prompts_per_step", t.prompts_per_step, ">= 1")
         _check(t.num_mini_batches >= 1, "train.num_mini_batches", t.num_mini_batches, ">= 1")
         _check(t.learning_rate > 0, "train.learning_rate", t.learning_rate, "> 0")
+        if t.micro_batch_size is not None:
+            _check(
+                t.micro_batch_size >= 0,
+                "train.micro_batch_size",
+                t.micro_batch_size,
+                ">= 0 (0 or None = the whole minibatch)",
+            )
+        _check(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, ">= 0")
+        _check(0.0 <= t.min_lr_ratio <= 1.0, "train.min_lr_ratio", t.min_lr_ratio, "in [0, 1]")
+        if t.max_grad_norm is not None:
+            _check(t.max_grad_norm > 0, "train.max_grad_norm", t.max_grad_norm, "> 0 or None")
+        _check(self.eval.eval_steps >= 0, "eval.eval_steps", self.eval.eval_steps, ">= 0")
+        _check(self.eval.num_examples >= 1, "eval.num_examples", self.eval.num_examples, ">= 1")
+        _check(self.log.save_steps >= 0, "log.save_steps", self.log.save_steps, ">= 0")
         _check(bool(self.team.agents), "team.agents", self.team.agents, "at least one agent")
         names = [ag.name for ag in self.team.agents]
         _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
         for i, ag in enumerate(self.team.agents):
             where = f"team.agents[{i}]"
             _check(ag.temperature >= 0, f"{where}.temperature", ag.temperature, ">= 0")
+            # Greedy samples of one prompt are identical: every group would be flat.
+            _check(
+                ag.temperature > 0 or t.max_steps == 0,
+                f"{where}.temperature",
+                ag.temperature,
+                f"> 0 when training (num_generations={a.num_generations} greedy samples are "
+                "identical, so no group would have a learning signal); eval.greedy sets "
+                "greedy evaluation",
+            )
             _check(0 < ag.top_p <= 1, f"{where}.top_p", ag.top_p, "in (0, 1]")
+            _check(ag.top_k >= 0, f"{where}.top_k", ag.top_k, ">= 0 (0 = off)")
             _check(
                 ag.max_completion_length >= 1,
                 f"{where}.max_completion_length",
@@ -260,6 +308,16 @@ class Config:
 def _check(ok: bool, name: str, value: Any, want: str) -> None:
     if not ok:
         raise ConfigError(f"{name}: expected {want}, got {value!r}")
+
+
+def check_max_turns(env: EnvConfig) -> None:
+    """env.max_turns (where the rollout stops) and a task's own max_turns must agree."""
+    if "max_turns" in env.kwargs and env.kwargs["max_turns"] != env.max_turns:
+        raise ConfigError(
+            f"env.kwargs.max_turns={env.kwargs['max_turns']!r} differs from "
+            f"env.max_turns={env.max_turns!r}: the rollout stops after env.max_turns turns, so "
+            "set env.max_turns (the task receives it) and drop env.kwargs.max_turns"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

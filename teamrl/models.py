@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from teamrl.config import ConfigError
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -70,7 +72,7 @@ def resolve(name_or_path: str, seed: int = 0) -> str:
     if name_or_path in TINY_MODELS:
         return str(_tiny_folder(name_or_path, seed))
     if name_or_path.startswith("tiny-"):
-        raise ValueError(
+        raise ConfigError(
             f"model.name_or_path: unknown builtin {name_or_path!r}; builtins: {', '.join(BUILTINS)}"
         )
     return name_or_path

@@ -49,7 +49,7 @@ class Policy:
     def parameters(self) -> list[torch.nn.Parameter]:
         if self.adapter is None:
             return [p for p in self.model.parameters() if p.requires_grad]
-        return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
+        return [p for n, p in self.model.named_parameters() if is_adapter_param(n, self.adapter)]
 
     def activate(self) -> None:
         """Make this policy's adapter the active, trainable one."""
@@ -139,7 +139,7 @@ class Team:
             engine.model.add_adapter(name, self._lora_config())
         # PEFT freezes all but the active adapter; every adapter is trained (one at a time).
         for n, p in engine.model.named_parameters():
-            p.requires_grad_(any(f".{a}." in n for a in names))
+            p.requires_grad_(any(is_adapter_param(n, a) for a in names))
 
     def _build_shared(self) -> None:
         engine = self._engine(self.cfg.model.name_or_path)
@@ -230,6 +230,18 @@ class Team:
         for pol in self.policies.values():
             seen.setdefault(id(pol.engine), pol.engine)
         return list(seen.values())
+
+
+def is_adapter_param(name: str, adapter: str) -> bool:
+    """Whether parameter ``name`` belongs to LoRA adapter ``adapter``.
+
+    PEFT names adapter weights ``<module>.lora_A.<adapter>.weight`` (also ``lora_B``,
+    ``lora_embedding_A``/``_B``, ``lora_magnitude_vector``), so the adapter is the path part
+    right after a ``lora_*`` part. A plain substring test would also match base weights of an
+    agent named like a module (``mlp``, ``q_proj``, ``0``) and unfreeze them.
+    """
+    parts = name.split(".")
+    return any(part.startswith("lora_") and nxt == adapter for part, nxt in zip(parts, parts[1:]))
 
 
 def _device(name: str) -> torch.device:

@@ -29,7 +29,7 @@ import torch
 from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
 from teamrl.algorithms.losses import collate, policy_loss, token_logprobs
 from teamrl.config import Config, ConfigError, dump_config, from_dict, to_dict
-from teamrl.envs.base import Task, make_task
+from teamrl.envs.base import Task, task_from_config
 from teamrl.envs.sequential import SequentialTurns
 from teamrl.logging import RunLogger
 from teamrl.rollout.at_tree import agent_turn_rollout
@@ -103,7 +103,7 @@ class Trainer:
     def __init__(self, cfg: Config, task: Task | None = None, run_dir: str | Path | None = None):
         self.cfg = cfg
         set_seed(cfg.seed)
-        self.task = task or make_task(cfg.env.name, **cfg.env.kwargs)
+        self.task = task or task_from_config(cfg.env)
         if cfg.env.turn_order:
             inner = self.task.make_env
             order = list(cfg.env.turn_order)
@@ -128,6 +128,7 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
         self.logger: RunLogger | None = None
         self.last_eval: RolloutResult | None = None  # the latest evaluation's episodes
+        self._warned_eval_on_train = False
 
     # --- optimisation ---------------------------------------------------------------------------
 
@@ -147,10 +148,14 @@ class Trainer:
         pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(self.cfg))
 
     def update(self, pol: Policy, samples: list[Sample]) -> dict[str, float]:
-        """num_iterations passes of clipped policy-gradient steps on one policy's samples.
+        """num_iterations passes of num_mini_batches clipped policy-gradient steps on one
+        policy's samples.
 
-        Pass 1 uses the log-probs of its own forward pass, detached, as the old log-probs, so
-        the ratio is exactly 1; they are kept for later passes, where clipping applies.
+        The old log-probs are the policy's *before its first optimizer step*. The first minibatch
+        of pass 1 takes them from its own forward, detached, so its ratio is exactly 1. When more
+        steps follow, pass 1's other minibatches get theirs from a no-grad forward made before
+        that first step: taken lazily, after earlier minibatches have stepped, they would give
+        ratio 1 against a policy that has already moved, and those steps would never be clipped.
         """
         a, t = self.cfg.algorithm, self.cfg.train
         pol.activate()
@@ -158,45 +163,54 @@ class Trainer:
         device = next(pol.model.parameters()).device
         pad = pol.engine.pad_id
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
-        stats: dict[str, list[float]] = {
-            k: []
-            for k in (
-                "loss",
-                "kl",
-                "clip_fraction",
-                "entropy",
-                "grad_norm",
-                "ratio",
-                "logp_diff",
-                "ratio_dev_first_pass",
-            )
-        }
+        keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
+        keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
+        stats: dict[str, list[float]] = {k: [] for k in keys}
+
+        def chunks(mb: list[Sample]) -> list[list[Sample]]:  # micro-batches (grad accumulation)
+            size = t.micro_batch_size or len(mb)
+            return [mb[i : i + size] for i in range(0, len(mb), size)]
+
+        # Every pass's minibatches up front, so pass 1's old log-probs can be taken before a step.
+        passes: list[list[list[Sample]]] = []
         order = list(range(len(samples)))
         for it in range(a.num_iterations):
             random.Random(self.cfg.seed + 7919 * self.step + it).shuffle(order)
-            minibatches = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
-            for mb in minibatches:
-                if not mb:
-                    continue
-                mb_samples = [samples[i] for i in mb]
-                step_tokens = float(sum(len(s.completion_ids) for s in mb_samples))
-                size = t.micro_batch_size or len(mb_samples)
-                chunks = [mb_samples[i : i + size] for i in range(0, len(mb_samples), size)]
+            mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
+            passes.append([[samples[i] for i in mb] for mb in mbs if mb])
+
+        old_logp: dict[int, torch.Tensor] = {}  # id(sample) -> pre-update log-probs, unpadded
+
+        def keep(chunk: list[Sample], logp: torch.Tensor) -> None:
+            for s, row in zip(chunk, logp):
+                old_logp[id(s)] = row[: len(s.completion_ids)]
+
+        if sum(len(p) for p in passes) > 1:
+            with torch.no_grad():
+                for mb in passes[0][1:]:
+                    for chunk in chunks(mb):
+                        keep(chunk, token_logprobs(pol.model, collate(chunk, pad).to(device))[0])
+
+        stepped = False
+        for it, minibatches in enumerate(passes):
+            for j, mb in enumerate(minibatches):
+                first_step = it == 0 and j == 0  # the policy has not moved yet
+                step_tokens = float(sum(len(s.completion_ids) for s in mb))
                 pol.optimizer.zero_grad(set_to_none=True)
                 finite = True
-                for chunk in chunks:
+                for chunk in chunks(mb):
                     batch = collate(chunk, pad).to(device)
                     logp, entropy = token_logprobs(pol.model, batch, with_entropy=(it == 0))
                     mask = batch.completion_mask
+                    if first_step:
+                        keep(chunk, logp.detach())
+                    old = logp.detach().clone()  # pads keep ratio 1 (and are masked anyway)
+                    for i, s in enumerate(chunk):
+                        old[i, : len(s.completion_ids)] = old_logp[id(s)]
                     if it == 0:
-                        old = logp.detach()
-                        for s, row in zip(chunk, old.cpu()):
-                            s.info["old_logp"] = row
                         diff = ((old - batch.sampler_logprobs).abs() * mask).sum() / mask.sum()
                         stats["logp_diff"].append(float(diff))
                         stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
-                    else:
-                        old = torch.stack([s.info["old_logp"] for s in chunk]).to(device)
                     ref = None
                     if a.beta > 0:
                         with torch.no_grad(), pol.reference() as ref_model:
@@ -218,24 +232,27 @@ class Trainer:
                     # dapo is already normalised by the step's tokens; the others average chunks.
                     loss = out.loss if a.loss_type == "dapo" else out.loss * len(chunk) / len(mb)
                     if not torch.isfinite(loss):
+                        if t.nan_policy == "error":
+                            raise FloatingPointError(
+                                f"non-finite loss for policy {pol.name!r} at step {self.step} "
+                                f"(iteration {it}); set train.nan_policy=skip to skip and count "
+                                "such updates"
+                            )
                         finite = False
-                        break
+                    if not finite:
+                        continue  # no backward; the first step's later chunks still keep old logp
                     loss.backward()
                     stats["loss"].append(
                         float(loss.detach())
                         * (1 if a.loss_type == "dapo" else len(mb) / len(chunk))
                     )
-                    stats["kl"].append(out.kl)
+                    if out.kl is not None:
+                        stats["kl"].append(out.kl)
                     stats["clip_fraction"].append(out.clip_fraction)
                     stats["ratio"].append(out.ratio_mean)
-                    if it == 0:
+                    if first_step:  # exactly 0 by construction: a check, not a measurement
                         stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
                 if not finite:
-                    if self.cfg.train.nan_policy == "error":
-                        raise FloatingPointError(
-                            f"non-finite loss for policy {pol.name!r} at step {self.step} "
-                            f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
-                        )
                     self.nan_skips += 1
                     pol.optimizer.zero_grad(set_to_none=True)
                     continue
@@ -248,9 +265,15 @@ class Trainer:
                     )
                 stats["grad_norm"].append(float(norm))
                 pol.optimizer.step()
-        for s in samples:
-            s.info.pop("old_logp", None)
-        pol.scheduler.step()
+                stepped = True
+        # The LR schedule is indexed by trainer step, so it advances even when every step of
+        # this update was skipped (NaN): LR(step) does not depend on skips, and the scheduler
+        # state is checkpointed, so resume stays exact. torch warns about that order once; here
+        # it is intended.
+        with warnings.catch_warnings():
+            if not stepped:
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
+            pol.scheduler.step()
         out = {k: (sum(v) / len(v) if v else float("nan")) for k, v in stats.items()}
         out["lr"] = pol.scheduler.get_last_lr()[0]
         return out
@@ -354,16 +377,33 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy single-path episodes on the held-out split (never the test split)."""
-        split = self.task.eval or self.task.train
+        """Greedy single-path episodes on the held-out split (never the test split).
+
+        A task with no eval split is evaluated on its first training examples instead: never
+        silently, but with a warning (once) and ``eval/on_train_split = 1`` in the metrics.
+        """
+        on_train = not self.task.eval
+        split = self.task.train if on_train else self.task.eval
         n = min(self.cfg.eval.num_examples, len(split))
+        if on_train and not self._warned_eval_on_train:
+            self._warned_eval_on_train = True
+            warnings.warn(
+                f"task {self.task.name!r} has no eval split: evaluation uses its first {n} "
+                "TRAINING examples, so eval/* scores are not held-out (eval/on_train_split=1). "
+                "Give the Task an eval split for a held-out score.",
+                stacklevel=2,
+            )
         examples = [(i, split[i]) for i in range(n)]
-        with torch.random.fork_rng(devices=[]):  # eval never shifts the training RNG stream
+        # eval never shifts the training RNG streams (CPU and every CUDA device)
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda):
             result = self.rollout(examples, greedy=self.cfg.eval.greedy)
         self.last_eval = result
         m = result.metrics
         keep = ("reward", "completion", "success", "turns")
-        return {f"eval/{k}": v for k, v in m.items() if k.startswith(keep)}
+        out = {f"eval/{k}": v for k, v in m.items() if k.startswith(keep)}
+        out["eval/on_train_split"] = float(on_train)
+        return out
 
     # --- the loop -----------------------------------------------------------------------------
 

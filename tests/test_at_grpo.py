@@ -82,9 +82,7 @@ def test_group_keys_and_sizes_never_merge_problems():
     for s in out.samples:
         groups.setdefault(s.group, []).append(s)
     # (problem, batch slot, turn, agent)
-    assert set(groups) == {
-        (p, p, t, a) for p in (0, 1) for t in (0, 1) for a in ("tool", "plan")
-    }
+    assert set(groups) == {(p, p, t, a) for p in (0, 1) for t in (0, 1) for a in ("tool", "plan")}
     assert all(len(v) == 3 for v in groups.values())
     # one generate call per (turn, agent) node, covering both problems
     assert team.calls == 4
@@ -288,7 +286,9 @@ def test_sample_selection_follows_the_softmax():
     # rewards [0, ln 2] at temperature 1: probabilities 1/3 and 2/3
     import math
 
-    picks = [select_branch([0.0, math.log(2)], "sample", 1.0, random.Random(s)) for s in range(6000)]
+    picks = [
+        select_branch([0.0, math.log(2)], "sample", 1.0, random.Random(s)) for s in range(6000)
+    ]
     assert abs(sum(picks) / len(picks) - 2 / 3) < 0.02
 
 

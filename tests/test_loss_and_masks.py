@@ -153,6 +153,40 @@ def test_shared_prefix_logprobs_and_grads_equal_full_sequences():
         assert torch.allclose(g_shared[name], p.grad, atol=1e-5), name
 
 
+def test_gradient_checkpointing_gives_the_same_logprobs_and_grads():
+    """HF drops the KV cache under checkpointing in training; the full-sequence path is exact."""
+    samples = [
+        _sample([7, 8, EOS], prompt=(1, 2, 3)),
+        _sample([9, 5], prompt=(1, 2, 3)),
+        _sample([6], prompt=(4, 5)),
+    ]
+    batch = collate(samples, PAD)
+    results = []
+    for checkpointing in (False, True):
+        model = _tiny_llama().train()
+        if checkpointing:  # transformers 5 renamed it; 4.x has only the old name
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+        logp, _ = token_logprobs(model, batch)
+        out = policy_loss(
+            logp,
+            logp.detach(),
+            torch.tensor([1.0, -0.5, 2.0]),
+            batch.completion_mask,
+            loss_type="grpo",
+            epsilon=0.2,
+        )
+        out.loss.backward()
+        results.append(
+            (logp.detach(), out.loss.item(), {n: p.grad for n, p in model.named_parameters()})
+        )
+    (lp0, loss0, g0), (lp1, loss1, g1) = results
+    m = batch.completion_mask.bool()
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-5)
+    assert loss1 == pytest.approx(loss0, abs=1e-6)
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=1e-5), name
+
+
 def test_ratio_is_one_on_first_pass_and_clipping_applies_later():
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     mask = torch.ones(1, 2)
@@ -209,3 +243,19 @@ def test_kl_estimators():
     )
     assert out.kl == pytest.approx(0.25)
     assert out.loss.item() == pytest.approx(0.1 * 0.25)
+    # beta == 0: no KL is computed, and none is reported (not a silent 0.0)
+    off = policy_loss(
+        logp[None], logp[None], torch.tensor([0.0]), torch.ones(1, 2), loss_type="bnpo", epsilon=0.2
+    )
+    assert off.kl is None
+
+
+def test_greedy_generation_consumes_no_rng():
+    reqs = [Request([5 + r], n=1, temperature=0.0, max_new_tokens=4) for r in range(3)]
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    generate(ScriptedLM(), reqs, [EOS], PAD)
+    assert torch.equal(torch.get_rng_state(), before)
+    # a sampled row still draws
+    generate(ScriptedLM(), [Request([5], n=1, temperature=1.0, max_new_tokens=2)], [EOS], PAD)
+    assert not torch.equal(torch.get_rng_state(), before)

@@ -64,7 +64,7 @@ def test_aligned_single_turn_returns_and_mean_baseline():
     for s in out.samples:
         g = int(s.text[1:])
         assert s.return_ == rewards[(g, g)]
-        assert s.group == (0, "root", s.agent)
+        assert s.group == (0, 0, "root", s.agent)  # (problem, batch slot, node, agent)
     compute_advantages(out.samples, "mean", "none")
     adv = {(s.agent, s.text): s.advantage for s in out.samples}
     # mean of [1, 3, 2] = 2
@@ -122,12 +122,12 @@ def test_two_turn_tree_discounted_returns():
     assert root.children[1].rewards == [10.0, 11.0]
     assert root.returns == [1.0 + gamma * 0.5, 2.0 + gamma * 10.5]
     groups = {s.group for s in out.samples}
-    assert groups == {(0, n, ag) for n in ("root", "0", "1") for ag in "ab"}
+    assert groups == {(0, 0, n, ag) for n in ("root", "0", "1") for ag in "ab"}
     compute_advantages(out.samples, "mean", "none")
-    root_a = sorted((s for s in out.samples if s.group == (0, "root", "a")), key=lambda s: s.text)
+    root_a = sorted((s for s in out.samples if s.group == (0, 0, "root", "a")), key=lambda s: s.text)
     diff = (2.0 + gamma * 10.5) - (1.0 + gamma * 0.5)
     assert [s.advantage for s in root_a] == pytest.approx([-diff / 2, diff / 2])
-    leaf = sorted((s for s in out.samples if s.group == (0, "1", "b")), key=lambda s: s.text)
+    leaf = sorted((s for s in out.samples if s.group == (0, 0, "1", "b")), key=lambda s: s.text)
     assert [s.return_ for s in leaf] == [10.0, 11.0]
     assert [s.advantage for s in leaf] == pytest.approx([-0.5, 0.5])
 
@@ -175,13 +175,21 @@ def test_scale_rewards_group_zscore_and_baselines_coincide():
     assert [s.advantage for s in raw] != [s.advantage for s in mean]
 
 
-def test_scale_rewards_batch_uses_batch_std():
+def test_scale_rewards_batch_uses_batch_std_of_raw_rewards_as_trl():
+    # TRL: advantages = rewards - group mean; std_rewards = rewards.std() over the whole batch.
     ss = _samples([0.0, 2.0], "g1") + _samples([0.0, 4.0], "g2")
     stats = compute_advantages(ss, "mean", "batch")
-    centred = torch.tensor([-1.0, 1.0, -2.0, 2.0])
-    want = (centred / (centred.std() + 1e-4)).tolist()
-    assert [s.advantage for s in ss] == pytest.approx(want)
+    # raw rewards 0, 2, 0, 4: mean 1.5, squared deviations 2.25 + 0.25 + 2.25 + 6.25 = 11,
+    # unbiased std sqrt(11 / 3) (the centred values -1, 1, -2, 2 would give sqrt(10 / 3))
+    std = math.sqrt(11 / 3)
+    want = [-1 / (std + 1e-4), 1 / (std + 1e-4), -2 / (std + 1e-4), 2 / (std + 1e-4)]
+    assert [s.advantage for s in ss] == pytest.approx(want, rel=1e-9)
     assert stats["frac_zero_std_groups"] == 0.0
+    # max and raw baselines centre to the same values; rloo's are G/(G-1) = 2 times them
+    for baseline, factor in (("max", 1.0), ("raw", 1.0), ("rloo", 2.0)):
+        other = _samples([0.0, 2.0], "g1") + _samples([0.0, 4.0], "g2")
+        compute_advantages(other, baseline, "batch")
+        assert [s.advantage for s in other] == pytest.approx([factor * w for w in want])
 
 
 def test_zero_variance_group_gets_zero_advantage_and_is_counted():

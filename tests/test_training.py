@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
@@ -127,6 +129,7 @@ def test_kl_reference_is_loaded_only_with_beta(tmp_path):
     assert tr.team.policies["shared"].ref_model is not None
     m1 = tr.train_step()
     assert m1["kl/shared"] > 0.0  # second pass: the policy has moved away from the reference
+    assert "kl/shared" not in plain.train_step()  # beta == 0: no KL computed, no key logged
     lora = make(tmp_path / "l", "lora", **{"algorithm.beta": 0.1})
     m = lora.train_step()
     assert lora.team.policies["alice"].ref_model is None  # reference = adapters disabled
@@ -169,10 +172,15 @@ def test_nan_loss_is_an_error_or_counted(tmp_path, monkeypatch):
         make(tmp_path / "e").train_step()
     tr = make(tmp_path / "s", **{"train.nan_policy": "skip"})
     before = snapshot(tr.team.policies["shared"].model)
-    m = tr.train_step()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = tr.train_step()
     assert m["nan_skips"] == 1.0
     after = snapshot(tr.team.policies["shared"].model)
     assert all(torch.equal(before[k], after[k]) for k in before)
+    # the LR schedule still follows the trainer step, without torch's out-of-order warning
+    assert tr.team.policies["shared"].scheduler.last_epoch == tr.step == 1
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]
 
 
 @pytest.mark.parametrize(
@@ -197,6 +205,23 @@ def test_yaml_scientific_floats_and_shipped_names_load():
     assert cfg.train.learning_rate == 1e-6 and cfg.algorithm.beta == 2e-3
     with pytest.raises(ConfigError, match="no such file"):
         load_config("no_such_config")
+
+
+def test_eval_without_an_eval_split_says_it_uses_training_prompts(tmp_path):
+    from teamrl.envs.base import make_task
+
+    task = make_task("digits")
+    cfg = load_config(None, tiny_overrides(**{"eval.num_examples": 2}))
+    held_out = Trainer(cfg, task=task, run_dir=tmp_path / "h").evaluate()
+    assert held_out["eval/on_train_split"] == 0.0
+    tr = Trainer(cfg, task=dataclasses.replace(task, eval=()), run_dir=tmp_path / "t")
+    with pytest.warns(UserWarning, match="'digits' has no eval split.*TRAINING examples"):
+        m = tr.evaluate()
+    assert m["eval/on_train_split"] == 1.0 and "eval/reward/mean" in m
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        assert tr.evaluate()["eval/on_train_split"] == 1.0
+    assert not [w for w in again if "no eval split" in str(w.message)]  # warned once only
 
 
 def test_agent_names_must_match_the_env(tmp_path):
@@ -225,7 +250,6 @@ def test_cli_train_plot_envs(tmp_path, capsys):
         "reward/turn_0/mean",
         "reward/agent/alice/mean",
         "loss/shared",
-        "kl/shared",
         "clip_fraction/shared",
         "entropy/shared",
         "completion_length/alice",
@@ -237,6 +261,8 @@ def test_cli_train_plot_envs(tmp_path, capsys):
     ]
     for key in need:
         assert key in rows[2], key
+    assert "kl/shared" not in rows[2]  # beta == 0: no KL is computed, so none is logged
+    assert rows[0]["eval/on_train_split"] == rows[2]["eval/on_train_split"] == 0.0
     assert (run / "config.yaml").exists() and (run / "samples.jsonl").exists()
     assert (run / "checkpoints" / "step-2" / "policies" / "shared" / "optimizer.pt").exists()
     assert not list((run / "checkpoints").glob(".step-*"))  # no half-written checkpoint left

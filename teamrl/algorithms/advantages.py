@@ -10,13 +10,16 @@ Samples are grouped by ``sample.group`` (e.g. (problem, node, agent) for MAGRPO 
 
 then, with ``scale_rewards``:
 
-    'group': A_g <- (A_g - mean(A)) / (std(A) + eps)     z-score within the group
-    'batch': A_g <- (A_g - mean(A)) / (std_batch + eps)  centre per group, batch-wide std
-    'none':  A_g unchanged                                  (Dr. GRPO style)
+    'group': A_g <- (A_g - mean(A)) / (std(A) + eps)       z-score within the group
+    'batch': A_g <- (A_g - mean(A)) / (std(R_batch) + eps)  centre per group, divide by the
+             std of the raw returns of every group in the batch (TRL: rewards.std())
+    'none':  A_g unchanged                                    (Dr. GRPO style)
 
-Because centring removes any per-group constant and the z-score removes any positive scale,
-all four baselines give identical advantages under 'group' or 'batch' scaling; they differ
-only with scale_rewards='none'. ``advantage_warnings`` says so.
+Centring removes any per-group constant, so under 'group' or 'batch' scaling the mean, max
+and raw baselines give identical advantages, and rloo (= G/(G-1) * mean's) the same under
+'group' and G/(G-1) times them under 'batch' (its divisor is the raw returns' std, not
+rloo's): a rescaling, like a learning-rate change. They really differ only with
+scale_rewards='none'. ``advantage_warnings`` says so.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def compute_advantages(
     groups = group_samples(samples)
     centred: dict[Hashable, torch.Tensor] = {}  # per sample
     unit_adv: dict[Hashable, torch.Tensor] = {}  # per episode (== per sample unless "unit")
+    unit_returns: list[torch.Tensor] = []  # raw returns per episode, for the batch std
     zero_std = 0
     for key, members in groups.items():
         # Trajectory-level groups hold several samples per episode ("unit"): the baseline and
@@ -77,13 +81,14 @@ def compute_advantages(
             )
         returns = torch.tensor([members[i].return_ for i in first.values()], dtype=torch.float64)
         zero_std += int(returns.std() < 1e-8)
+        unit_returns.append(returns)
         adv = baseline_advantages(returns, baseline)
         adv = adv - adv.mean() if scale_rewards != "none" else adv
         unit_pos = {u: j for j, u in enumerate(first)}
         centred[key] = adv[[unit_pos[u] for u in units]]
         unit_adv[key] = adv
     if scale_rewards == "batch":
-        batch_std = torch.cat(list(unit_adv.values())).std()
+        batch_std = torch.cat(unit_returns).std()  # of raw returns, not of the centred ones
     for key, members in groups.items():
         adv = centred[key]
         if scale_rewards == "group":
@@ -106,7 +111,8 @@ def advantage_warnings(baseline: str, scale_rewards: str) -> list[str]:
     if baseline != "mean" and scale_rewards != "none":
         return [
             f"algorithm.baseline={baseline!r} with scale_rewards={scale_rewards!r}: under std "
-            "normalisation the mean, rloo, max and raw baselines give identical advantages; "
+            "normalisation the mean, rloo, max and raw baselines give the same advantages (up to a "
+            "constant factor for rloo with 'batch'); "
             "set algorithm.scale_rewards=none for MA-REINFORCE/RLOO/ReMax to differ from MAGRPO."
         ]
     return []

@@ -69,39 +69,60 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
     )
 
 
+def _drops_kv_cache(model: torch.nn.Module) -> bool:
+    """HF layers under activation (gradient) checkpointing force ``use_cache=False`` in training
+    mode, so a prompt's KV cache cannot be kept for its completions."""
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag) and model.training
+
+
 def token_logprobs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each completion token under ``model``, and (optionally) its entropy.
 
     One pass per batch in two stages: distinct prompts (KV cache kept), then completions.
+    Under gradient checkpointing (no cache in training) each sample runs in full instead:
+    same tokens, positions and mask, so the same maths.
     """
     idx = batch.prompt_index
     p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
-    prefix = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=p_pos,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache = prefix.past_key_values
-    if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
-        cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
     comp_mask = batch.completion_mask.long()
     attn = torch.cat([batch.prompt_mask[idx], comp_mask], dim=1)
     start = batch.prompt_mask.sum(-1)[idx]  # first completion position of each sample
     c = batch.completion_ids.shape[1]
     pos = start[:, None] + torch.arange(c, device=start.device)[None]
-    suffix = model(
-        input_ids=batch.completion_ids,
-        attention_mask=attn,
-        position_ids=pos,
-        past_key_values=cache,
-        use_cache=True,
-    )
-    # logit of completion token t comes from position t-1; token 0 from the prompt's last one
-    logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
+    if _drops_kv_cache(model):
+        full = model(
+            input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
+            attention_mask=attn,
+            position_ids=torch.cat([p_pos[idx], pos], dim=1),
+            use_cache=False,
+            logits_to_keep=c + 1,  # the prompt's last position and every completion position
+        )
+        logits = full.logits[:, :-1]
+    else:
+        prefix = model(
+            input_ids=batch.prompt_ids,
+            attention_mask=batch.prompt_mask,
+            position_ids=p_pos,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = prefix.past_key_values
+        if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+            cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
+        suffix = model(
+            input_ids=batch.completion_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        # logit of completion token t comes from position t-1; token 0 from the prompt's last one
+        logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
     logits = logits.float() / batch.temperatures[:, None, None]
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
@@ -128,8 +149,8 @@ class LossOut:
     loss: torch.Tensor
     clip_fraction: float
     ratio_mean: float
-    ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on a first pass)
-    kl: float
+    ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on an update's first step)
+    kl: float | None  # mean per-token KL to the reference; None when beta == 0 (not computed)
 
 
 def policy_loss(
@@ -177,7 +198,7 @@ def policy_loss(
         clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
         ratio_mean = float((ratio * mask).sum() / tokens)
         ratio_max_dev = float(((ratio - 1).abs() * mask).max())
-        kl = float((kl_tok * mask).sum() / tokens) if kl_tok is not None else 0.0
+        kl = float((kl_tok * mask).sum() / tokens) if kl_tok is not None else None
     return LossOut(
         loss=loss,
         clip_fraction=clip_fraction,

@@ -17,9 +17,12 @@ Tree rollouts need to branch the state: ``clone(env)`` returns an independent co
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from teamrl.config import ConfigError, EnvConfig, check_max_turns
 
 
 @dataclass
@@ -98,15 +101,34 @@ def registered_tasks() -> dict[str, str]:
 
 
 def make_task(name: str, **kwargs: Any) -> Task:
-    _import_builtin_tasks()
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"env.name: unknown task {name!r}; known tasks: {known}")
-    builder, _ = _REGISTRY[name]
+    """The registered task ``name`` built with ``kwargs`` (a config's env.kwargs)."""
+    builder = _builder(name)
     try:
         return builder(**kwargs)
     except TypeError as err:
-        raise ValueError(f"env.kwargs for task {name!r}: {err}") from err
+        raise ConfigError(f"env.kwargs for task {name!r}: {err}") from err
+
+
+def task_from_config(env: EnvConfig) -> Task:
+    """The task a config's ``env`` section describes.
+
+    A builder that takes ``max_turns`` gets ``env.max_turns`` (unless env.kwargs sets the same
+    value), so the env's own horizon (its "turn k of n" prompts, its truncation) is the one the
+    rollout stops at.
+    """
+    check_max_turns(env)
+    kwargs = dict(env.kwargs)
+    if "max_turns" in inspect.signature(_builder(env.name)).parameters:
+        kwargs["max_turns"] = env.max_turns
+    return make_task(env.name, **kwargs)
+
+
+def _builder(name: str) -> Callable[..., Task]:
+    _import_builtin_tasks()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ConfigError(f"env.name: unknown task {name!r}; known tasks: {known}")
+    return _REGISTRY[name][0]
 
 
 def _import_builtin_tasks() -> None:

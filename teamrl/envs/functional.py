@@ -9,7 +9,7 @@
 ``from_comlrl`` adapts CoMLRL-style callables: ``reward_func(*completions, batch_items=...,
 prompts=...)``, formatters ``f(item)`` or ``f(item, external_prompts=...)``, and
 ``external_transition(prompt, agent_completions, num_agents, prompt_history_per_agent,
-response_history_per_agent)``.
+response_history_per_agent)``, whose returned prompts are the next turn's observations.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ class FunctionEnv:
     """A simultaneous-turn team env made of a prompt, a reward and an optional transition.
 
     reward(completions, example) -> float, or (float, {component: float}).
-    transition(example, completions, history) -> {agent: next observation}; without one, the
-    next observation repeats the prompt with the agent's previous answer appended.
+    transition(example, completions, history) -> {agent: next observation}, where history is
+    the joint actions of every turn so far (this one last); without one, the next observation
+    repeats the prompt with the agent's previous answer appended.
+    A reward or transition that declares a ``prompts`` keyword also gets the observations every
+    turn started from, [{agent: text}, ...], this turn's last.
     sequential=True sets ``turn_order``: agents act one at a time (AT-GRPO) and the reward is
     called on the actions committed so far in the turn.
     """
@@ -48,20 +51,34 @@ class FunctionEnv:
         self.pending: dict[str, str] = {}
         self.reward_fn, self.prompt_fn = reward, prompt or (lambda ex, agent: ex["prompt"])
         self.transition_fn, self.done_fn = transition, done
+        # the callables that declare a `prompts` keyword (looked up once, not every step)
+        self.wants_prompts = {
+            "reward": _declares(reward, "prompts"),
+            "transition": transition is not None and _declares(transition, "prompts"),
+        }
         self.example: dict = {}
-        self.history: list[dict[str, str]] = []
+        self.history: list[dict[str, str]] = []  # joint actions, one dict per turn
+        self.prompts: list[dict[str, str]] = []  # observations each turn started from
         self.observations: dict[str, str] = {}
 
     def reset(self, example: dict) -> dict[str, str]:
         self.example, self.history, self.pending = dict(example), [], {}
         self.observations = {a: self.prompt_fn(self.example, a) for a in self.agents}
+        self.prompts = [dict(self.observations)]
         return dict(self.observations)
+
+    def _call(self, which: str, *args: Any) -> Any:
+        """The reward or transition fn(*args), plus ``prompts=`` if it declares that keyword."""
+        fn = self.reward_fn if which == "reward" else self.transition_fn
+        if self.wants_prompts[which]:
+            return fn(*args, prompts=[dict(p) for p in self.prompts])
+        return fn(*args)
 
     def step(self, actions: dict[str, str]) -> Step:
         self.pending.update(actions)
         # Sequential turns: the reward is that of the successor state, i.e. of the actions
         # committed so far this turn; the turn ends when every agent has acted.
-        out = self.reward_fn(dict(self.pending), self.example)
+        out = self._call("reward", dict(self.pending), self.example)
         reward, components = out if isinstance(out, tuple) else (out, {})
         if set(self.pending) != set(self.agents):
             seen = "\n".join(f"{a} answered: {t}" for a, t in self.pending.items())
@@ -76,13 +93,14 @@ class FunctionEnv:
         actions, self.pending = dict(self.pending), {}
         self.history.append(dict(actions))
         if self.transition_fn is not None:
-            nxt = self.transition_fn(self.example, dict(actions), list(self.history))
+            nxt = self._call("transition", self.example, dict(actions), list(self.history))
         else:
             nxt = {
                 a: f"{self.observations[a]}\n\nYour previous answer:\n{actions[a]}\n\nImprove it."
                 for a in self.agents
             }
         self.observations = nxt
+        self.prompts.append(dict(nxt))
         finished = bool(self.done_fn(float(reward), self.example)) if self.done_fn else False
         return Step(
             observations=dict(nxt),
@@ -93,9 +111,14 @@ class FunctionEnv:
         )
 
 
+def _declares(fn: Callable, name: str) -> bool:
+    return name in inspect.signature(fn).parameters
+
+
 def _accepts(fn: Callable, name: str) -> bool:
-    params = inspect.signature(fn).parameters
-    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+    """Whether fn declares keyword ``name`` or takes ``**kwargs`` (CoMLRL's reward rule)."""
+    params = inspect.signature(fn).parameters.values()
+    return _declares(fn, name) or any(p.kind == p.VAR_KEYWORD for p in params)
 
 
 def from_comlrl(
@@ -103,47 +126,65 @@ def from_comlrl(
     agents: Sequence[str] = ("agent_0", "agent_1"),
     formatters: Callable | Sequence[Callable] | None = None,
     external_transition: Callable | None = None,
+    external_prompt_passthrough: bool = False,
 ) -> FunctionEnv:
-    """An env from CoMLRL-style reward, formatters and external transition."""
+    """An env from CoMLRL-style reward, formatters and external transition (CoMLRL 1.4.3).
+
+    Turn 1: agent i sees ``formatters[i](item)`` (no formatter: ``item["prompt"]``).
+    After each turn, ``external_transition`` gets the dataset prompt, the joint action and the
+    per-agent prompt and response histories (this turn's included) and returns one prompt per
+    agent. Agent i's next observation is that prompt put through its formatter as CoMLRL does:
+    it replaces ``item["prompt"]`` and is also passed as ``external_prompts=`` when the
+    formatter declares that argument; with no formatter, or external_prompt_passthrough=True,
+    it is used as is. The prompt history holds the prompts the agents were shown (CoMLRL keeps
+    the transition's raw prompt from turn 2 on; the two agree without a formatter).
+    ``reward_func(*[[completion] per agent], batch_items=[item], prompts=[prompt])`` gets the
+    keywords it declares (or all, with ``**kwargs``); prompt is agent 0's prompt this turn.
+    Only its first value is used.
+    """
     n = len(agents)
     fmts = list(formatters) if isinstance(formatters, (list, tuple)) else [formatters] * n
     if len(fmts) != n:
         raise ValueError(f"formatters: expected {n} (one per agent), got {len(fmts)}")
+    # CoMLRL passes external_prompts= only to formatters that name it (not to **kwargs).
+    takes_external = [f is not None and _declares(f, "external_prompts") for f in fmts]
+    reward_kwargs = [k for k in ("batch_items", "prompts") if _accepts(reward_func, k)]
 
     def fmt(i: int, item: dict, external: str | None = None) -> str:
+        """Agent i's observation: the formatted item, or the transition's prompt formatted."""
         f = fmts[i]
-        if f is None:
-            return external if external is not None else item["prompt"]
-        if external is not None and _accepts(f, "external_prompts"):
-            return f(item, external_prompts=external)
-        return f(item)
+        if external is None:
+            return f(item) if f is not None else item["prompt"]
+        if f is None or external_prompt_passthrough:
+            return external
+        item = {**item, "prompt": external}
+        return f(item, external_prompts=external) if takes_external[i] else f(item)
 
-    def reward(completions: dict[str, str], example: dict) -> float:
-        lists = [[completions[a]] for a in agents]
-        kwargs = {}
-        if _accepts(reward_func, "batch_items"):
-            kwargs["batch_items"] = [example]
-        if _accepts(reward_func, "prompts"):
-            kwargs["prompts"] = [example.get("prompt", "")]
-        out = reward_func(*lists, **kwargs)
+    def reward(completions: dict[str, str], example: dict, prompts: list) -> float:
+        given = {"batch_items": [example], "prompts": [prompts[-1][agents[0]]]}
+        out = reward_func(
+            *[[completions[a]] for a in agents], **{k: given[k] for k in reward_kwargs}
+        )
         if hasattr(out, "tolist"):
             out = out.tolist()
         return float(out[0] if isinstance(out, (list, tuple)) else out)
 
     transition = None
     if external_transition is not None:
-        prompt_hist: list[list[str]] = []
 
-        def transition(example, completions, history):
-            responses = [[h[a] for h in history] for a in agents]
-            prompts = [[fmt(i, example)] for i in range(n)] if not prompt_hist else prompt_hist
+        def transition(example: dict, completions: dict, history: list, prompts: list):
             nxt = external_transition(
                 prompt=example.get("prompt", ""),
                 agent_completions=[completions[a] for a in agents],
                 num_agents=n,
-                prompt_history_per_agent=prompts,
-                response_history_per_agent=responses,
+                prompt_history_per_agent=[[p[a] for p in prompts] for a in agents],
+                response_history_per_agent=[[h[a] for h in history] for a in agents],
             )
+            if not isinstance(nxt, (list, tuple)) or len(nxt) != n:
+                raise ValueError(
+                    f"external_transition must return a list of {n} prompts (one per agent), "
+                    f"got {nxt!r}"
+                )
             return {a: fmt(i, example, nxt[i]) for i, a in enumerate(agents)}
 
     return FunctionEnv(

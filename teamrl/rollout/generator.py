@@ -71,10 +71,13 @@ def sample_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sampling. Returns (tokens, log-prob of each token under the sampling distribution).
 
-    Rows with temperature 0 take the argmax (log-prob 0 under the greedy policy).
+    Rows with temperature 0 take the argmax (log-prob 0 under the greedy policy). An all-greedy
+    batch draws nothing from the RNG, so a greedy eval leaves the training sample stream as is.
     """
     logits = logits.float()
     greedy = temperature <= 0
+    if bool(greedy.all()):
+        return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
     scaled = logits / temperature.clamp_min(1e-6).unsqueeze(-1)
     if bool((top_k > 0).any()):
         kth = torch.topk(scaled, int(top_k.max()), dim=-1).values

@@ -13,7 +13,9 @@ Returns are computed bottom-up:
     R_j = r_j + gamma * mean(R of the child's joint actions)      (R_j = r_j at a leaf)
 
 An agent's completion g is credited with R_g (aligned) or with the marginal mean of R over the
-joint actions that contain it (cross). Group key: (problem, node, agent).
+joint actions that contain it (cross). Group key: (problem, slot, node, agent), where ``slot``
+is the example's position in the step's batch: an example drawn twice in one step (an epoch
+wrapping mid-step, or prompts_per_step > the dataset) grows two trees whose groups stay apart.
 
 Generation is one call per engine per turn, covering every node, agent and sample of the turn.
 """
@@ -42,7 +44,8 @@ from teamrl.team import Team
 
 @dataclass
 class Node:
-    problem: int
+    problem: int  # dataset index of the example
+    slot: int  # position of the example in this step's batch (an example may appear twice)
     node_id: str  # path of joint-action indices from the root, e.g. "0/3"
     turn: int
     env: Env
@@ -75,11 +78,11 @@ def joint_rollout(
     g = 1 if greedy else num_generations
     t_gen = t_env = 0.0
     roots = []
-    for problem, example in examples:
+    for slot, (problem, example) in enumerate(examples):
         env = make_env()
         obs = env.reset(example)
         check_observations(obs, agents, f"reset(example {problem})")
-        roots.append(Node(problem, "root", 0, env, obs, example))
+        roots.append(Node(problem, slot, "root", 0, env, obs, example))
 
     frontier = list(roots)
     pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
@@ -102,7 +105,7 @@ def joint_rollout(
                         agent=a,
                         policy=team.policy_of[a],
                         turn=turn,
-                        group=(node.problem, node.node_id, a),
+                        group=(node.problem, node.slot, node.node_id, a),
                         prompt_ids=gen.prompt_ids,
                         completion_ids=gen.completion_ids,
                         sampler_logprobs=gen.logprobs,
@@ -150,7 +153,15 @@ def joint_rollout(
                     continue
                 check_observations(step.observations, agents, f"step (example {node.problem})")
                 child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
-                child = Node(node.problem, child_id, turn + 1, env, step.observations, node.example)
+                child = Node(
+                    node.problem,
+                    node.slot,
+                    child_id,
+                    turn + 1,
+                    env,
+                    step.observations,
+                    node.example,
+                )
                 node.children[j] = child
                 next_frontier.append(child)
         frontier = next_frontier

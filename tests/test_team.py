@@ -1,0 +1,39 @@
+"""Team construction: which parameters a LoRA policy trains."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import tiny_overrides
+
+from teamrl.config import load_config
+from teamrl.team import Team, is_adapter_param
+
+
+def test_is_adapter_param_matches_peft_lora_names_only():
+    assert is_adapter_param("m.layers.0.mlp.up_proj.lora_A.mlp.weight", "mlp")
+    assert is_adapter_param("m.layers.0.mlp.up_proj.lora_B.mlp.weight", "mlp")
+    assert is_adapter_param("m.embed_tokens.lora_embedding_A.mlp", "mlp")
+    assert not is_adapter_param("m.layers.0.mlp.up_proj.base_layer.weight", "mlp")
+    assert not is_adapter_param("m.layers.0.mlp.up_proj.lora_A.other.weight", "mlp")
+    assert not is_adapter_param("m.layers.0.self_attn.q_proj.lora_A.mlp.weight", "q_proj")
+    assert not is_adapter_param("m.layers.0.mlp.up_proj.lora_A.mlp.weight", "0")
+
+
+@pytest.mark.parametrize("names", [("mlp", "q_proj"), ("0", "model")])
+def test_lora_agents_named_like_modules_keep_the_base_frozen(names):
+    agents = ", ".join(f"{{name: {n!r}, max_completion_length: 8}}" for n in names)
+    overrides = tiny_overrides("lora") + [f"team.agents=[{agents}]", "model.device=cpu"]
+    team = Team(load_config(None, overrides))
+    model = team.policies[names[0]].model
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable, "no adapter is trainable"
+    assert all(".lora_" in n for n in trainable), sorted(n for n in trainable if ".lora_" not in n)
+    ids = {id(p): n for n, p in model.named_parameters()}
+    for a in names:
+        mine = {ids[id(p)] for p in team.policies[a].parameters()}
+        # exactly this adapter's LoRA weights (PEFT names them <module>.lora_A.<adapter>.weight)
+        own = re.compile(rf"\.lora_[A-Za-z_]+\.{re.escape(a)}(\.|$)")
+        assert mine and mine == {n for n in trainable if own.search(n)}
+    assert len(trainable) == sum(len(team.policies[a].parameters()) for a in names)

@@ -1,0 +1,108 @@
+"""The update's old log-probs: taken before the first optimizer step, whatever the minibatching."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import tiny_overrides
+
+import teamrl.trainer as trainer_mod
+from teamrl.config import load_config
+from teamrl.trainer import Trainer
+
+
+def make(tmp_path, **extra):
+    cfg = load_config(None, tiny_overrides("shared", 2, **extra))
+    return Trainer(cfg, run_dir=tmp_path / "run")
+
+
+def spy(monkeypatch):
+    """Record, for every loss call, the batch it scored, its old log-probs and its stats."""
+    calls, last = [], {}
+    real_collate, real_loss = trainer_mod.collate, trainer_mod.policy_loss
+
+    def collate(samples, pad_id):
+        last["batch"] = real_collate(samples, pad_id)
+        return last["batch"]
+
+    def policy_loss(logp, old_logp, *a, **k):
+        out = real_loss(logp, old_logp, *a, **k)
+        calls.append({"batch": last["batch"], "old": old_logp.detach().clone(), "out": out})
+        return out
+
+    monkeypatch.setattr(trainer_mod, "collate", collate)
+    monkeypatch.setattr(trainer_mod, "policy_loss", policy_loss)
+    return calls
+
+
+def test_later_minibatches_are_clipped_against_the_pre_update_policy(tmp_path, monkeypatch):
+    tr = make(
+        tmp_path,
+        **{
+            "train.num_mini_batches": 2,
+            "train.prompts_per_step": 2,
+            "train.learning_rate": 0.5,
+            "seed": 3,
+        },
+    )
+    before = copy.deepcopy(tr.team.policies["shared"].model)
+    calls = spy(monkeypatch)
+    m = tr.train_step()
+    assert len(calls) == 2  # one pass, two minibatches, one chunk each
+    first, second = calls
+    # the first step's old log-probs are its own: ratio exactly 1
+    assert first["out"].ratio_max_dev == 0.0
+    assert m["ratio_dev_first_pass/shared"] == 0.0
+    # the second step runs after the first has moved the policy: its ratio is not 1 and clips
+    assert second["out"].ratio_max_dev > 0.0
+    assert second["out"].clip_fraction > 0.0
+    # ... because its old log-probs are those of the policy before any step
+    device = next(before.parameters()).device
+    with torch.no_grad():
+        want, _ = trainer_mod.token_logprobs(before.train(), second["batch"].to(device))
+    mask = second["batch"].completion_mask.bool()
+    assert torch.allclose(second["old"][mask], want[mask].cpu(), atol=1e-5)
+
+
+def test_micro_batches_and_passes_with_ragged_widths(tmp_path, monkeypatch):
+    # alice writes 2 tokens, bob 8: a chunk's width depends on who is in it, and a sample meets
+    # chunks of other widths in pass 2; its old log-probs are re-padded to fit
+    tr = make(
+        tmp_path,
+        **{
+            "team.agents": "[{name: alice, max_completion_length: 2}, "
+            "{name: bob, max_completion_length: 8}]",
+            "train.num_mini_batches": 2,
+            "train.micro_batch_size": 2,
+            "algorithm.num_iterations": 2,
+            "train.prompts_per_step": 2,
+            "train.learning_rate": 0.5,
+        },
+    )
+    calls = spy(monkeypatch)
+    m = tr.train_step()
+    # 16 samples: 2 passes x 2 minibatches of 8 x 4 chunks of 2
+    assert len(calls) == 2 * 2 * 4
+    assert len({c["batch"].completion_ids.shape[1] for c in calls}) > 1  # ragged indeed
+    assert [c["out"].ratio_max_dev for c in calls[:4]] == [0.0] * 4
+    assert max(c["out"].ratio_max_dev for c in calls[4:]) > 0.0
+    assert m["clip_fraction/shared"] > 0.0
+
+
+@pytest.mark.parametrize("mini_batches, extra_forwards", [(1, 0), (2, 1)])
+def test_one_step_needs_no_extra_forward(tmp_path, monkeypatch, mini_batches, extra_forwards):
+    tr = make(tmp_path, **{"train.num_mini_batches": mini_batches})
+    forwards = []
+    real = trainer_mod.token_logprobs
+
+    def count(model, batch, with_entropy=False):
+        forwards.append(torch.is_grad_enabled())
+        return real(model, batch, with_entropy)
+
+    monkeypatch.setattr(trainer_mod, "token_logprobs", count)
+    tr.train_step()
+    # one grad forward per minibatch, plus one no-grad forward per later minibatch of pass 1
+    assert forwards.count(True) == mini_batches
+    assert forwards.count(False) == extra_forwards
