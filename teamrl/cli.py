@@ -44,14 +44,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     trainer = Trainer(cfg, run_dir=args.run_dir)
-    label = "untrained"
+    ks = tuple(int(k) for k in args.ks.split(","))
+    meta = {"config": str(args.config), "model": cfg.model.name_or_path}
+
+    reports = {}
+
+    def add_column(label: str) -> None:
+        report = evaluate_trainer(trainer, args.split, args.num_samples, ks, args.limit)
+        reports[f"{trainer.task.name} ({label})"] = report | meta | {"checkpoint": label}
+
+    # The untrained model first (the baseline column), then the checkpoint loaded into the
+    # same trainer: both columns see the same problems and the same random stream.
+    label = Path(args.checkpoint).name if args.checkpoint else "untrained"
+    if not args.checkpoint or not args.no_baseline:
+        add_column("untrained")
     if args.checkpoint:
         trainer.load_checkpoint(args.checkpoint)
-        label = Path(args.checkpoint).name
-    ks = tuple(int(k) for k in args.ks.split(","))
-    report = evaluate_trainer(trainer, args.split, args.num_samples, ks, args.limit)
-    report.update({"model": cfg.model.name_or_path, "checkpoint": label})
-    reports = {f"{trainer.task.name} ({label})": report}
+        add_column(label)
     out_dir = args.output_dir or (trainer.run_dir / "eval" / label)
     jpath, mpath = write_report(reports, out_dir)
     print(markdown_table(reports))
@@ -93,7 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("config")
     e.add_argument("overrides", nargs="*")
-    e.add_argument("--checkpoint", default=None, help="checkpoints/step-N folder (else untrained).")
+    e.add_argument(
+        "--checkpoint",
+        default=None,
+        help="checkpoints/step-N folder; reported next to the untrained model (the baseline).",
+    )
+    e.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="With --checkpoint: skip the untrained model's column.",
+    )
     e.add_argument("--split", default="test", choices=["test", "eval", "train"])
     e.add_argument("--num-samples", type=int, default=4, help="Sampled episodes per problem.")
     e.add_argument("--ks", default="1,2,4", help="Comma-separated k for pass@k.")

@@ -7,6 +7,10 @@ the n = k samples successful, the unbiased estimator of Chen et al. (2021) is
 
 and avg@k = c / n (the mean success of a sample). A task's "success" comes from the env's
 ``infos["success"]``; tasks without one (writing) report rewards only.
+
+Every evaluated episode is an independent single path (``eval_episodes``): never the AT-GRPO
+tree, whose branch selection reads the reward (the gold answer), nor MAGRPO's early stop on a
+high reward. Either would be an oracle at test time.
 """
 
 from __future__ import annotations
@@ -28,16 +32,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[str, Any]:
-    """Aggregate episode summaries (see RolloutResult.episodes) into one report."""
+    """Aggregate episode summaries (see RolloutResult.episodes) into one report.
+
+    ``components/*`` are means over every evaluated episode, greedy and sampled.
+    """
     report: dict[str, Any] = {"problems": len({e["problem"] for e in greedy})}
+    report["episodes"] = len(greedy) + len(sampled)
     report["greedy/reward"] = float(np.mean([e["return"] for e in greedy]))
     report["greedy/turns"] = float(np.mean([e["turns"] for e in greedy]))
     comps: dict[str, list[float]] = {}
-    for e in greedy:
+    for e in greedy + sampled:
         for k, v in e["components"].items():
             comps.setdefault(k, []).append(v)
     for k, vs in sorted(comps.items()):
-        report[f"greedy/components/{k}"] = float(np.mean(vs))
+        report[f"components/{k}"] = float(np.mean(vs))
     has_success = all(e["success"] is not None for e in greedy + sampled)
     if has_success:
         report["greedy/accuracy"] = float(np.mean([e["success"] for e in greedy]))
@@ -73,7 +81,45 @@ def _fmt(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.3f}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
     return str(v)
+
+
+def eval_episodes(trainer, examples: list[tuple[int, dict]], n: int, *, greedy: bool) -> list:
+    """``n`` independent single-path episode summaries per example (one when ``greedy``).
+
+    Built here rather than with ``trainer.rollout``: in training, AT-GRPO continues the branch
+    with the best reward and MAGRPO may stop a tree early on a high reward; both read the
+    gold answer, so at test time they would be oracles.
+    """
+    from teamrl.rollout.at_tree import agent_turn_rollout
+    from teamrl.rollout.joint_tree import joint_rollout
+
+    cfg = trainer.cfg
+    common = dict(max_turns=cfg.env.max_turns, reward_workers=cfg.env.reward_workers)
+    if cfg.algorithm.name == "magrpo":  # one joint action per turn: a single path per episode
+        repeated = [ex for ex in examples for _ in range(1 if greedy else n)]
+        return joint_rollout(
+            trainer.team,
+            trainer.task.make_env,
+            repeated,
+            num_generations=1,
+            greedy=greedy,
+            ignore_eos=cfg.team.ignore_eos,
+            **common,
+        ).episodes
+    return agent_turn_rollout(
+        trainer.team,
+        trainer.task.make_env,
+        examples,
+        num_generations=n,
+        tree=False,  # n episodes per problem, no branching or selection
+        greedy=greedy,
+        alpha=cfg.algorithm.alpha,
+        seed=cfg.seed,
+        **common,
+    ).episodes
 
 
 def evaluate_trainer(
@@ -83,7 +129,12 @@ def evaluate_trainer(
     ks: tuple[int, ...] = (1, 2, 4),
     limit: int | None = None,
 ) -> dict[str, Any]:
-    """Greedy and sampled single-path episodes of the trainer's team on a task split."""
+    """Greedy and sampled single-path episodes of the trainer's team on a task split.
+
+    The report records its settings (split, limit, num_samples, ks) next to the metrics.
+    The torch seed is reset to ``cfg.seed`` first, so two models evaluated one after the
+    other (a baseline and a checkpoint) draw the same random stream.
+    """
     import torch
 
     data = getattr(trainer.task, split)
@@ -93,10 +144,10 @@ def evaluate_trainer(
     examples = [(i, data[i]) for i in range(n)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(trainer.cfg.seed)
-        greedy = trainer.rollout(examples, greedy=True).episodes
-        sampled = trainer.sample_episodes(examples, num_samples) if num_samples > 0 else []
+        greedy = eval_episodes(trainer, examples, 1, greedy=True)
+        sampled = eval_episodes(trainer, examples, num_samples, greedy=False) if num_samples else []
     report = summarise(greedy, sampled, list(ks))
-    report["split"] = split
+    report.update({"split": split, "limit": limit, "num_samples": num_samples, "ks": list(ks)})
     return report
 
 
@@ -106,6 +157,8 @@ def write_report(reports: dict[str, dict[str, Any]], out_dir: str | Path) -> tup
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out / "eval.json", out / "eval.md"
-    jpath.write_text(json.dumps(reports, indent=2, sort_keys=True) + "\n")
+    # columns keep their order (the baseline first); metrics within a column are sorted
+    ordered = {name: dict(sorted(r.items())) for name, r in reports.items()}
+    jpath.write_text(json.dumps(ordered, indent=2) + "\n")
     mpath.write_text(markdown_table(reports) + "\n")
     return jpath, mpath

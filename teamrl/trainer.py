@@ -280,11 +280,15 @@ class Trainer:
 
     # --- one step -----------------------------------------------------------------------------
 
-    def rollout(self, examples, greedy: bool = False) -> RolloutResult:
-        """The configured rollout shape: joint tree (MAGRPO), agent-turn tree, or flat GRPO."""
+    def rollout(self, examples, greedy: bool = False, single_path: bool = False) -> RolloutResult:
+        """The configured rollout shape: joint tree (MAGRPO), agent-turn tree, or flat GRPO.
+
+        ``single_path`` (evaluation): one sample per node and no reward-based early stop, so
+        no branch is ever chosen by its reward (that would be an oracle at test time).
+        """
         a = self.cfg.algorithm
         common = dict(
-            num_generations=a.num_generations,
+            num_generations=1 if single_path else a.num_generations,
             max_turns=self.cfg.env.max_turns,
             discount=a.discount,
             greedy=greedy,
@@ -296,7 +300,7 @@ class Trainer:
                 self.task.make_env,
                 examples,
                 joint_mode=a.joint_mode,
-                early_termination_threshold=a.early_termination_threshold,
+                early_termination_threshold=None if single_path else a.early_termination_threshold,
                 ignore_eos=self.cfg.team.ignore_eos,
                 **common,
             )
@@ -311,26 +315,6 @@ class Trainer:
             seed=self.cfg.seed * 100_003 + self.step,
             **common,
         )
-
-    def sample_episodes(self, examples, k: int) -> list[dict]:
-        """k sampled single-path episodes per example (for avg@k and pass@k)."""
-        a, env = self.cfg.algorithm, self.cfg.env
-        common = dict(max_turns=env.max_turns, reward_workers=env.reward_workers)
-        if a.name == "magrpo":
-            repeated = [ex for ex in examples for _ in range(k)]
-            return joint_rollout(
-                self.team, self.task.make_env, repeated, num_generations=1, **common
-            ).episodes
-        return agent_turn_rollout(
-            self.team,
-            self.task.make_env,
-            examples,
-            num_generations=k,
-            tree=False,
-            alpha=a.alpha,
-            seed=self.cfg.seed,
-            **common,
-        ).episodes
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -397,7 +381,7 @@ class Trainer:
         # eval never shifts the training RNG streams (CPU and every CUDA device)
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=cuda):
-            result = self.rollout(examples, greedy=self.cfg.eval.greedy)
+            result = self.rollout(examples, greedy=self.cfg.eval.greedy, single_path=True)
         self.last_eval = result
         m = result.metrics
         keep = ("reward", "completion", "success", "turns")

@@ -11,6 +11,11 @@ A program prints ESCAPED when its attack worked, so the test can check that word
 up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
 ``sneaky`` programs may exit 0 (os._exit, background children...): the test then checks that
 the harm did not happen (no leftover process, no marker file, no secret in the output).
+
+The corpus runs in whatever isolation mode the machine gives (``isolation_mode()``). The
+weaker modes have documented residual risks (``teamrl.rewards.sandbox``): ``xfail`` maps a
+mode to the risk that lets the program through there (an expected failure), ``skip`` to why
+running it there would harm the test run itself (the program would run as the test's uid).
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TIME = ("cpu_time", "wall_time")
+
+# Residual risks of the fallback modes, as teamrl.rewards.sandbox documents them.
+SAME_UID = "rlimits runs the program as the caller's uid"
+KILLS_US = {"rlimits": f"{SAME_UID}: it would signal the test run itself"}
+WORLD_WRITABLE = "the program may write to world-writable places"
+WRITES_AS_US = {"rlimits": f"{SAME_UID}: it may write wherever the caller can"}
+READS_AS_US = {"rlimits": f"{SAME_UID}: it may read the caller's files and /proc entries"}
+SETSID = {"rlimits": "a new session escapes the process-group kill"}
+SOCKET_GUARD = "the socket guard stops Python's socket class only, not libc's resolver"
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,8 @@ class Hostile:
     killed: tuple[str | None, ...] | None = None
     sneaky: bool = False
     limits: dict = field(default_factory=dict)
+    xfail: dict[str, str] = field(default_factory=dict)  # mode -> documented residual risk
+    skip: dict[str, str] = field(default_factory=dict)  # mode -> why it is not run there
 
 
 def _write(path: str) -> str:
@@ -73,6 +89,8 @@ CORPUS: list[Hostile] = [
         "non_daemon_thread",
         "import threading, time\nthreading.Thread(target=time.sleep, args=(1000,)).start()\n",
         ("wall_time",),
+        # it fails, but early: there is no thread to spare when the uid is at its limit
+        xfail={"rlimits": "RLIMIT_NPROC counts every process and thread of the uid"},
     ),
     Hostile("regex_backtracking", "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n", TIME),
     # ---- processes ----------------------------------------------------------------------
@@ -98,28 +116,38 @@ CORPUS: list[Hostile] = [
         "subprocess_new_session",
         "import subprocess\nsubprocess.Popen(['sleep', '1000'], start_new_session=True)\n",
         sneaky=True,
+        xfail=SETSID,
     ),
     Hostile(
         "double_fork_daemon",
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        time.sleep(1000)\n    os._exit(0)\nos.wait()\n",
         sneaky=True,
+        xfail=SETSID,
     ),
     Hostile("shell_background", "import os\nos.system('sleep 1000 &')\n", sneaky=True),
     Hostile(
         "kill_parent",
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('sent')\n",
         sneaky=True,
+        skip=KILLS_US,
     ),
     Hostile(
         "kill_test_process",
         "import os, signal\nos.kill(@TEST_PID@, signal.SIGKILL)\nprint('ESCAPED')\n",
+        skip=KILLS_US,
     ),
     Hostile(
         "killpg_test_group",
         "import os, signal\nos.killpg(os.getpgid(@TEST_PID@), signal.SIGKILL)\nprint('ESCAPED')\n",
+        skip=KILLS_US,
     ),
-    Hostile("kill_everyone", "import os, signal\nos.kill(-1, signal.SIGKILL)\n", sneaky=True),
+    Hostile(
+        "kill_everyone",
+        "import os, signal\nos.kill(-1, signal.SIGKILL)\n",
+        sneaky=True,
+        skip=KILLS_US,
+    ),
     Hostile("killpg_own_group", "import os, signal\nos.killpg(0, signal.SIGKILL)\n", ("signal 9",)),
     # ---- memory and stack ---------------------------------------------------------------
     # Touching 256 MiB page by page can take longer than 2 s among the CPU burners above.
@@ -168,17 +196,26 @@ CORPUS: list[Hostile] = [
         (None,),
     ),
     # ---- files --------------------------------------------------------------------------
-    Hostile("write_tmp", _write("'/tmp/@MARKER@'")),
+    Hostile(
+        "write_tmp",
+        _write("'/tmp/@MARKER@'"),
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+    ),
     Hostile("write_etc", _write("'/etc/@MARKER@'")),
-    Hostile("write_repo", _write("'@REPO@/@MARKER@'")),
-    Hostile("write_home", _write("'@HOME@/@MARKER@'")),
-    Hostile("write_dev_shm", _write("'/dev/shm/@MARKER@'")),
-    Hostile("write_marker_dir", _write("'@MARKER_DIR@/@MARKER@'")),
-    Hostile("write_parent_dir", _write("'../@MARKER@'")),
-    Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]")),
+    Hostile("write_repo", _write("'@REPO@/@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile("write_home", _write("'@HOME@/@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile(
+        "write_dev_shm",
+        _write("'/dev/shm/@MARKER@'"),
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+    ),
+    Hostile("write_marker_dir", _write("'@MARKER_DIR@/@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile("write_parent_dir", _write("'../@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]"), xfail=WRITES_AS_US),
     Hostile(
         "symlink_escape",
         "import os\nos.symlink('@MARKER_DIR@/@MARKER@', 'link')\n" + _write("'link'"),
+        xfail=WRITES_AS_US,
     ),
     Hostile(
         "userns_remount",
@@ -187,6 +224,7 @@ CORPUS: list[Hostile] = [
         "libc.mount(b'none', b'/', None, ctypes.c_ulong(0x20 | 0x1000 | 0x4000), None)\n"
         "libc.mount(b'none', b'@MARKER_DIR@', None, ctypes.c_ulong(0x20 | 0x1000), None)\n"
         + _write("'@MARKER_DIR@/@MARKER@'"),
+        xfail=WRITES_AS_US,
     ),
     Hostile(
         "file_size_bomb",
@@ -198,6 +236,11 @@ CORPUS: list[Hostile] = [
         "i = 0\nwhile True:\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'0' * (1 << 20))\n"
         "    i += 1\n",
         ("file_size",),
+        # it writes (to a directory deleted afterwards) until the wall clock stops it
+        xfail={
+            m: "without the tmpfs working directory only each file is bounded (file_size_mb)"
+            for m in ("setuid", "rlimits")
+        },
     ),
     Hostile(
         "many_open_files",
@@ -211,11 +254,29 @@ CORPUS: list[Hostile] = [
         sneaky=True,
     ),
     Hostile("proc_self_environ", "print(open('/proc/self/environ').read())\n", sneaky=True),
-    Hostile("proc_parent_environ", "print(open('/proc/@TEST_PID@/environ').read())\n"),
-    Hostile("proc_parent_fds", "import os\nprint(os.listdir('/proc/@TEST_PID@/fd'))\n"),
-    Hostile("proc_parent_cwd", "import os\nprint(os.listdir('/proc/@TEST_PID@/cwd'))\n"),
-    Hostile("proc_init_environ", "print(open('/proc/1/environ').read())\n"),
-    Hostile("home_secret_file", "print(open('@HOME_SECRET@').read())\n"),
+    Hostile(
+        "proc_parent_environ",
+        "print(open('/proc/@TEST_PID@/environ').read())\n",
+        xfail=READS_AS_US,
+    ),
+    Hostile(
+        "proc_parent_fds",
+        "import os\nprint(os.listdir('/proc/@TEST_PID@/fd'))\n",
+        xfail=READS_AS_US,
+    ),
+    Hostile(
+        "proc_parent_cwd",
+        "import os\nprint(os.listdir('/proc/@TEST_PID@/cwd'))\n",
+        xfail=READS_AS_US,
+    ),
+    # (pid 1 may be the caller's uid, in a container)
+    Hostile("proc_init_environ", "print(open('/proc/1/environ').read())\n", xfail=READS_AS_US),
+    # The secret file is world-readable; only a home others cannot enter protects it.
+    Hostile(
+        "home_secret_file",
+        "print(open('@HOME_SECRET@').read())\n",
+        xfail={"setuid": "the program may read world-readable files", **READS_AS_US},
+    ),
     Hostile("read_shadow", "print(open('/etc/shadow').read())\n"),
     # ---- network ------------------------------------------------------------------------
     Hostile(
@@ -236,11 +297,13 @@ CORPUS: list[Hostile] = [
     Hostile(
         "dns_lookup",
         "import socket\nprint(socket.getaddrinfo('example.com', 80))\nprint('ESCAPED')\n",
+        xfail={"setuid": SOCKET_GUARD, "rlimits": SOCKET_GUARD},
     ),
     Hostile(
         "unix_socket",
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@UNIX_SOCKET@')\n"
         "print('ESCAPED')\n",
+        xfail={"rlimits": f"{SAME_UID}: it may connect to the caller's unix sockets"},
     ),
     Hostile(
         "raw_socket",
@@ -269,6 +332,7 @@ CORPUS: list[Hostile] = [
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "if libc.ptrace(16, @TEST_PID@, None, None) == 0:  # PTRACE_ATTACH\n"
         "    print('ESCAPED')\nraise SystemExit(ctypes.get_errno() or 1)\n",
+        skip={"rlimits": f"{SAME_UID}: attaching would stop the test run"},
     ),
     Hostile("ctypes_segfault", "import ctypes\nctypes.string_at(0)\n", ("signal 11",)),
     Hostile(

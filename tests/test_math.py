@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
 import json
 import operator
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,6 +42,8 @@ from teamrl.rewards.math import (
     is_equivalent,
 )
 from teamrl.rewards.sandbox import ExecResult
+from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.rollout.generator import Generation
 
 # --------------------------------------------------------------------------------------
 # Extraction
@@ -324,6 +328,30 @@ def test_load_aime2024(tmp_path):
     ]
 
 
+# Maxwell-Jia/AIME_2024, the set the reference evaluates on: one parquet file at the repo
+# root, capitalised columns, integer answers.
+AIME24_MAXWELL = [
+    {"ID": "2024-I-1", "Problem": "Find x.", "Solution": "...", "Answer": 33},
+    {"ID": "2024-II-15", "Problem": "Find y.", "Solution": "...", "Answer": 204},
+]
+
+
+def test_load_aime2024_reference_format(tmp_path):
+    assert inspect.signature(load_aime2024).parameters["dataset_id"].default == (
+        "Maxwell-Jia/AIME_2024"
+    )
+    root = tmp_path / "maxwell"
+    _write_parquet(root / "aime_2024_problems.parquet", AIME24_MAXWELL)
+    assert load_aime2024(dataset_id=str(root)) == [
+        {"question": "Find x.", "answer": "33", "source": "aime2024", "id": "2024-I-1"},
+        {"question": "Find y.", "answer": "204", "source": "aime2024", "id": "2024-II-15"},
+    ]
+    bad = tmp_path / "bad"
+    _write_parquet(bad / "aime_2024_problems.parquet", [{"ID": "x", "Problem": "q", "Sol": 1}])
+    with pytest.raises(ValueError, match=r"aime2024 row 0: missing field 'answer' or 'Answer'"):
+        load_aime2024(dataset_id=str(bad))
+
+
 def test_load_aime2025_and_malformed_row(tmp_path):
     root = tmp_path / "aime25"  # yentinglin/aime_2025: problem, answer, id, url, year
     good = {"id": "I-1", "problem": "Sum of bases?", "answer": "70", "url": "u", "year": 2025}
@@ -528,10 +556,12 @@ def test_sequential_env_contract():
     with pytest.raises(ValueError, match="expected actions for \\['tool'\\]"):
         env.step({"reasoner": r"\boxed{42}"})
 
-    # turn 1, tool: runs and prints 48 (wrong) -> local 0; no team reward yet
+    # turn 1, tool: runs and prints 48 (wrong) -> local 0; its team reward is not known yet,
+    # so the step is pending (the AT-GRPO rollout scores it by finishing the turn on a copy)
     step = env.step({"tool": _fence("print(6 * 8)")})
     assert runner.calls == ["print(6 * 8)"]
     assert (step.reward, step.local_rewards, step.done) == (0.0, {"tool": 0.0}, False)
+    assert step.infos["pending"] is True
     assert step.infos["reward_components"] == {
         "tool/local": 0.0,
         "tool/exec_ok": 1.0,
@@ -543,7 +573,9 @@ def test_sequential_env_contract():
 
     # turn 1, reasoner: correct -> local 1, team 1; answers differ -> no stop (stop_on agree)
     step = env.step({"reasoner": r"6 times 7 is \boxed{42}."})
-    assert (step.reward, step.local_rewards) == (1.0, {"reasoner": 1.0})
+    # the closing step carries both agents' turn-local terms (the tool's for a lookahead)
+    assert (step.reward, step.local_rewards) == (1.0, {"tool": 0.0, "reasoner": 1.0})
+    assert "pending" not in step.infos
     assert step.terminations == {"tool": False, "reasoner": False}
     assert step.truncations == {"tool": False, "reasoner": False}
     assert step.infos["success"] is True
@@ -588,8 +620,8 @@ def test_simultaneous_env_contract():
     assert "ZeroDivisionError" in step.observations["reasoner"]  # shown from the next turn
     assert step.infos["success"] is False and not step.done
 
-    # turn 2: no code block (-1, runner not called); unboxed "answer is" still counts
-    step = env.step({"tool": "It is 42.", "reasoner": "The answer is 42."})
+    # turn 2: no code block (-1, runner not called)
+    step = env.step({"tool": "It is 42.", "reasoner": r"The answer is \boxed{42}."})
     assert len(runner.calls) == 1
     assert (step.reward, step.local_rewards) == (1.0, {"tool": -1.0, "reasoner": 1.0})
     assert step.infos["reward_components"] == {
@@ -608,16 +640,91 @@ def test_simultaneous_env_contract():
 
 
 def test_stop_on_correct_timeouts_and_require_boxed():
-    env = MathEnv(
-        MathEnvConfig(mode="simultaneous", stop_on="correct", require_boxed=True),
-        runner=FakeRunner(RESULTS),
-    )
+    assert MathEnvConfig().require_boxed is True  # the prompts ask for \boxed{}
+    env = MathEnv(MathEnvConfig(mode="simultaneous", stop_on="correct"), runner=FakeRunner(RESULTS))
     env.reset(EXAMPLE)
     step = env.step({"tool": _fence("while True: pass"), "reasoner": "The answer is 42."})
     assert step.local_rewards == {"tool": -1.0, "reasoner": 0.0}  # unboxed does not count
+    assert step.infos["answers"]["reasoner"] is None
     assert step.infos["tool_status"] == "timed out" and not step.done
     step = env.step({"tool": _fence("print(6 * 8)"), "reasoner": r"\boxed{42}"})
     assert step.terminations == {"tool": True, "reasoner": True}  # correct, though disagreeing
+
+
+@pytest.mark.parametrize(
+    "completion", ["The answer is 42.", "6 times 7\n#### 42", "so it is 40 + 2 = 42"]
+)
+def test_require_boxed_false_accepts_text_answers(completion):
+    runner = FakeRunner(RESULTS)
+    for require_boxed, expected in ((True, 0.0), (False, 1.0)):
+        env = MathEnv(
+            MathEnvConfig(mode="simultaneous", require_boxed=require_boxed), runner=runner
+        )
+        env.reset(EXAMPLE)
+        step = env.step({"tool": _fence("print(6 * 8)"), "reasoner": completion})
+        assert (step.reward, step.local_rewards["reasoner"]) == (expected, expected)
+
+
+def test_pending_tool_step_lets_a_lookahead_pay_the_team_reward():
+    """The rollout's lookahead contract (teamrl.rollout.at_tree._lookahead): a pending step is
+    scored by finishing the turn on a copy; the tool candidate then earns alpha * (team reward
+    of the closing step) + the closing step's local_rewards["tool"], as the reference pays
+    the tool its own result plus "the reasoner is correct"."""
+    alpha = 0.5
+    env = MathEnv(MathEnvConfig(alpha=alpha), runner=FakeRunner(RESULTS))
+    env.reset(EXAMPLE)
+    scores = {}
+    for code, reasoner in (("print(6 * 8)", r"\boxed{42}"), ("print(1 / 0)", r"\boxed{41}")):
+        branch = copy.deepcopy(env)
+        tool_step = branch.step({"tool": _fence(code)})
+        assert tool_step.infos["pending"] is True and tool_step.reward == 0.0
+        own_local = tool_step.local_rewards["tool"]
+        closing = branch.step({"reasoner": reasoner})  # the lookahead's one reasoner sample
+        assert closing.local_rewards["tool"] == own_local
+        assert closing.infos["mixed_rewards"]["tool"] == alpha * closing.reward + own_local
+        scores[code] = alpha * closing.reward + closing.local_rewards["tool"]
+    # wrong program but the reasoner is right: 0.5 * 1 + 0; crash and reasoner wrong: 0 - 1
+    assert scores == {"print(6 * 8)": 0.5, "print(1 / 0)": -1.0}
+
+
+class _ScriptedMathTeam:
+    """Candidate k of an agent is ``texts[agent][k]`` (the rollout's Team interface)."""
+
+    def __init__(self, texts: dict[str, list[str]]):
+        self.texts = texts
+        self.agents = {a: SimpleNamespace(temperature=1.0) for a in texts}
+        self.policy_of = {a: a for a in texts}
+
+    def encode_prompt(self, agent, observation, example):
+        return [0]
+
+    def request(self, agent, ids, n, greedy=False):
+        return (agent, n)
+
+    def generate(self, jobs):
+        return [[Generation([0], [k], [0.0], False) for k in range(n)] for _, (_, n) in jobs]
+
+    def decode(self, agent, ids):
+        return self.texts[agent][ids[0]]
+
+
+def test_at_grpo_pays_tool_candidates_the_team_reward():
+    programs = ["print(6 * 8)", "print(1 / 0)", "print(6 * 7)"]  # local 0, -1, +1
+    team = _ScriptedMathTeam(
+        {"tool": [_fence(p) for p in programs], "reasoner": [r"\boxed{42}"] * 3}
+    )
+    out = agent_turn_rollout(
+        team,
+        lambda: MathEnv(MathEnvConfig(max_turns=1), runner=FakeRunner(RESULTS)),
+        [(0, EXAMPLE)],
+        num_generations=3,
+        max_turns=1,
+        alpha=1.0,
+    )
+    tool = [s for s in out.samples if s.agent == "tool"]
+    # the lookahead's reasoner is right on every branch: team 1 + each program's local term
+    assert [s.reward for s in tool] == [1.0, 0.0, 2.0]
+    assert [s.info["local"] for s in tool] == [0.0, -1.0, 1.0]
 
 
 def test_clone_mid_turn_gives_independent_branches():
@@ -671,7 +778,7 @@ def test_math_task_on_upstream_fixtures(gsm8k_dir, tmp_path):
     assert [r["answer"] for r in task.eval] == ["5"]
     assert [r["answer"] for r in task.test] == ["4"]
     root = tmp_path / "aime24"
-    _write_parquet(root / "data" / "train-00000-of-00001.parquet", AIME24)
+    _write_parquet(root / "aime_2024_problems.parquet", AIME24_MAXWELL)
     bench = build_math_task(
         source="aime2024", dataset_id=str(root), train_source="arithmetic", n_train=5, n_eval=2
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 from hostile_programs import CORPUS, Hostile
 
+from teamrl.rewards.code import stdio_pass_ratio
 from teamrl.rewards.sandbox import (
     ExecResult,
     Limits,
@@ -37,8 +38,16 @@ LIMITS = Limits(
 )
 SLACK = 1.0  # seconds allowed past the wall limit: kill, reap, drain, a loaded machine
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Every corpus program first reports its uid, so the test can look for leftover processes.
-PRELUDE = "import os as _o\nprint('UID', _o.getuid(), flush=True)\ndel _o\n"
+# Every corpus program first reports its uid and its path, and tags its environment (which
+# exec'd children inherit), so the test can look for processes it left behind.
+PRELUDE = (
+    "import os as _o, sys as _s\nprint('UID', _o.getuid(), _s.argv[0], flush=True)\n"
+    "_o.environ['TEAMRL_HOSTILE'] = '@CASE@'\ndel _o, _s\n"
+)
+# The mode the corpus runs in: the strongest this machine allows (namespaces as root with
+# CAP_SYS_ADMIN, setuid as root without, rlimits otherwise). TEAMRL_TEST_ISOLATION forces a
+# weaker one, e.g. "setuid" on a root machine, to check the fallback's expectations.
+MODE = os.environ.get("TEAMRL_TEST_ISOLATION") or isolation_mode()
 
 
 def live_processes(uid: int) -> list[int]:
@@ -62,10 +71,48 @@ def current_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
-def reported_uid(result: ExecResult) -> int:
-    first = result.stdout.splitlines()[0]
+def reported(result: ExecResult) -> tuple[int, str]:
+    """(uid, program path) from the PRELUDE's first line."""
+    first = result.stdout.splitlines()[0] if result.stdout else ""
     assert first.startswith("UID "), f"no uid line in {result.stdout[:200]!r}"
-    return int(first.split()[1])
+    _, uid, program = first.split(" ", 2)
+    return int(uid), program
+
+
+def reported_uid(result: ExecResult) -> int:
+    return reported(result)[0]
+
+
+def tagged_processes(uid: int, program: str, case: str) -> list[int]:
+    """Live processes of ``uid`` (not this one) that run ``program`` or carry the PRELUDE's
+    tag for ``case``: how leftovers are told apart when the program shares our uid."""
+    found = []
+    tag = f"TEAMRL_HOSTILE={case}".encode()
+    for pid in live_processes(uid):
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if program.encode() in argv or tag in env:
+            found.append(pid)
+    return found
+
+
+def leftovers(case: str, result: ExecResult, patience: float = 1.0) -> list[int]:
+    """Processes the program left running. With a fresh uid per run, any process of that
+    uid; in "rlimits" mode (our own uid) the ones tagged by the PRELUDE."""
+    uid, program = reported(result)
+    if MODE != "rlimits":
+        return no_leftovers(uid, patience)
+    end = time.monotonic() + patience
+    while (left := tagged_processes(uid, program, case)) and time.monotonic() < end:
+        time.sleep(0.05)
+    return left
 
 
 def processes() -> list[tuple[int, int, list[str]]]:
@@ -106,6 +153,11 @@ def reachable_python() -> str:
         if ok:
             return real
     raise AssertionError(f"no interpreter reachable by other users among {candidates}")
+
+
+def mode_python() -> str | None:
+    """The interpreter for MODE: "setuid" needs one that other users can reach."""
+    return reachable_python() if MODE == "setuid" else None
 
 
 # --------------------------------------------------------------------------------------
@@ -271,18 +323,26 @@ def test_sandbox_dies_with_its_caller():
     )
     caller = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
     try:
-        uid, program = None, None
+        pid, uid, program = None, None, None
         end = time.monotonic() + 15
         while uid is None and time.monotonic() < end:
             time.sleep(0.1)
-            for _pid, owner, argv in processes():
-                if owner != 0 and token in argv:
-                    uid, program = owner, next(a for a in argv if a.endswith("main.py"))
+            for found, owner, argv in processes():
+                # the sandboxed program (not its caller, whose -c script holds the token too)
+                if token in argv and any(a.endswith("main.py") for a in argv):
+                    pid, uid = found, owner
+                    program = next(a for a in argv if a.endswith("main.py"))
         assert uid is not None, "the sandboxed program never showed up"
     finally:
         caller.kill()
         caller.wait()
-    assert no_leftovers(uid, patience=3.0) == []
+    if MODE == "rlimits":  # it ran as our uid: watch that one process
+        end = time.monotonic() + 3.0
+        while pid in live_processes(uid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert pid not in live_processes(uid)
+    else:
+        assert uid != os.getuid() and no_leftovers(uid, patience=3.0) == []
     # A killed caller cannot clean up its temporary directory; do it here.
     shutil.rmtree(os.path.dirname(program))
 
@@ -310,24 +370,29 @@ print(json.dumps(report))
 
 
 def test_rlimits_mode_for_an_unprivileged_caller():
-    # Run a caller as `nobody` with an interpreter that user can reach.
-    python = reachable_python()
+    # As root: a caller running as `nobody`, with an interpreter that user can reach. As
+    # another user: a caller running as ourselves (then rlimits is what every test uses).
+    root = os.geteuid() == 0
+    python = reachable_python() if root else sys.executable
     argv = [python, "-I", "-c", RLIMITS_SCRIPT, REPO, BOUNDED_FORKS]
-    done = subprocess.run(
-        argv, user=65534, group=65534, extra_groups=[], capture_output=True, text=True, cwd="/"
-    )
+    as_nobody = dict(user=65534, group=65534, extra_groups=[]) if root else {}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd="/", **as_nobody)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert (report["mode"], report["uid"]) == ("rlimits", 65534)
+    uid = 65534 if root else os.getuid()
+    assert (report["mode"], report["uid"]) == ("rlimits", uid)
     assert report["hello"][:3] == [0, None, "hi\n"]
     assert "network access is disabled in the sandbox" in report["network"][3]
+    # RLIMIT_NPROC counts every process of the uid: `nobody` runs little else, while our own
+    # uid may already be at the limit (then the program cannot fork at all)
     forked = int(report["forks"][2].split()[1])
-    assert 1 <= forked <= LIMITS.max_processes - 2  # the caller and the program count too
+    assert (1 if root else 0) <= forked <= LIMITS.max_processes - 2
     assert report["loop"][1] in ("cpu_time", "wall_time")
     assert report["sleep"][1] == "wall_time"
     assert report["output"][1] == "output_limit" and len(report["output"][2]) == 4096
-    child = int(report["child"][2])
-    assert child not in live_processes(65534)
+    if report["child"][0] == 0:  # (no child when the uid's process budget is spent)
+        child = int(report["child"][2])
+        assert child not in live_processes(uid)
     for name in ("loop", "sleep", "output"):
         assert report[name][4] <= 2.0 + SLACK
 
@@ -345,10 +410,33 @@ def test_isolation_argument_is_checked():
         run_python(b"print(1)")
 
 
-def test_isolation_mode_here_is_namespaces():
-    # The corpus below is written for (and run under) the namespaces mode.
-    assert os.geteuid() == 0, "these tests expect to run as root, as on the team machine"
-    assert isolation_mode() == "namespaces"
+def test_socket_guard_refuses_the_network_but_not_unix_sockets():
+    # The guard of the modes without a network namespace ("setuid" as root, else "rlimits").
+    root = os.geteuid() == 0
+    code = (
+        "import _socket, socket\na, b = socket.socketpair()\na.sendall(b'hi')\n"
+        "print(b.recv(2).decode(), socket.socket(socket.AF_UNIX).family == socket.AF_UNIX)\n"
+        "for make in (socket.socket, lambda: _socket.socket(socket.AF_INET6)):\n"
+        "    try:\n        make()\n        print('ESCAPED')\n"
+        "    except PermissionError as e:\n        print(e)\n"
+    )
+    r = run_python(
+        code,
+        limits=LIMITS,
+        isolation="setuid" if root else "rlimits",
+        python=reachable_python() if root else None,
+    )
+    refused = "[Errno 1] network access is disabled in the sandbox"
+    assert r.ok and r.stdout.splitlines() == ["hi True", refused, refused], r
+
+
+def test_isolation_mode_matches_privileges():
+    # The corpus below runs in MODE; its weaker modes' residual risks are expected failures.
+    if os.geteuid() == 0:
+        assert isolation_mode() in ("namespaces", "setuid")
+        assert MODE in ("namespaces", "setuid")
+    else:
+        assert isolation_mode() == MODE == "rlimits"
 
 
 # --------------------------------------------------------------------------------------
@@ -365,7 +453,7 @@ class Arena:
     env: dict
     marker: str
     marker_dir: str
-    marker_paths: list[str]
+    marker_dirs: list[str]
     tcp: socket.socket
     udp: socket.socket
     unix: socket.socket
@@ -374,11 +462,18 @@ class Arena:
     secret_value: str
     home_secret: str
 
-    def fill(self, code: str) -> str:
+    def case_marker(self, case: str) -> str:
+        return f"{self.marker}-{case}"  # per case, so one escape cannot fail every case
+
+    def marker_paths(self, case: str) -> list[str]:
+        return [os.path.join(d, self.case_marker(case)) for d in self.marker_dirs]
+
+    def fill(self, code: str, case: str) -> str:
         values = {
+            "CASE": case,
             "TEST_PID": str(self.pid),
             "MARKER_DIR": self.marker_dir,
-            "MARKER": self.marker,
+            "MARKER": self.case_marker(case),
             "TCP_PORT": str(self.tcp.getsockname()[1]),
             "UDP_PORT": str(self.udp.getsockname()[1]),
             "UNIX_SOCKET": self.unix_path,
@@ -421,7 +516,7 @@ def arena(tmp_path_factory):
         env=current_env(),
         marker=marker,
         marker_dir=marker_dir,
-        marker_paths=[os.path.join(p, marker) for p in paths],
+        marker_dirs=paths,
         tcp=tcp,
         udp=udp,
         unix=unix,
@@ -435,6 +530,10 @@ def arena(tmp_path_factory):
         s.close()
     os.remove(home_secret)
     del os.environ[secret_name]
+    for case in CORPUS:  # what an expected (residual-risk) escape wrote
+        for path in arena.marker_paths(case.name):
+            if os.path.lexists(path):
+                os.remove(path)
 
 
 BOUNDED_FORKS = """\
@@ -453,23 +552,56 @@ print('forked', n)
 """
 
 
+RUNNABLE = [case for case in CORPUS if MODE not in case.skip]
+
+
+def corpus_params() -> list:
+    """One param per case, skipped or expected to fail where MODE's residual risks say so."""
+    params = []
+    for case in CORPUS:
+        marks = []
+        if MODE in case.skip:
+            marks.append(pytest.mark.skip(reason=f"{MODE} mode: {case.skip[MODE]}"))
+        elif MODE in case.xfail:
+            reason = f"{MODE} mode, documented residual risk: {case.xfail[MODE]}"
+            marks.append(pytest.mark.xfail(reason=reason, strict=False))
+        params.append(pytest.param(case.name, marks=marks))
+    return params
+
+
 @pytest.fixture(scope="module")
 def corpus_results(arena):
     # Prove that RLIMIT_NPROC holds with a bounded program before any unbounded fork bomb.
-    # The program may have max_processes processes including itself.
-    probe = run_python(BOUNDED_FORKS, limits=LIMITS, isolation="namespaces")
-    assert probe.stdout == f"forked {LIMITS.max_processes - 1}\n", probe
+    # The program may have max_processes processes including itself (in "rlimits" mode the
+    # limit counts every process of our uid, so it may fork fewer).
+    probe = run_python(BOUNDED_FORKS, limits=LIMITS, isolation=MODE, python=mode_python())
+    forked = int(probe.stdout.split()[1])
+    if MODE == "rlimits":
+        assert 0 <= forked <= LIMITS.max_processes - 1, probe
+    else:
+        assert forked == LIMITS.max_processes - 1, probe
     codes, limits = [], []
-    for case in CORPUS:
-        codes.append(PRELUDE + arena.fill(case.code))
+    for case in RUNNABLE:
+        codes.append(arena.fill(PRELUDE + case.code, case.name))
         limits.append(Limits(**{**LIMITS.__dict__, **case.limits}))
     start = time.monotonic()
-    with SandboxPool(max_workers=8, isolation="namespaces") as pool:
+    with SandboxPool(max_workers=8, isolation=MODE, python=mode_python()) as pool:
         results = pool.map(codes, limits=limits)
     elapsed = time.monotonic() - start
-    # All in parallel: the slowest case bounds the total, not the sum.
-    assert elapsed < 30, f"the corpus took {elapsed:.1f} s"
-    return {case.name: (case, lim, r) for case, lim, r in zip(CORPUS, limits, results)}
+    out = {case.name: (case, lim, r) for case, lim, r in zip(RUNNABLE, limits, results)}
+    try:
+        # All in parallel: the slowest case bounds the total, not the sum.
+        assert elapsed < 30, f"the corpus took {elapsed:.1f} s"
+        yield out
+    finally:
+        if MODE == "rlimits":  # end what an expected escape left running (our uid, tagged)
+            for case, _, r in out.values():
+                if r.stdout.startswith("UID "):
+                    for pid in tagged_processes(os.getuid(), reported(r)[1], case.name):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
 
 
 def test_corpus_is_large_and_names_are_unique():
@@ -478,7 +610,7 @@ def test_corpus_is_large_and_names_are_unique():
     assert len(set(names)) == len(names)
 
 
-@pytest.mark.parametrize("name", [case.name for case in CORPUS])
+@pytest.mark.parametrize("name", corpus_params())
 def test_hostile_program(name, corpus_results, arena):
     case, limits, r = corpus_results[name]
     assert isinstance(case, Hostile)
@@ -496,45 +628,67 @@ def test_hostile_program(name, corpus_results, arena):
         assert len(stream.encode()) <= limits.output_bytes
     if r.killed == "output_limit":
         assert limits.output_bytes in (len(r.stdout.encode()), len(r.stderr.encode()))
-    # Ran as an unprivileged uid, and nothing of it is left running.
+    # Ran as an unprivileged uid (a fresh one, but in "rlimits" mode, which runs as ours),
+    # and nothing of it is left running.
     uid = reported_uid(r)
-    assert uid != 0 and uid != os.getuid()
-    assert no_leftovers(uid) == []
+    assert uid != 0
+    assert (uid == os.getuid()) if MODE == "rlimits" else (uid != os.getuid())
+    assert leftovers(name, r) == []
     # The test process is unchanged and no marker file appeared outside the sandbox.
     assert os.getpid() == arena.pid
     assert os.getcwd() == arena.cwd
     assert current_env() == arena.env
-    for path in arena.marker_paths:
+    for path in arena.marker_paths(name):
         assert not os.path.lexists(path), path
 
 
-def test_sneaky_successes_did_nothing(corpus_results):
+def test_sneaky_successes_did_nothing(corpus_results, arena):
     # os._exit skips the flush: the buffered text is lost, and that is what the caller sees.
     r = corpus_results["exit0_mid_output"][2]
     assert r.returncode == 0 and "PARTIAL" not in r.stdout
-    # Killing init (our parent inside the namespace) is ignored; the program went on.
-    r = corpus_results["kill_parent"][2]
-    assert r.stdout.splitlines()[1:] == ["sent"]
+    if MODE == "namespaces":
+        # Killing init (our parent inside the namespace) is ignored; the program went on.
+        r = corpus_results["kill_parent"][2]
+        assert r.stdout.splitlines()[1:] == ["sent"]
+    elif MODE == "setuid":  # the parent is ours (root): not the program's to signal
+        r = corpus_results["kill_parent"][2]
+        assert "PermissionError" in r.stderr and os.getpid() == arena.pid
     # The environment holds no secret: the variable is simply missing.
     r = corpus_results["env_secret"][2]
     assert r.stdout.splitlines()[1] == "None"
 
 
+# Which corpus cases aim at which of the arena's listeners.
+LISTENER_CASES = {
+    "tcp": ("tcp_connect", "create_connection"),
+    "unix": ("unix_socket",),
+    "udp": ("udp_send",),
+}
+
+
 def test_listeners_received_nothing(corpus_results, arena):
-    for listener in (arena.tcp, arena.unix):
-        listener.setblocking(False)
+    # A listener whose attackers are expected to get through in MODE is not checked here
+    # (their own corpus cases are the expected failures).
+    def fenced(kind: str) -> bool:
+        return not any(MODE in c.xfail for c in CORPUS if c.name in LISTENER_CASES[kind])
+
+    for kind, listener in (("tcp", arena.tcp), ("unix", arena.unix)):
+        if fenced(kind):
+            listener.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+    if fenced("udp"):
+        arena.udp.setblocking(False)
         with pytest.raises(BlockingIOError):
-            listener.accept()
-    arena.udp.setblocking(False)
-    with pytest.raises(BlockingIOError):
-        arena.udp.recvfrom(100)
+            arena.udp.recvfrom(100)
 
 
 def test_network_can_be_allowed(corpus_results, arena):
     # After the corpus (whose listeners must stay silent), open the door on purpose once.
     code = arena.fill(
         "import socket\ns = socket.create_connection(('127.0.0.1', @TCP_PORT@), 2)\n"
-        "s.sendall(b'hello')\nprint('connected')\n"
+        "s.sendall(b'hello')\nprint('connected')\n",
+        "network_allowed",
     )
     arena.tcp.setblocking(True)
     arena.tcp.settimeout(5)
@@ -550,6 +704,7 @@ def test_network_can_be_allowed(corpus_results, arena):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the setuid mode needs root")
 def test_setuid_mode_fences(arena):
     python = reachable_python()
     programs = {
@@ -561,7 +716,7 @@ def test_setuid_mode_fences(arena):
         "secret": "import os\nprint(os.environ.get('@SECRET_NAME@'))",
     }
     with SandboxPool(max_workers=6, isolation="setuid", python=python) as pool:
-        codes = [PRELUDE + arena.fill(c) for c in programs.values()]
+        codes = [arena.fill(PRELUDE + c, name) for name, c in programs.items()]
         results = dict(zip(programs, pool.map(codes, limits=LIMITS)))
     assert "PermissionError: [Errno 1] network access is disabled" in results["network"].stderr
     assert results["forks"].stdout.splitlines()[1] == f"forked {LIMITS.max_processes - 1}"
@@ -574,7 +729,51 @@ def test_setuid_mode_fences(arena):
         assert uid != 0 and no_leftovers(uid) == []
         assert r.wall_seconds <= LIMITS.wall_seconds + SLACK
     assert os.getpid() == arena.pid
-    assert not os.path.exists(f"/etc/{arena.marker}")
+    assert not os.path.exists(f"/etc/{arena.case_marker('etc')}")
+
+
+# Sum two integers read from stdin: what no hostile program does.
+SUM_TESTS = [{"input": "2 3\n", "output": "5\n"}, {"input": "10 -4\n", "output": "6\n"}]
+
+
+def test_sneaky_programs_score_as_failures(arena):
+    """The programs allowed to exit cleanly still earn nothing when judged: the stdin/stdout
+    judge (AT-GRPO coding's reward) compares outputs, so exit status 0 is not a pass."""
+    sneaky = [case for case in CORPUS if case.sneaky]
+    assert len(sneaky) >= 9
+    # stderr (which the judge ignores) names the program, to find what it leaves behind
+    tag = (
+        "import os as _o, sys as _s\nprint('UID', _o.getuid(), _s.argv[0], file=_s.stderr)\n"
+        "_o.environ['TEAMRL_HOSTILE'] = '@CASE@'\ndel _o, _s\n"
+    )
+    clean_exits = 0
+    with SandboxPool(max_workers=4, isolation=MODE, python=mode_python()) as pool:
+        executed: list[ExecResult] = []
+
+        def runner(codes, stdins, timeout_s):
+            results = pool.map(list(codes), stdins=list(stdins), limits=LIMITS)
+            executed.extend(results)
+            return results
+
+        for case in sneaky:
+            if MODE in case.skip:
+                continue
+            executed.clear()
+            code = arena.fill(tag + case.code, case.name)
+            ratio, runs = stdio_pass_ratio(code, SUM_TESTS, timeout_s=2.0, runner=runner)
+            assert ratio == 0.0, (case.name, runs)
+            assert not any(run.matches(t["output"]) for run, t in zip(runs, SUM_TESTS))
+            clean_exits += sum(run.ok for run in runs)
+            assert arena.secret_value not in "".join(run.output for run in runs)
+            for r in executed if MODE == "rlimits" else ():  # end expected escapes (our uid)
+                if r.stderr.startswith("UID "):
+                    program = r.stderr.splitlines()[0].split(" ", 2)[2]
+                    for pid in tagged_processes(os.getuid(), program, case.name):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+    assert clean_exits > 0  # some did exit 0, and still scored nothing
 
 
 def test_pool_keeps_order_and_runs_in_parallel():

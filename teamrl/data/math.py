@@ -5,7 +5,10 @@ Upstream loaders (``datasets.load_dataset``; the upstream id is the default, and
 
     GSM8K          openai/gsm8k, config "main", splits train/test; the final answer is the
                    text after "####" in ``answer`` (thousands commas removed).
-    AIME 2024      HuggingFaceH4/aime_2024, split "train" (30 problems): ``problem``, ``answer``.
+    AIME 2024      Maxwell-Jia/AIME_2024 (the set PettingLLMs evaluates on), split "train"
+                   (30 problems, one parquet file): ``ID``, ``Problem``, ``Answer`` (an int).
+                   Lower-case columns are read too, so HuggingFaceH4/aime_2024 (``id``,
+                   ``problem``, ``answer``) also works as ``dataset_id``.
     AIME 2025      yentinglin/aime_2025, split "train" (30 problems, contests I and II in one
                    config): ``problem``, ``answer``. Chosen over opencompass/AIME2025, which
                    splits the contests into two configs; it is also the set PettingLLMs used.
@@ -70,9 +73,12 @@ def _text(row: dict, index: int, source: str, names: tuple[str, ...]) -> str:
     raise ValueError(f"{source} row {index}: missing field {' or '.join(map(repr, names))}")
 
 
-def _row_id(row: dict, index: int, source: str, split: str) -> Any:
-    value = row.get("id")
-    return value if value is not None and value != "" else f"{source}-{split}-{index}"
+def _row_id(row: dict, index: int, source: str, split: str, names=("id",)) -> Any:
+    for name in names:
+        value = row.get(name)
+        if value is not None and value != "":
+            return value
+    return f"{source}-{split}-{index}"
 
 
 def load_gsm8k(
@@ -105,10 +111,12 @@ def load_gsm8k(
 def _load_aime(
     source: str, split: str, dataset_id: str, name: str | None, limit: int | None, cache_dir
 ) -> list[dict]:
+    # Column names in either casing: Maxwell-Jia/AIME_2024 capitalises them (ID, Problem,
+    # Answer), the HuggingFaceH4 and yentinglin sets do not.
     rows = []
     for i, row in enumerate(_load_rows(dataset_id, name, split, limit, cache_dir)):
-        question = _text(row, i, source, ("problem", "question"))
-        answer = _text(row, i, source, ("answer",))
+        question = _text(row, i, source, ("problem", "Problem", "question", "Question"))
+        answer = _text(row, i, source, ("answer", "Answer"))
         if answer.isdigit():  # "033" and 33 are the same AIME answer
             answer = str(int(answer))
         rows.append(
@@ -116,7 +124,7 @@ def _load_aime(
                 "question": question,
                 "answer": answer,
                 "source": source,
-                "id": _row_id(row, i, source, split),
+                "id": _row_id(row, i, source, split, ("id", "ID")),
             }
         )
     return rows
@@ -125,12 +133,12 @@ def _load_aime(
 def load_aime2024(
     split: str = "train",
     *,
-    dataset_id: str = "HuggingFaceH4/aime_2024",
+    dataset_id: str = "Maxwell-Jia/AIME_2024",
     name: str | None = None,
     limit: int | None = None,
     cache_dir: str | None = None,
 ) -> list[dict]:
-    """AIME 2024 (30 problems, integer answers 0-999)."""
+    """AIME 2024 I and II (30 problems, integer answers 0-999)."""
     return _load_aime("aime2024", split, dataset_id, name, limit, cache_dir)
 
 

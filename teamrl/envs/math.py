@@ -15,13 +15,17 @@ Rewards (ours; cf. the reference's math rewards):
     tool local      +1 if the program runs and its printed answer equals the gold answer,
                      0 if it runs with a wrong answer, -1 if there is no closed code block,
                      the run fails (non-zero exit, timeout, kill) or prints nothing
-    reasoner local  1 if its answer equals the gold answer, else 0
+    reasoner local  1 if its answer equals the gold answer, else 0; the answer is its last
+                     ``\\boxed{}`` (``require_boxed``, the default; False also accepts
+                     "answer is X", "#### X" or the last number)
     team            1 if the reasoner's answer is correct, else 0
-``Step.reward`` is the team reward and ``Step.local_rewards`` holds the local terms of the
-agents that acted in that call. In sequential mode the team reward is known only when the
-reasoner has acted, so the tool's own step reports ``reward=0.0``; the turn-closing step
-reports both agents' local terms in ``infos["turn_local_rewards"]`` and
-``alpha * team + local`` in ``infos["mixed_rewards"]``.
+``Step.reward`` is the team reward and ``Step.local_rewards`` holds local terms. In
+sequential mode the team reward is known only once the reasoner has acted, so the tool's
+step is ``infos["pending"]`` (``reward=0.0``, its own local term): the AT-GRPO rollout scores
+each tool candidate by finishing the turn on a copy, and pays it ``alpha * team + local`` as
+in the reference (tool = own result + reasoner correct). The turn-closing step's
+``local_rewards`` carry every agent's turn-local term (also in ``infos["turn_local_rewards"]``),
+and ``infos["mixed_rewards"]`` holds ``alpha * team + local`` per agent.
 
 Termination (``stop_on``): "agree" (default) ends the episode when the tool's and the
 reasoner's answers agree, as in the reference workflow. It does not peek at the gold answer,
@@ -80,8 +84,11 @@ class MathEnvConfig:
         default=1.0, metadata={"help": "Team weight in infos['mixed_rewards'] = alpha*team+local."}
     )
     require_boxed: bool = field(
-        default=False,
-        metadata={"help": "Reasoner answers only count inside \\boxed{} (no text fallbacks)."},
+        default=True,
+        metadata={
+            "help": "Reasoner answers only count inside \\boxed{}, as the prompts ask (False: "
+            "also 'answer is X', '#### X' or the last number)."
+        },
     )
     feedback_chars: int = field(
         default=1500, metadata={"help": "Longest program/output text shown back to agents."}
@@ -216,15 +223,19 @@ class MathEnv:
             components.update({f"{agent}/{k}": v for k, v in record["components"].items()})
 
         if len(self._pending) < len(self.agents):  # sequential, mid-turn
+            infos = self._infos(components, turn_complete=False)
+            # pending: this tool candidate's team reward (is the reasoner right?) is not known
+            # yet; the AT-GRPO rollout finishes the turn on a copy to score it.
+            infos["pending"] = True
             return Step(
                 observations=self._observations(),
                 reward=0.0,
                 terminations={a: False for a in self.agents},
                 truncations={a: False for a in self.agents},
                 local_rewards=local,
-                infos=self._infos(components, turn_complete=False),
+                infos=infos,
             )
-        return self._close_turn(local, components)
+        return self._close_turn(components)
 
     # ---- acting ------------------------------------------------------------------------
 
@@ -292,7 +303,7 @@ class MathEnv:
             return False
         return check_equivalence(other, mine, screen_gold=True).equivalent
 
-    def _close_turn(self, local: dict[str, float], components: dict[str, float]) -> Step:
+    def _close_turn(self, components: dict[str, float]) -> Step:
         turn, self._pending = self._pending, {}
         self._turns.append(turn)
         team = 1.0 if turn["reasoner"]["correct"] else 0.0
@@ -306,10 +317,11 @@ class MathEnv:
         self._done = stop or truncated
         components.update({"team": team, "agree": float(agree)})
         infos = self._infos(components, turn_complete=True)
-        infos["turn_local_rewards"] = {a: r["local_reward"] for a, r in turn.items()}
-        infos["mixed_rewards"] = {
-            a: self.config.alpha * team + r["local_reward"] for a, r in turn.items()
-        }
+        # Every agent's turn-local term, the tool's too: a lookahead that closes the turn for a
+        # pending tool candidate reads the tool's local reward from this step.
+        local = {a: r["local_reward"] for a, r in turn.items()}
+        infos["turn_local_rewards"] = dict(local)
+        infos["mixed_rewards"] = {a: self.config.alpha * team + r for a, r in local.items()}
         return Step(
             observations=self._observations(),
             reward=team,
@@ -510,18 +522,17 @@ def _build(agents: tuple[str, ...], roles: dict[str, str], kwargs: dict) -> Task
     "Two-agent math (tool writes Python, reasoner answers in \\boxed{}); "
     "source=arithmetic|gsm8k|aime2024|aime2025|olympiadbench",
 )
-def build_math_task(**kwargs: Any) -> Task:
+def build_math_task(max_turns: int = 4, **kwargs: Any) -> Task:
     """Two-agent math task. Kwargs: ``source`` and the data kwargs of ``load_math_splits``,
     every ``MathEnvConfig`` field, and ``runner`` (defaults to the sandbox)."""
-    return _build(TEAM_AGENTS, {"tool": TOOL_ROLE, "reasoner": REASONER_ROLE}, dict(kwargs))
+    roles = {"tool": TOOL_ROLE, "reasoner": REASONER_ROLE}
+    return _build(TEAM_AGENTS, roles, {**kwargs, "max_turns": max_turns})
 
 
 @register_task(
     "math_single",
     "Single reasoner on math (L0 baseline, one turn by default); same sources as 'math'",
 )
-def build_math_single_task(**kwargs: Any) -> Task:
+def build_math_single_task(max_turns: int = 1, **kwargs: Any) -> Task:
     """The reasoner alone; ``max_turns`` defaults to 1 (kwargs as ``math``, minus the tool)."""
-    kwargs = dict(kwargs)
-    kwargs.setdefault("max_turns", 1)
-    return _build(("reasoner",), {"reasoner": SOLO_ROLE}, kwargs)
+    return _build(("reasoner",), {"reasoner": SOLO_ROLE}, {**kwargs, "max_turns": max_turns})

@@ -31,14 +31,18 @@ which of these ``run_python`` gets by default:
     Fresh uid/gid, rlimits and the socket guard below; after the run every process of the
     uid is killed. Residual risk: the program may write to world-writable places (``/tmp``,
     ``/dev/shm``; bounded per file by ``file_size_mb``), can get past the socket guard, and
-    killed orphans are left for the system's init to reap. The interpreter must be
+    killed orphans are left for the system's init to reap. Its working directory is on the
+    caller's disk, not a tmpfs: only each file is bounded, so it can write for as long as
+    the wall clock allows (the directory is deleted afterwards). The interpreter must be
     reachable by other users (not under ``/root``).
 
 ``"rlimits"`` (the parent is not root)
     Rlimits, own session and the socket guard, as the caller's uid. Residual risk: the
-    program can signal the caller's processes (same uid), write wherever the caller can,
+    program can signal (or ptrace) the caller's processes (same uid), read and write
+    wherever the caller can (its ``/proc/<pid>/environ`` and unix sockets included),
     escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
-    the uid. Refused as root, where a fork bomb would be unbounded.
+    the uid. Its working directory is on disk, as in "setuid". Refused as root, where a
+    fork bomb would be unbounded.
 
 The socket guard (used without a network namespace, when ``network=False``) replaces
 ``socket.socket`` and ``_socket.socket`` before the program starts with a class that refuses
@@ -278,15 +282,19 @@ os.close(_status)
 os.close(_me)
 """
 
-# Without a network namespace: refuse every socket family but AF_UNIX.
+# Without a network namespace: refuse every socket family but AF_UNIX. socket.socket's
+# __init__ looks up `_socket.socket.__init__` when called, so guarding the C class guards
+# both; the guard initialises through the captured original (calling socket.socket from
+# here would come back to the guard forever).
 _BOOT_GUARD = """\
 import _socket, socket
-class _NoNetwork(socket.socket):
+_CSocket = _socket.socket
+class _NoNetwork(_CSocket):
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         if family != socket.AF_UNIX:
             raise PermissionError(1, "network access is disabled in the sandbox")
-        super().__init__(family, type, proto, fileno)
-socket.socket = socket.SocketType = _socket.socket = _socket.SocketType = _NoNetwork
+        _CSocket.__init__(self, family, type, proto, fileno)
+_socket.socket = _socket.SocketType = _NoNetwork
 """
 
 # Run main.py as __main__ in a fresh module, with tracebacks that read as if it had been
