@@ -21,7 +21,14 @@ def _cache(tmp_path_factory):
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine the threads
+    # spin against each other and against sandbox subprocesses (one thread was ~5x faster).
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
+    torch.set_num_threads(before)
 
 
 def tiny_overrides(policies: str = "shared", steps: int = 2, **extra: object) -> list[str]:

@@ -443,6 +443,63 @@ def test_apps_folder(tmp_path):
     assert len(load_apps("test", str(tmp_path / "bad"), skip_malformed=True)) == 1
 
 
+def test_apps_rows_without_tests_are_skipped_and_logged(tmp_path, caplog):
+    no_key = {k: v for k, v in _apps_row(3).items() if k != "input_output"}
+    rows = [
+        _apps_row(0),
+        _apps_row(1, input_output=""),
+        _apps_row(2, input_output="   "),
+        no_key,
+        _apps_row(4, input_output=json.dumps({"inputs": [], "outputs": []})),
+        _apps_row(5, a=5, b=6),
+    ]
+    _write_jsonl(tmp_path / "apps", "train.jsonl", rows)
+    with caplog.at_level("WARNING", logger="teamrl.data.code"):
+        kept = load_apps("train", str(tmp_path / "apps"))
+    assert [r["id"] for r in kept] == ["apps/train/0", "apps/train/5"]
+    assert "skipped 4 unusable (no tests: 4)" in caplog.text
+    # A non-empty input_output that is not what APPS writes is still an error.
+    bad = _apps_row(7, input_output=json.dumps([1, 2]))
+    _write_jsonl(tmp_path / "bad", "train.jsonl", [_apps_row(0), bad])
+    with pytest.raises(ValueError, match=r"apps\[train\] row 1: input_output: expected a JSON"):
+        load_apps("train", str(tmp_path / "bad"))
+
+
+def test_limit_reads_only_the_rows_it_keeps(tmp_path):
+    # Rows 2..7 of APPS train are malformed; with limit=2 the task never reads them (train is
+    # rows 0-1, eval the last 32), without a limit the build fails on them.
+    broken = [_apps_row(i, input_output="{") for i in range(2, 8)]
+    train = [_apps_row(0), _apps_row(1, a=1, b=1), *broken]
+    train += [_apps_row(i, a=i) for i in range(8, 40)]
+    apps = tmp_path / "apps"
+    _write_jsonl(apps, "train.jsonl", train)
+    _write_jsonl(apps, "test.jsonl", [_apps_row(0), _apps_row(1, input_output="{")])
+    task = make_task("code_contest", source="apps", dataset_id=str(apps), limit=1)
+    assert [r["id"] for r in task.train] == ["apps/train/0"]
+    assert [r["id"] for r in task.eval] == ["apps/train/8"]  # first of the last 32
+    assert [r["id"] for r in task.test] == ["apps/test/0"]
+    with pytest.raises(ValueError, match=r"apps\[(train|test)\] row \d: input_output: not valid"):
+        make_task("code_contest", source="apps", dataset_id=str(apps))
+    # LiveCodeBench: a broken row after the first usable test (post-cutoff) row is not read.
+    evil = _lcb_row("x", "2024-10-01", private_test_cases="not base64 !!")
+    lcb = tmp_path / "lcb"
+    rows = [_lcb_row("old", "2024-01-01"), _lcb_row("new", "2024-09-01"), evil]
+    _write_jsonl(lcb, "test.jsonl", rows)
+    opts = {"source": "livecodebench", "dataset_id": str(lcb), "lcb_version": "release_v1"}
+    task = make_task("code_contest", limit=1, **opts)
+    assert [r["id"] for r in task.test] == ["livecodebench/new"]
+    with pytest.raises(ValueError, match="row 2: private_test_cases"):
+        make_task("code_contest", **opts)
+    # Limited splits are the first rows of the unlimited ones (a clean fixture).
+    clean = tmp_path / "clean"
+    _write_jsonl(clean, "train.jsonl", [_apps_row(i, a=i) for i in range(40)])
+    _write_jsonl(clean, "test.jsonl", [_apps_row(i, a=i) for i in range(5)])
+    full = make_task("code_contest", source="apps", dataset_id=str(clean))
+    part = make_task("code_contest", source="apps", dataset_id=str(clean), limit=3)
+    for split in ("train", "eval", "test"):
+        assert getattr(part, split) == list(getattr(full, split))[:3]
+
+
 def _cc_row(name: str, **over) -> dict:
     row = {
         "name": name,
@@ -661,7 +718,8 @@ def test_aux_main_env_contract():
     assert s.reward == pytest.approx(2.0 - 4.0)
     assert s.infos["reward_components"]["tests"] == pytest.approx(0.5)
     assert not s.done and s.infos["success"] is False
-    assert "Tests passed: 2 of 4." in s.observations["main"]
+    # Multi-turn: feedback reports the one visible unit only (see the leak test below).
+    assert "Visible tests passed: 1 of 1 (3 more tests are hidden)." in s.observations["main"]
     s = env.step({"helper": AUX, "main": MAIN_HALF})
     assert s.truncations == {"helper": True, "main": True} and not any(s.terminations.values())
     # The clone taken before the first step is independent; the maximum score terminates.
@@ -670,6 +728,111 @@ def test_aux_main_env_contract():
     assert s.infos["success"] is True
     with pytest.raises(ValueError, match="feedback"):
         AuxMainCodingEnv(feedback_mode="nope")
+
+
+# Passes the first (visible) unit, fails the hidden ones with [1, 2] and [3].
+MAIN_VISIBLE_ONLY = (
+    "def sum_of_squares(xs):\n    total = 0\n    for x in xs:\n        total += aux(x)\n"
+    "    return total if len(xs) == 0 or xs == [-1, 1] else -7\n"
+)
+# Fails only the first (visible) unit: the hidden ones decide success.
+MAIN_FAILS_VISIBLE = (
+    "def sum_of_squares(xs):\n    total = 0\n    for x in xs:\n        total += aux(x)\n"
+    "    return total if xs else 1\n"
+)
+
+
+def _hidden_sources() -> list[str]:
+    return check_units(TEST)[1:]
+
+
+def test_feedback_never_shows_the_tests_that_decide_success():
+    hidden = _hidden_sources()
+    for mode in ("level_feedback", "passed", "plain"):
+        env = AuxMainCodingEnv(max_turns=2, feedback_mode=mode)
+        env.reset(ROW)
+        for main in (MAIN_HALF, MAIN_VISIBLE_ONLY, MAIN_FAILS_VISIBLE, MAIN_SYNTAX):
+            s = clone(env).step({"helper": AUX, "main": main})
+            for agent, text in s.observations.items():
+                for src in hidden:
+                    assert src not in text, (mode, agent, src)
+                assert "Got: -7" not in text  # what a hidden assert got
+    env = AuxMainCodingEnv(max_turns=2)
+    env.reset(ROW)
+    # All hidden units fail: the visible unit passes, so feedback sees nothing wrong with the
+    # tests, and success (judged on the hidden units) is False. The episode stops on what the
+    # agents can see, not on the hidden outcome (that would be an oracle stop).
+    s = clone(env).step({"helper": AUX, "main": MAIN_VISIBLE_ONLY})
+    assert s.infos["success"] is False and s.infos["visible_tests"] == 1
+    assert "All visible checks passed." in s.observations["main"] and s.terminations["main"]
+    # Only the visible unit fails: its assert is shown, and success holds.
+    s = clone(env).step({"helper": AUX, "main": MAIN_FAILS_VISIBLE})
+    assert s.infos["success"] is True and not s.done
+    main_obs = s.observations["main"]
+    assert "assert candidate([]) == 0" in main_obs and "Got: 1" in main_obs
+    passed = AuxMainCodingEnv(max_turns=2, feedback_mode="passed")
+    passed.reset(ROW)
+    s = passed.step({"helper": AUX, "main": MAIN_VISIBLE_ONLY})
+    assert "passed all visible tests" in s.observations["helper"]
+
+
+def test_hidden_run_errors_stay_hidden():
+    # Unit 0 (visible) passes, then the program dies: the crash happens in hidden units.
+    def dies_after_unit_0(codes, stdins, timeout_s):
+        out = []
+        for code in codes:
+            marker = re.search(r"@@teamrl-unit-[0-9a-f]{16}@@", code).group(0)
+            stdout = marker + json.dumps({"unit": 0, "ok": True})
+            out.append(ExecResult(stdout, "MemoryError", 1, False, None, 0.01))
+        return out
+
+    env = AuxMainCodingEnv(max_turns=2, runner=dies_after_unit_0)
+    env.reset(ROW)
+    s = env.step({"helper": AUX, "main": MAIN_FULL})
+    assert s.infos["success"] is False
+    assert s.infos["reward_components"]["pass_rate"] == pytest.approx(0.25)
+    assert "MemoryError" not in s.observations["main"]
+    assert "stopped before" not in s.observations["main"]
+
+
+def test_single_turn_success_is_every_unit():
+    env = AuxMainCodingEnv(max_turns=1)
+    env.reset(ROW)
+    s = clone(env).step({"helper": AUX, "main": MAIN_FAILS_VISIBLE})
+    assert s.infos["visible_tests"] == 0 and s.infos["success"] is False
+    assert not any(s.terminations.values()) and all(s.truncations.values())
+    s = clone(env).step({"helper": AUX, "main": MAIN_FULL})
+    assert s.infos["success"] is True and all(s.terminations.values())
+    # The same success definition as a multi-turn run, when asked for.
+    env = AuxMainCodingEnv(max_turns=1, feedback_tests=1)
+    env.reset(ROW)
+    assert env.step({"helper": AUX, "main": MAIN_FAILS_VISIBLE}).infos["success"] is True
+    # A problem with one unit keeps it hidden.
+    one = {**ROW, "test": "def check(candidate):\n    assert candidate([3]) == 9\n"}
+    env = AuxMainCodingEnv(max_turns=2, feedback_tests=3)
+    env.reset(one)
+    s = env.step({"helper": AUX, "main": MAIN_HALF})
+    assert s.infos["visible_tests"] == 0 and s.infos["success"] is True
+    assert "candidate([3])" not in s.observations["main"]
+    with pytest.raises(ValueError, match="feedback_tests"):
+        AuxMainCodingEnv(feedback_tests=-1)
+
+
+def test_task_descriptions_match_the_splits(tmp_path):
+    desc = registered_tasks()
+    splits = function_task_splits("humaneval")
+    for name, rows in splits.items():
+        first, last = (int(r["task_id"].split("/")[1]) for r in (rows[0], rows[-1]))
+        span = f"[{first or ''}:{last + 1}]"
+        assert f"{name} {span}" in desc["humaneval"], (name, span)
+    coop = {k: HE_ROW[k] for k in ("task_id", "prompt", "test", "entry_point")}
+    _write_jsonl(
+        tmp_path / "che", "train.jsonl", [{**coop, "task_id": f"C/{i}"} for i in range(30)]
+    )
+    splits = function_task_splits("coophumaneval", str(tmp_path / "che"))
+    assert [r["task_id"] for r in splits["eval"]] == [f"C/{i}" for i in range(22, 30)]
+    assert [r["task_id"] for r in splits["test"]] == [f"C/{i}" for i in range(16)]
+    assert "test [:16], eval the last 8 rows" in desc["coophumaneval"]
 
 
 def test_humaneval_and_mbpp_tasks(tmp_path):
@@ -741,6 +904,62 @@ def test_coder_tester_turns_rewards_and_agreement():
     assert s.infos["success"] is True and s.local_rewards["tester"] == 0.0
     s = branch.step({"tester": "nothing parseable"})
     assert s.infos["reward_components"]["tester_cases"] == 0.0 and s.local_rewards["tester"] == 0
+
+
+TESTER_TWO_CASES = (
+    "<input>\n1 2\n</input>\n<output>\n3\n</output>\n<input>\n2 2\n</input>\n<output>\n5\n</output>"
+)
+
+
+def test_coder_tester_reports_success_on_every_step():
+    env = CoderTesterEnv(CodeContestConfig(max_turns=4, max_tests=2))
+    env.reset(SUM_ROW)
+    s = env.step({"coder": SMALL_ONLY})  # right on the first 2 GT tests, wrong on the third
+    assert s.infos["success"] is False and s.reward == pytest.approx(1.0)
+    s = env.step({"tester": TESTER_TWO_CASES})  # no agreement, turns left: the episode goes on
+    assert not s.done and s.infos["success"] is False
+    s = env.step({"coder": ADD})
+    assert s.infos["success"] is True
+    s = env.step({"tester": TESTER_TWO_CASES})
+    assert not s.done and s.infos["success"] is True
+
+
+def test_coder_tester_simultaneous_mode():
+    cfg = CodeContestConfig(mode="simultaneous", max_turns=2, max_tests=2)
+    env = CoderTesterEnv(cfg)
+    assert env.turn_order is None  # the rollout's sign of a simultaneous env
+    obs = env.reset(SUM_ROW)
+    # The tester writes cases from the problem alone: there is no code yet.
+    assert "Write up to 4 test cases" in obs["tester"] and "<input>" in obs["tester"]
+    assert "```python" not in obs["tester"] and "print a + b" in obs["tester"]
+    with pytest.raises(ValueError, match="expected actions for"):
+        env.step({"coder": ADD})
+    branch = clone(env)
+    s = env.step({"coder": "```python\n" + MUL + "```", "tester": TESTER_TWO_CASES})
+    # The same definitions as the sequential turn with the same actions.
+    seq = CoderTesterEnv(CodeContestConfig(max_turns=2, max_tests=2))
+    seq.reset(SUM_ROW)
+    seq_coder = seq.step({"coder": "```python\n" + MUL + "```"})
+    seq_tester = seq.step({"tester": TESTER_TWO_CASES})
+    assert s.reward == seq_tester.reward == 0.0
+    assert s.local_rewards == {**seq_coder.local_rewards, **seq_tester.local_rewards}
+    assert s.local_rewards == {"coder": 0.0, "tester": pytest.approx(1.5)}
+    assert s.infos["reward_components"] == seq_tester.infos["reward_components"]
+    assert s.infos["success"] is False and not s.done and s.infos["turn"] == 1
+    assert s.observations == seq_tester.observations | {"tester": s.observations["tester"]}
+    assert "Test 1 (FAILED)" in s.observations["coder"]
+    tester_obs = s.observations["tester"]
+    assert "from the last turn" in tester_obs and MUL.strip() in tester_obs
+    # Turn 2: a right program that passes the tester's (right) case: agreement ends it.
+    s = env.step({"coder": ADD, "tester": "<input>\n1 2\n</input>\n<output>\n3\n</output>"})
+    assert s.terminations == {"coder": True, "tester": True} and s.infos["success"] is True
+    assert s.reward == 1.0 and s.local_rewards == {"coder": 1.0, "tester": 1.0}
+    # No agreement in the last turn: truncated, with the outcome still reported.
+    s = branch.step({"coder": MUL, "tester": "nothing"})
+    s = branch.step({"coder": MUL, "tester": "nothing"})
+    assert s.truncations == {"coder": True, "tester": True} and s.infos["success"] is False
+    with pytest.raises(ValueError, match="code_contest.mode"):
+        CodeContestConfig(mode="parallel")
 
 
 def test_coder_tester_without_reference_uses_episode_program():

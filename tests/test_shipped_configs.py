@@ -6,13 +6,23 @@ import pytest
 from test_code import HE_ROW, MBPP_ROW, _cc_row, _write_jsonl
 
 from teamrl.config import BUILTIN_CONFIGS, load_config
+from teamrl.envs.base import task_from_config
 from teamrl.trainer import Trainer
 
 SHIPPED = sorted(p.stem for p in BUILTIN_CONFIGS.glob("*.yaml"))
 
+# Task families that every algorithm can run: one config per (task, algorithm) pair.
+BOTH_ALGORITHMS = ("humaneval", "coophumaneval", "mbpp", "code_contest", "tldr", "arxiv", "math")
+
 
 def test_there_are_shipped_configs():
     assert {"quickstart", "plan_path_at_grpo", "sudoku_at_grpo", "sokoban_at_grpo"} <= set(SHIPPED)
+    for task in BOTH_ALGORITHMS:
+        for algorithm in ("magrpo", "at_grpo"):
+            name = f"{task}_{algorithm}"
+            assert name in SHIPPED, name
+            cfg = load_config(name)
+            assert (cfg.env.name, cfg.algorithm.name) == (task, algorithm)
 
 
 def hub_fixture(name: str, folder) -> list[str]:
@@ -36,6 +46,11 @@ def hub_fixture(name: str, folder) -> list[str]:
 def test_shipped_config_runs_one_step(name, tmp_path):
     cfg = load_config(name)
     short = [f"team.agents.{i}.max_completion_length=8" for i in range(len(cfg.team.agents))]
+    # Two turns where the task has several, so the feedback path between turns runs too.
+    turns = min(2, cfg.env.max_turns)
+    horizon = [f"env.max_turns={turns}"]
+    if "max_turns" in cfg.env.kwargs:
+        horizon.append(f"env.kwargs.max_turns={turns}")
     cfg = load_config(
         name,
         [
@@ -44,14 +59,15 @@ def test_shipped_config_runs_one_step(name, tmp_path):
             "train.prompts_per_step=1",
             "algorithm.num_generations=2",
             "eval.eval_steps=0",
-            "env.max_turns=1",
             "log.progress_bar=false",
+            *horizon,
             *short,
             *hub_fixture(name, tmp_path / "data"),
         ],
     )
-    trainer = Trainer(cfg, run_dir=tmp_path / name)
+    trainer = Trainer(cfg, task=task_from_config(cfg.env), run_dir=tmp_path / name)
     history = trainer.train()
     assert len(history) == 1
     assert history[0]["step"] == 1
     assert history[0]["groups"] >= 1
+    assert f"reward/turn_{turns - 1}/mean" in history[0]  # the last turn did run

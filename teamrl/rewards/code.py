@@ -38,6 +38,7 @@ whitespace is removed from every line and trailing blank lines are dropped.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import math
@@ -662,6 +663,7 @@ def feedback(
     helper_text: str,
     main_text: str,
     result: LeveledReward,
+    visible: int | None = None,
 ) -> str:
     """The next-turn prompt of ``agent`` ("helper" or "main") after a scored joint action.
 
@@ -669,11 +671,21 @@ def feedback(
     syntax errors with line and column, the first failing test with its error, how ``aux``
     was used) and an instruction to revise. ``passed``: only whether all tests passed.
     ``plain``: a self-revision prompt with the previous code and no signal.
+
+    ``visible``: only the first ``visible`` test units may be reported (None: all of them).
+    The rest are hidden: no word of their source, outcome or errors reaches the text, so the
+    tests that decide success (see ``AuxMainCodingEnv``) never leak into the next turn.
     """
     if mode not in FEEDBACK_MODES:
         raise ValueError(f"feedback.mode: expected one of {FEEDBACK_MODES}, got {mode!r}")
     if agent not in ("helper", "main"):
         raise ValueError(f"feedback.agent: expected 'helper' or 'main', got {agent!r}")
+    hidden = 0
+    if visible is not None:
+        hidden = max(0, len(result.units) - visible)
+        # A run error can come from a hidden unit; a visible unit that did not run already
+        # carries it as its own error.
+        result = dataclasses.replace(result, units=result.units[:visible], run_error="")
     own = f"the helper function `{AUX_NAME}`" if agent == "helper" else f"`{entry_point}`"
     parts = [
         f"Problem:\n{problem.rstrip()}",
@@ -681,17 +693,23 @@ def feedback(
         f"Previous main code (`{entry_point}`):\n{_code_block(result.main, main_text)}",
     ]
     if mode == "passed":
-        verdict = "passed all tests" if result.all_passed else "did not pass all tests"
-        parts.append(f"Result: the team's code {verdict}.")
+        scope = "all visible tests" if hidden else "all tests"
+        if result.units or not hidden:
+            verdict = f"passed {scope}" if result.all_passed else f"did not pass {scope}"
+            parts.append(f"Result: the team's code {verdict}.")
+        else:
+            parts.append("Result: the tests are hidden.")
     elif mode == "level_feedback":
-        parts.append("Feedback:\n" + "\n".join(f"- {n}" for n in _diagnostics(result, entry_point)))
+        notes = _diagnostics(result, entry_point, hidden)
+        parts.append("Feedback:\n" + "\n".join(f"- {n}" for n in notes))
     parts.append(
         f"Revise {own}. Output only the code of {own}, with no explanation and no markdown."
     )
     return "\n\n".join(parts)
 
 
-def _diagnostics(r: LeveledReward, entry_point: str) -> list[str]:
+def _diagnostics(r: LeveledReward, entry_point: str, hidden: int = 0) -> list[str]:
+    """Notes on ``r``; ``hidden`` test units were held back from ``r.units``."""
     notes = []
     if r.aux is None:
         notes.append(f"No `{AUX_NAME}` function was found in the helper's code.")
@@ -711,7 +729,13 @@ def _diagnostics(r: LeveledReward, entry_point: str) -> list[str]:
             + (f"\n    {e['text'].strip()}" if e["text"].strip() else "")
         )
     if r.units:
-        notes.append(f"Tests passed: {r.passed} of {len(r.units)}.")
+        if hidden:
+            notes.append(
+                f"Visible tests passed: {r.passed} of {len(r.units)} "
+                f"({hidden} more tests are hidden)."
+            )
+        else:
+            notes.append(f"Tests passed: {r.passed} of {len(r.units)}.")
         failing = next((u for u in r.units if not u.passed), None)
         if failing is not None:
             line = f"First failing test:\n    {failing.source}\n  Error: {failing.error}"
@@ -720,6 +744,8 @@ def _diagnostics(r: LeveledReward, entry_point: str) -> list[str]:
             notes.append(line)
         elif r.run_error:
             notes.append(r.run_error)
+    elif hidden:
+        notes.append(f"The {hidden} tests are hidden.")
     if r.stopped_at is None and r.main is not None:
         if not r.aux_called:
             notes.append(f"`{entry_point}` does not call `{AUX_NAME}`.")
@@ -730,7 +756,7 @@ def _diagnostics(r: LeveledReward, entry_point: str) -> list[str]:
         if r.aux_result_discarded:
             notes.append(f"`{entry_point}` calls `{AUX_NAME}` but discards its result.")
     if not notes or (r.all_passed and r.cooperation >= 1.5):
-        notes.append("All checks passed.")
+        notes.append("All visible checks passed." if hidden else "All checks passed.")
     return notes
 
 
