@@ -124,7 +124,9 @@ def test_two_turn_tree_discounted_returns():
     groups = {s.group for s in out.samples}
     assert groups == {(0, 0, n, ag) for n in ("root", "0", "1") for ag in "ab"}
     compute_advantages(out.samples, "mean", "none")
-    root_a = sorted((s for s in out.samples if s.group == (0, 0, "root", "a")), key=lambda s: s.text)
+    root_a = sorted(
+        (s for s in out.samples if s.group == (0, 0, "root", "a")), key=lambda s: s.text
+    )
     diff = (2.0 + gamma * 10.5) - (1.0 + gamma * 0.5)
     assert [s.advantage for s in root_a] == pytest.approx([-diff / 2, diff / 2])
     leaf = sorted((s for s in out.samples if s.group == (0, 0, "1", "b")), key=lambda s: s.text)
