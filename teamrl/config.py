@@ -132,14 +132,15 @@ class AlgorithmConfig:
         "'aligned': G joint actions per node (j-th sample of every agent); 'cross': the "
         "Cartesian product G^N, each completion credited with the marginal mean return.",
     )
-    discount: float = _f(
-        1.0,
-        "gamma. 'magrpo': R = r + gamma * mean(R of the child node's joint actions) "
-        "(CoMLRL 1.4.3 is undiscounted, i.e. 1.0). 'at_grpo': a sample's return is its reward "
-        "plus gamma times the same agent's return-to-go along the chosen path; that term is "
-        "constant within a group, so it changes advantages only with scale_rewards='batch' "
-        "or with baseline='raw' and scale_rewards='none'. 'grpo': unused (a sample carries "
-        "its episode's undiscounted total reward).",
+    discount: float | None = _f(
+        None,
+        "gamma. None = the algorithm's default. 'magrpo': R = r + gamma * mean(R of the child "
+        "node's joint actions); default 1.0 (CoMLRL 1.4.3 is undiscounted). 'at_grpo': default "
+        "None = each sample's return is its own reward; a number turns it into the return-to-go "
+        "of the same agent along the chosen path, r + gamma * R_next. That term is constant "
+        "within a group, so it changes advantages only with scale_rewards='batch' (a rescale) "
+        "or with baseline='raw' and scale_rewards='none'. 'grpo': unused (a sample carries its "
+        "episode's undiscounted total reward).",
     )
     early_termination_threshold: float | None = _f(
         None,
@@ -247,7 +248,8 @@ class Config:
         a, t = self.algorithm, self.train
         _check(a.num_generations >= 2, "algorithm.num_generations", a.num_generations, ">= 2")
         _check(a.num_iterations >= 1, "algorithm.num_iterations", a.num_iterations, ">= 1")
-        _check(0.0 <= a.discount <= 1.0, "algorithm.discount", a.discount, "in [0, 1]")
+        if a.discount is not None:
+            _check(0.0 <= a.discount <= 1.0, "algorithm.discount", a.discount, "in [0, 1]")
         _check(a.epsilon > 0, "algorithm.epsilon", a.epsilon, "> 0")
         _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
         if a.epsilon_high is not None:

@@ -290,7 +290,6 @@ class Trainer:
         common = dict(
             num_generations=1 if single_path else a.num_generations,
             max_turns=self.cfg.env.max_turns,
-            discount=a.discount,
             greedy=greedy,
             reward_workers=self.cfg.env.reward_workers,
         )
@@ -300,6 +299,7 @@ class Trainer:
                 self.task.make_env,
                 examples,
                 joint_mode=a.joint_mode,
+                discount=1.0 if a.discount is None else a.discount,
                 early_termination_threshold=None if single_path else a.early_termination_threshold,
                 ignore_eos=self.cfg.team.ignore_eos,
                 **common,
@@ -312,6 +312,7 @@ class Trainer:
             selection=a.selection,
             selection_temperature=a.selection_temperature,
             alpha=a.alpha,
+            discount=a.discount,
             seed=self.cfg.seed * 100_003 + self.step,
             **common,
         )

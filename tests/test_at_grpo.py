@@ -154,6 +154,11 @@ def test_rollout_is_reproducible_by_seed():
     assert any(key(run(selection="random", seed=s)) != key(a) for s in range(6, 12))
 
 
+def test_returns_are_rewards_unless_discount_is_set():
+    out = run(alpha=0.0, max_turns=2)
+    assert all(s.return_ == s.reward for s in out.samples)
+
+
 def test_discount_return_to_go_along_chosen_path():
     out = run(alpha=0.0, discount=0.5, max_turns=2)
     # alpha = 0: r = local digit. Greedy picks 2 at every node.

@@ -11,10 +11,11 @@ Agent-turn tree (one state per problem; K branches per (turn, agent) node):
             k* = select(r)   (greedy | sample ~ softmax(r / tau) | random)
             env = env_{k*};  stop the problem if out_{k*} ended the episode
 
-Optional ``discount``: a candidate's return adds the discounted later rewards of the same
-agent along the chosen path, R_k = r_k + sum_{t' > t} gamma^(t' - t) r*_{t', i}. With tree
-sampling that continuation is shared by all K candidates, so it shifts a group by a constant
-(it changes nothing under a mean baseline; it matters for 'raw'/'max' or batch scaling).
+Optional ``discount`` (None = off: R_k = r_k): a candidate's return adds the discounted later
+rewards of the same agent along the chosen path, R_k = r_k + sum_{t' > t} gamma^(t' - t)
+r*_{t', i}. With tree sampling that continuation is shared by all K candidates, so it shifts a
+group by a constant: centring removes it; it matters for baseline 'raw' without scaling, and
+rescales under 'batch' scaling.
 
 Trajectory GRPO (the paper's baseline): K independent episodes per problem, no branching, every
 sample of every turn kept (also those of episodes that end early), each credited with its
@@ -152,7 +153,7 @@ def agent_turn_rollout(
     selection: str = "greedy",
     selection_temperature: float = 1.0,
     alpha: float = 1.0,
-    discount: float = 1.0,
+    discount: float | None = None,
     greedy: bool = False,
     reward_workers: int = 1,
     seed: int = 0,
@@ -280,12 +281,16 @@ def _check_groups(samples: list[Sample], expected: int, tree: bool) -> None:
             raise AssertionError(f"group {group} has {len(m)} {what}, expected {expected}")
 
 
-def _assign_returns(episodes: list[Episode], tree: bool, gamma: float) -> None:
+def _assign_returns(episodes: list[Episode], tree: bool, gamma: float | None) -> None:
     for ep in episodes:
         if not tree:  # trajectory GRPO: every sample carries its episode's return
             total = sum(r for _, r in ep.path)
             for s in ep.samples:
                 s.return_ = total
+            continue
+        if gamma is None:  # AT-GRPO's default: a candidate is judged by its own reward
+            for smp in ep.samples:
+                smp.return_ = smp.reward
             continue
         # return-to-go of the same agent along the chosen path (constant within a group)
         nodes: dict[tuple[int, str], list[Sample]] = {}
