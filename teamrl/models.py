@@ -51,7 +51,7 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     folder = resolve(name_or_path)
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = _from_pretrained(AutoTokenizer, name_or_path, folder)
     return _fix_padding(tok)
 
 
@@ -60,7 +60,9 @@ def load_model(
 ) -> torch.nn.Module:
     """A causal LM on ``device``. Tiny builtins are initialised from ``seed``."""
     folder = resolve(name_or_path, seed=seed)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
+    model = _from_pretrained(
+        AutoModelForCausalLM, name_or_path, folder, dtype=torch_dtype(dtype)
+    )
     model.generation_config.pad_token_id = _fix_padding(load_tokenizer(name_or_path)).pad_token_id
     return model.to(device)
 
@@ -76,6 +78,19 @@ def resolve(name_or_path: str, seed: int = 0) -> str:
             f"model.name_or_path: unknown builtin {name_or_path!r}; builtins: {', '.join(BUILTINS)}"
         )
     return name_or_path
+
+
+def _from_pretrained(cls, name_or_path: str, folder: str, **kwargs):
+    # transformers' own error for a typo or a missing folder talks about repo ids and network
+    # access; say which config field holds the bad value, and keep its reason.
+    try:
+        return cls.from_pretrained(folder, **kwargs)
+    except OSError as err:
+        raise ConfigError(
+            f"model.name_or_path: cannot load {name_or_path!r}: not a builtin "
+            f"({', '.join(BUILTINS)}), a local model folder, or a Hugging Face id that is cached "
+            f"or downloadable ({err})"
+        ) from err
 
 
 def _fix_padding(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

