@@ -60,9 +60,7 @@ def load_model(
 ) -> torch.nn.Module:
     """A causal LM on ``device``. Tiny builtins are initialised from ``seed``."""
     folder = resolve(name_or_path, seed=seed)
-    model = _from_pretrained(
-        AutoModelForCausalLM, name_or_path, folder, dtype=torch_dtype(dtype)
-    )
+    model = _from_pretrained(AutoModelForCausalLM, name_or_path, folder, dtype=torch_dtype(dtype))
     model.generation_config.pad_token_id = _fix_padding(load_tokenizer(name_or_path)).pad_token_id
     return model.to(device)
 
