@@ -36,13 +36,18 @@ CONDITIONS = {
 
 
 def overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]:
-    def agent(name: str, tokens: int) -> str:
-        return f"{{name: {name}, temperature: 1.0, max_completion_length: {tokens}}}"
+    def agent(name: str, tokens: int, prefix: str) -> str:
+        # json.dumps gives a YAML double-quoted string (the tool prefix holds a newline)
+        return (
+            f"{{name: {name}, temperature: 1.0, max_completion_length: {tokens}, "
+            f"response_prefix: {json.dumps(prefix)}}}"
+        )
 
     if task.endswith("_single"):
-        agents = f"[{agent('solver', args.plan_tokens)}]"
+        agents = f"[{agent('solver', args.plan_tokens, args.plan_prefix)}]"
     else:
-        agents = f"[{agent('tool', args.tool_tokens)}, {agent('plan', args.plan_tokens)}]"
+        tool = agent("tool", args.tool_tokens, args.tool_prefix)
+        agents = f"[{tool}, {agent('plan', args.plan_tokens, args.plan_prefix)}]"
     return [
         f"run_name=ablation-{task}-{algo}-{policies}-s{seed}",
         f"seed={seed}",
@@ -93,7 +98,7 @@ def run_condition(name: str, seed: int, args) -> dict:
 def setup(args) -> str:
     """The arguments that define a run (a resumed experiment only reuses matching rows)."""
     keys = ("steps", "size", "turns", "k", "tool_tokens", "plan_tokens", "test_problems")
-    keys += ("model", "prompts_per_step", "lr")
+    keys += ("model", "prompts_per_step", "lr", "tool_prefix", "plan_prefix")
     return " ".join(f"{k}={getattr(args, k)}" for k in keys)
 
 
@@ -163,6 +168,14 @@ def main() -> int:
     ap.add_argument("--tool-tokens", type=int, default=96)
     ap.add_argument("--plan-tokens", type=int, default=24)
     ap.add_argument("--test-problems", type=int, default=20)
+    ap.add_argument(
+        "--tool-prefix",
+        default="```python\nprint([",
+        help="the tool agent's response_prefix (a prefill that pins a 135M model to the format)",
+    )
+    ap.add_argument(
+        "--plan-prefix", default="#### [", help="the plan (and single) agent's response_prefix"
+    )
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS))
     ap.add_argument("--runs", default="runs")
     ap.add_argument("--model", default="smollm2-135m")

@@ -81,6 +81,12 @@ class AgentConfig:
     top_p: float = _f(1.0, "Nucleus sampling mass.")
     top_k: int = _f(0, "Top-k sampling (0 = off).")
     max_completion_length: int = _f(64, "Maximum new tokens per completion.")
+    response_prefix: str = _f(
+        "",
+        "Text the agent's reply starts with (an assistant prefill), e.g. '#### ['. It ends the "
+        "prompt, so it is never trained on; the env sees prefix + completion. Pins a small "
+        "model to an answer format.",
+    )
 
 
 @dataclass

@@ -190,7 +190,7 @@ class Team:
             text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         else:
             text = f"{system}\n\n{user}\n" if system else f"{user}\n"
-        return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(text + acfg.response_prefix, add_special_tokens=False)["input_ids"]
 
     def request(self, agent: str, prompt_ids: list[int], n: int, greedy: bool = False) -> Request:
         a = self.agents[agent]
@@ -223,7 +223,9 @@ class Team:
         return results
 
     def decode(self, agent: str, ids: list[int]) -> str:
-        return self.engine_of(agent).tokenizer.decode(ids, skip_special_tokens=True)
+        """The agent's reply as the env sees it: its response_prefix, then the completion."""
+        text = self.engine_of(agent).tokenizer.decode(ids, skip_special_tokens=True)
+        return self.agents[agent].response_prefix + text
 
     def engines(self) -> list[Engine]:
         seen: dict[int, Engine] = {}

@@ -37,3 +37,39 @@ def test_lora_agents_named_like_modules_keep_the_base_frozen(names):
         own = re.compile(rf"\.lora_[A-Za-z_]+\.{re.escape(a)}(\.|$)")
         assert mine and mine == {n for n in trainable if own.search(n)}
     assert len(trainable) == sum(len(team.policies[a].parameters()) for a in names)
+
+
+def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees(tmp_path):
+    from teamrl.envs.base import Task
+    from teamrl.envs.functional import FunctionEnv
+    from teamrl.rollout.joint_tree import joint_rollout
+
+    seen: list[str] = []
+
+    def reward(completions, example):
+        seen.append(completions["alice"])
+        return float(len(completions["bob"]))
+
+    overrides = tiny_overrides() + [
+        "model.device=cpu",
+        "team.agents=[{name: alice, max_completion_length: 6, response_prefix: '#### ['},"
+        " {name: bob, max_completion_length: 6}]",
+    ]
+    team = Team(load_config(None, overrides))
+    tok = team.engine_of("alice").tokenizer
+    plain = team.encode_prompt("bob", "3 + 4")
+    prefixed = team.encode_prompt("alice", "3 + 4")
+    assert tok.decode(prefixed, skip_special_tokens=False).endswith("assistant\n#### [")
+    assert not tok.decode(plain, skip_special_tokens=False).endswith("#### [")
+
+    task = Task("t", lambda: FunctionEnv(["alice", "bob"], reward), train=[{"prompt": "3 + 4"}])
+    result = joint_rollout(
+        team, task.make_env, [(0, task.train[0])], num_generations=2, max_turns=1
+    )
+    alice = [s for s in result.samples if s.agent == "alice"]
+    assert seen and all(text.startswith("#### [") for text in seen)
+    for s in alice:
+        # the prefix is prompt, not action: never in the completion ids the loss scores
+        assert list(s.prompt_ids) == prefixed
+        assert s.text.startswith("#### [")
+        assert tok.decode(s.completion_ids, skip_special_tokens=True) == s.text[len("#### [") :]
