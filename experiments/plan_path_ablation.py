@@ -12,7 +12,8 @@ Every trained condition trains LoRA adapters on the same frozen base (one shared
 "shared" and the single agent, one per agent for "lora"), so the conditions differ only in
 grouping and specialisation, not in full fine-tuning versus adapters.
 
-Usage:  python experiments/plan_path_ablation.py [--seeds 0 1 2] [--steps 8] [--out docs]
+Usage:  python experiments/plan_path_ablation.py [--seeds 0 1 2] [--steps 6] [--out docs]
+The defaults are the setting of docs/results.md (about 40 minutes on 2 CPU cores).
 Writes ``<out>/results_plan_path.md`` (means and spreads over seeds) and a curve PNG.
 """
 
@@ -161,13 +162,13 @@ def plot(results: list[dict], path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--size", type=int, default=4, help="grid size")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--size", type=int, default=3, help="grid size")
     ap.add_argument("--turns", type=int, default=1)
     ap.add_argument("--k", type=int, default=4, help="branches / episodes per group")
-    ap.add_argument("--tool-tokens", type=int, default=96)
-    ap.add_argument("--plan-tokens", type=int, default=24)
-    ap.add_argument("--test-problems", type=int, default=20)
+    ap.add_argument("--tool-tokens", type=int, default=24)
+    ap.add_argument("--plan-tokens", type=int, default=16)
+    ap.add_argument("--test-problems", type=int, default=16)
     ap.add_argument(
         "--tool-prefix",
         default="```python\nprint([",
