@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -369,12 +370,33 @@ print(json.dumps(report))
 """
 
 
-def test_rlimits_mode_for_an_unprivileged_caller():
+@pytest.fixture
+def readable_package():
+    """A copy of the teamrl package that `nobody` can read (the path of its parent folder).
+
+    The checkout may sit under a directory only its owner can enter (a clone into
+    ``mktemp -d``, or pytest's own temp root, is mode 0700), so `nobody` could not import
+    teamrl from there. /tmp itself is world-traversable.
+    """
+    folder = tempfile.mkdtemp(
+        prefix="teamrl-readable-", dir="/tmp" if os.path.isdir("/tmp") else None
+    )
+    shutil.copytree(os.path.join(REPO, "teamrl"), os.path.join(folder, "teamrl"))
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_rlimits_mode_for_an_unprivileged_caller(readable_package):
     # As root: a caller running as `nobody`, with an interpreter that user can reach. As
     # another user: a caller running as ourselves (then rlimits is what every test uses).
     root = os.geteuid() == 0
     python = reachable_python() if root else sys.executable
-    argv = [python, "-I", "-c", RLIMITS_SCRIPT, REPO, BOUNDED_FORKS]
+    source = readable_package if root else REPO
+    argv = [python, "-I", "-c", RLIMITS_SCRIPT, source, BOUNDED_FORKS]
     as_nobody = dict(user=65534, group=65534, extra_groups=[]) if root else {}
     done = subprocess.run(argv, capture_output=True, text=True, cwd="/", **as_nobody)
     assert done.returncode == 0, done.stderr
