@@ -159,7 +159,7 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=6)
@@ -183,7 +183,11 @@ def main() -> int:
     ap.add_argument("--prompts-per-step", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3, help="LoRA learning rate")
     ap.add_argument("--out", default="docs")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
     from teamrl.cli import _quiet_hf
 
     _quiet_hf()
