@@ -372,12 +372,16 @@ print(json.dumps(report))
 
 @pytest.fixture
 def readable_package():
-    """A copy of the teamrl package that `nobody` can read (the path of its parent folder).
+    """Where `nobody` can import teamrl from: as root, a world-readable copy of the package
+    (the path of its parent folder); otherwise the checkout itself.
 
     The checkout may sit under a directory only its owner can enter (a clone into
     ``mktemp -d``, or pytest's own temp root, is mode 0700), so `nobody` could not import
     teamrl from there. /tmp itself is world-traversable.
     """
+    if os.geteuid() != 0:  # the caller runs as ourselves and reads the checkout
+        yield REPO
+        return
     folder = tempfile.mkdtemp(
         prefix="teamrl-readable-", dir="/tmp" if os.path.isdir("/tmp") else None
     )
@@ -395,8 +399,7 @@ def test_rlimits_mode_for_an_unprivileged_caller(readable_package):
     # another user: a caller running as ourselves (then rlimits is what every test uses).
     root = os.geteuid() == 0
     python = reachable_python() if root else sys.executable
-    source = readable_package if root else REPO
-    argv = [python, "-I", "-c", RLIMITS_SCRIPT, source, BOUNDED_FORKS]
+    argv = [python, "-I", "-c", RLIMITS_SCRIPT, readable_package, BOUNDED_FORKS]
     as_nobody = dict(user=65534, group=65534, extra_groups=[]) if root else {}
     done = subprocess.run(argv, capture_output=True, text=True, cwd="/", **as_nobody)
     assert done.returncode == 0, done.stderr

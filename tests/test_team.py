@@ -39,7 +39,7 @@ def test_lora_agents_named_like_modules_keep_the_base_frozen(names):
     assert len(trainable) == sum(len(team.policies[a].parameters()) for a in names)
 
 
-def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees(tmp_path):
+def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees():
     from teamrl.envs.base import Task
     from teamrl.envs.functional import FunctionEnv
     from teamrl.rollout.joint_tree import joint_rollout
