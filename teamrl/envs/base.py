@@ -40,6 +40,20 @@ class Step:
     truncations: dict[str, bool] = field(default_factory=dict)
     local_rewards: dict[str, float] = field(default_factory=dict)
     infos: dict[str, Any] = field(default_factory=dict)
+    success: bool | None = None  # whether the task is solved (None: the task has no such notion)
+    pending: bool = False  # the turn is not finished: its reward comes when the turn completes
+    reward_components: dict[str, float] = field(default_factory=dict)  # logged as reward/<name>
+    lookahead: bool = False  # set by the rollout: the reward is an estimate from a copy
+
+    def __post_init__(self) -> None:
+        # TEMPORARY bridge while the envs and the rollouts move from infos keys to fields:
+        # both views agree. Removed when both sides use the fields.
+        for key, empty in (("success", None), ("pending", False), ("reward_components", {}),
+                           ("lookahead", False)):
+            if getattr(self, key) == empty and key in self.infos:
+                setattr(self, key, self.infos[key])
+            elif getattr(self, key) != empty:
+                self.infos[key] = getattr(self, key)
 
     @property
     def done(self) -> bool:
