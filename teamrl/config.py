@@ -224,6 +224,15 @@ class EvalConfig:
 
 
 @dataclass
+class GenerationConfig:
+    backend: Literal["hf", "vllm"] = _f(
+        "hf",
+        "Generation backend: 'hf' samples with teamrl's KV-cache loop on the trainer's own model "
+        "(CPU and GPU); 'vllm' uses vLLM (needs: pip install 'teamrl[vllm]').",
+    )
+
+
+@dataclass
 class LogConfig:
     output_dir: str = _f("runs", "Parent folder of run folders.")
     save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
@@ -249,6 +258,7 @@ class Config:
     train: TrainConfig = _f(default_factory=TrainConfig, help="Optimisation.")
     eval: EvalConfig = _f(default_factory=EvalConfig, help="Evaluation.")
     log: LogConfig = _f(default_factory=LogConfig, help="Outputs and checkpoints.")
+    generation: GenerationConfig = _f(default_factory=GenerationConfig, help="Generation backend.")
 
     def validate(self) -> Config:
         a, t = self.algorithm, self.train

@@ -6,7 +6,7 @@ the n = k samples successful, the unbiased estimator of Chen et al. (2021) is
     pass@k' = 1 - C(n - c, k') / C(n, k')      for every k' <= n,
 
 and avg@k = c / n (the mean success of a sample). A task's "success" comes from the env's
-``infos["success"]``; tasks without one (writing) report rewards only.
+``Step.success``; tasks without one (writing) report rewards only.
 
 Every evaluated episode is an independent single path (``eval_episodes``): never the AT-GRPO
 tree, whose branch selection reads the reward (the gold answer), nor MAGRPO's early stop on a
@@ -17,9 +17,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from teamrl.recipes import recipe_for
+
+if TYPE_CHECKING:
+    from teamrl.config import Config
+    from teamrl.envs.base import Task
+    from teamrl.team import Team
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,40 +93,17 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def eval_episodes(trainer, examples: list[tuple[int, dict]], n: int, *, greedy: bool) -> list:
+def eval_episodes(
+    team: Team, task: Task, cfg: Config, examples: list[tuple[int, dict]], n: int, *, greedy: bool
+) -> list[dict]:
     """``n`` independent single-path episode summaries per example (one when ``greedy``).
 
-    Built here rather than with ``trainer.rollout``: in training, AT-GRPO continues the branch
-    with the best reward and MAGRPO may stop a tree early on a high reward; both read the
-    gold answer, so at test time they would be oracles.
+    Built with the recipe's ``eval_rollout``, not its training rollout: in training, AT-GRPO
+    continues the branch with the best reward and MAGRPO may stop a tree early on a high
+    reward; both read the gold answer, so at test time they would be oracles.
     """
-    from teamrl.rollout.at_tree import agent_turn_rollout
-    from teamrl.rollout.joint_tree import joint_rollout
-
-    cfg = trainer.cfg
-    common = dict(max_turns=cfg.env.max_turns, reward_workers=cfg.env.reward_workers)
-    if cfg.algorithm.name == "magrpo":  # one joint action per turn: a single path per episode
-        repeated = [ex for ex in examples for _ in range(1 if greedy else n)]
-        return joint_rollout(
-            trainer.team,
-            trainer.task.make_env,
-            repeated,
-            num_generations=1,
-            greedy=greedy,
-            ignore_eos=cfg.team.ignore_eos,
-            **common,
-        ).episodes
-    return agent_turn_rollout(
-        trainer.team,
-        trainer.task.make_env,
-        examples,
-        num_generations=n,
-        tree=False,  # n episodes per problem, no branching or selection
-        greedy=greedy,
-        alpha=cfg.algorithm.alpha,
-        seed=cfg.seed,
-        **common,
-    ).episodes
+    recipe = recipe_for(cfg.algorithm.name)
+    return recipe.eval_rollout(team, task.make_env, examples, cfg, n=n, greedy=greedy).episodes
 
 
 def evaluate_trainer(
@@ -144,8 +128,13 @@ def evaluate_trainer(
     examples = [(i, data[i]) for i in range(n)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(trainer.cfg.seed)
-        greedy = eval_episodes(trainer, examples, 1, greedy=True)
-        sampled = eval_episodes(trainer, examples, num_samples, greedy=False) if num_samples else []
+        team, task, cfg = trainer.team, trainer.task, trainer.cfg
+        greedy = eval_episodes(team, task, cfg, examples, 1, greedy=True)
+        sampled = (
+            eval_episodes(team, task, cfg, examples, num_samples, greedy=False)
+            if num_samples
+            else []
+        )
     report = summarise(greedy, sampled, list(ks))
     report.update({"split": split, "limit": limit, "num_samples": num_samples, "ks": list(ks)})
     return report

@@ -26,7 +26,13 @@ class Sample:
     return_: float = 0.0  # reward-to-go the advantage is computed from
     advantage: float = 0.0
     text: str = ""  # decoded completion, for logs
-    info: dict = field(default_factory=dict)
+    # The episode this action belongs to, when a group holds several actions of one episode
+    # (trajectory GRPO): the baseline is then taken over episodes. None: the sample is its own
+    # unit (every tree algorithm).
+    episode: Hashable | None = None
+    team_reward: float | None = None  # the env's team reward for this action (AT-GRPO, GRPO)
+    local_reward: float | None = None  # the acting agent's local reward (AT-GRPO, GRPO)
+    info: dict = field(default_factory=dict)  # free-form extras
 
     @property
     def completion_mask(self) -> list[int]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import torch
 
 from teamrl.config import AgentConfig, Config, ConfigError
-from teamrl.models import load_model, load_tokenizer
-from teamrl.rollout.generator import Generation, Request, generate
+from teamrl.generation import Backend, EngineSpec, Generation, Request, make_backend
+from teamrl.models import load_model, load_tokenizer, resolve
 
 
 @dataclass
@@ -30,6 +30,8 @@ class Engine:
     tokenizer: object
     eos_ids: list[int]
     pad_id: int
+    model_path: str = ""  # the base weights' local folder or hub id (what a backend loads)
+    backend: Backend | None = None  # built once the model holds its adapters
 
 
 @dataclass
@@ -104,6 +106,8 @@ class Team:
                 pol.ref_model = copy.deepcopy(pol.model).eval().requires_grad_(False)
             if cfg.model.gradient_checkpointing:
                 pol.model.gradient_checkpointing_enable()
+        for engine in self.engines():
+            engine.backend = make_backend(cfg.generation, self._engine_spec(engine))
 
     # --- construction -----------------------------------------------------------------------
 
@@ -116,7 +120,30 @@ class Team:
             gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else []
         )
         eos.discard(None)
-        return Engine(model=model, tokenizer=tok, eos_ids=sorted(eos), pad_id=tok.pad_token_id)
+        return Engine(
+            model=model,
+            tokenizer=tok,
+            eos_ids=sorted(eos),
+            pad_id=tok.pad_token_id,
+            model_path=resolve(name_or_path, self.cfg.seed),
+        )
+
+    def _engine_spec(self, engine: Engine) -> EngineSpec:
+        m = self.cfg.model
+        adapters = [p.adapter for p in self.policies.values() if p.engine is engine and p.adapter]
+        return EngineSpec(
+            model=engine.model,
+            tokenizer=engine.tokenizer,
+            eos_ids=engine.eos_ids,
+            pad_id=engine.pad_id,
+            model_path=engine.model_path,
+            dtype=m.dtype,
+            device=str(self.device),
+            adapters=adapters,
+            lora_r=m.lora_r if adapters else 0,
+            lora_alpha=m.lora_alpha if adapters else 0,
+            lora_target_modules=list(m.lora_target_modules) if adapters else [],
+        )
 
     def _lora_config(self):
         from peft import LoraConfig
@@ -208,16 +235,14 @@ class Team:
     def generate(
         self, jobs: list[tuple[str, Request]], ignore_eos: bool = False
     ) -> list[list[Generation]]:
-        """Run ``(agent, request)`` jobs with one batched call per engine (model object)."""
+        """Run ``(agent, request)`` jobs with one batched backend call per engine."""
         by_engine: dict[int, list[int]] = {}
         for i, (agent, _) in enumerate(jobs):
             by_engine.setdefault(id(self.engine_of(agent)), []).append(i)
         results: list[list[Generation]] = [[] for _ in jobs]
         for idxs in by_engine.values():
             engine = self.engine_of(jobs[idxs[0]][0])
-            outs = generate(
-                engine.model, [jobs[i][1] for i in idxs], engine.eos_ids, engine.pad_id, ignore_eos
-            )
+            outs = engine.backend.generate([jobs[i][1] for i in idxs], ignore_eos)
             for i, out in zip(idxs, outs):
                 results[i] = out
         return results

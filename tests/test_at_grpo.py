@@ -10,8 +10,8 @@ import pytest
 
 from teamrl.algorithms.advantages import compute_advantages
 from teamrl.envs.base import Step
-from teamrl.rollout.at_tree import agent_turn_rollout, select_branch
-from teamrl.rollout.generator import Generation
+from teamrl.generation import Generation
+from teamrl.rollout.at_tree import agent_turn_rollout, select_branch, trajectory_rollout
 
 
 class ScriptedTeam:
@@ -69,10 +69,10 @@ class CounterEnv:
         )
 
 
-def run(team=None, env=CounterEnv, examples=((0, {}),), **kw):
+def run(team=None, env=CounterEnv, examples=((0, {}),), rollout=agent_turn_rollout, **kw):
     args = dict(num_generations=3, max_turns=2, seed=0)
     args.update(kw)
-    return agent_turn_rollout(team or ScriptedTeam(), env, list(examples), **args)
+    return rollout(team or ScriptedTeam(), env, list(examples), **args)
 
 
 def test_group_keys_and_sizes_never_merge_problems():
@@ -104,7 +104,7 @@ def test_alpha_mixes_team_and_local_and_both_are_logged():
     out = run(alpha=0.5, max_turns=1)
     tool = [s for s in out.samples if s.agent == "tool"]
     assert [s.reward for s in tool] == [0.5 * k + k for k in range(3)]
-    assert [s.info["team"] for s in tool] == [0.0, 1.0, 2.0]
+    assert [s.team_reward for s in tool] == [0.0, 1.0, 2.0]
     assert [s.info["local"] for s in tool] == [0.0, 1.0, 2.0]
     assert "reward/team/tool/mean" in out.metrics and "reward/local/plan/mean" in out.metrics
 
@@ -177,7 +177,13 @@ def test_trajectory_grpo_keeps_every_sample_and_uses_episode_baseline():
             self.calls += 1
             return [[Generation([1], [i], [0.0], False)] for i, _ in enumerate(jobs)]
 
-    out = run(PerEpisodeTeam(), env=lambda: CounterEnv(goal=3), tree=False, max_turns=2, alpha=0.0)
+    out = run(
+        PerEpisodeTeam(),
+        env=lambda: CounterEnv(goal=3),
+        rollout=trajectory_rollout,
+        max_turns=2,
+        alpha=0.0,
+    )
     # episode i adds i at every action: ep0 never ends (4 actions, return 0); ep1 ends at its
     # 3rd action (total 3, return 3); ep2 ends at its 2nd action (total 4, return 4)
     eps = sorted(out.episodes, key=lambda e: e["episode"])
@@ -186,7 +192,7 @@ def test_trajectory_grpo_keeps_every_sample_and_uses_episode_baseline():
     assert len(out.samples) == 4 + 3 + 2  # every sample kept, also early-ended episodes'
     compute_advantages(out.samples, "mean", "none")
     # the baseline is the mean over EPISODES (7/3), not over the 9 samples
-    adv = {s.info["unit"][-1]: s.advantage for s in out.samples}
+    adv = {s.episode[-1]: s.advantage for s in out.samples}
     assert adv == pytest.approx({0: -7 / 3, 1: 2 / 3, 2: 5 / 3})
 
 
@@ -201,8 +207,8 @@ def test_simultaneous_env_with_several_agents_is_rejected():
 
 
 def test_filter_groups_drops_only_zero_variance_groups():
+    from teamrl.algorithms.filtering import drop_flat_groups
     from teamrl.sample import Sample
-    from teamrl.trainer import drop_flat_groups
 
     def smp(group, ret):
         return Sample("a", "a", 0, group, [1], [2], [0.0], return_=ret)
@@ -328,5 +334,5 @@ def test_tool_candidates_earn_the_team_reward_on_the_game_env():
 
     one, zero = rewards(1.0), rewards(0.0)
     assert [s.info["local"] for s in one] == [s.info["local"] for s in zero]
-    assert [s.info["team"] for s in one] != [0.0, 0.0, 0.0]
-    assert [a.reward - b.reward for a, b in zip(one, zero)] == [s.info["team"] for s in one]
+    assert [s.team_reward for s in one] != [0.0, 0.0, 0.0]
+    assert [a.reward - b.reward for a, b in zip(one, zero)] == [s.team_reward for s in one]

@@ -10,7 +10,7 @@ import pytest
 
 from teamrl.envs.base import Step
 from teamrl.evaluation import evaluate_trainer, markdown_table, pass_at_k, summarise
-from teamrl.rollout.generator import Generation
+from teamrl.generation import Generation
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 
 from teamrl.envs.base import clone
 from teamrl.envs.functional import FunctionEnv, from_comlrl
-from teamrl.rollout.generator import Generation
+from teamrl.generation import Generation
 from teamrl.rollout.joint_tree import joint_rollout
 
 ITEM = {"prompt": "P", "test": "assert f() == 1"}

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from teamrl.algorithms.losses import collate, kl_penalty, policy_loss, token_logprobs
-from teamrl.rollout.generator import Request, generate, sample_tokens
+from teamrl.generation.hf import generate, sample_tokens
+from teamrl.generation.types import Request
 from teamrl.sample import Sample
 
 EOS, PAD = 2, 0

@@ -14,8 +14,8 @@ from teamrl.algorithms.advantages import (
     compute_advantages,
 )
 from teamrl.envs.functional import FunctionEnv
+from teamrl.generation import Generation
 from teamrl.rollout.common import RewardError
-from teamrl.rollout.generator import Generation
 from teamrl.rollout.joint_tree import joint_rollout
 from teamrl.sample import Sample
 

@@ -34,6 +34,7 @@ from teamrl.envs.math import (
     extract_code,
     program_answer,
 )
+from teamrl.generation import Generation
 from teamrl.rewards.math import (
     MathCheckConfig,
     check_equivalence,
@@ -43,7 +44,6 @@ from teamrl.rewards.math import (
 )
 from teamrl.rewards.sandbox import ExecResult
 from teamrl.rollout.at_tree import agent_turn_rollout
-from teamrl.rollout.generator import Generation
 
 # --------------------------------------------------------------------------------------
 # Extraction
@@ -724,7 +724,7 @@ def test_at_grpo_pays_tool_candidates_the_team_reward():
     tool = [s for s in out.samples if s.agent == "tool"]
     # the lookahead's reasoner is right on every branch: team 1 + each program's local term
     assert [s.reward for s in tool] == [1.0, 0.0, 2.0]
-    assert [s.info["local"] for s in tool] == [0.0, -1.0, 1.0]
+    assert [s.local_reward for s in tool] == [0.0, -1.0, 1.0]
 
 
 def test_clone_mid_turn_gives_independent_branches():

@@ -82,16 +82,16 @@ def test_lora_isolation(tmp_path, algorithm):
 
 def test_lora_generation_is_one_batched_call_across_adapters(tmp_path, monkeypatch):
     tr = make(tmp_path, "lora")
-    import teamrl.team as team_mod
+    import teamrl.generation.hf as hf_mod
 
     calls = []
-    real = team_mod.generate
+    real = hf_mod.generate
 
     def spy(model, requests, *a, **k):
         calls.append({r.adapter for r in requests})
         return real(model, requests, *a, **k)
 
-    monkeypatch.setattr(team_mod, "generate", spy)
+    monkeypatch.setattr(hf_mod, "generate", spy)
     tr.rollout(tr.data.next(2))
     assert calls == [{"alice", "bob"}]
 
@@ -158,16 +158,16 @@ def test_separate_heterogeneous_team_and_multi_turn_cross(tmp_path):
 
 
 def test_nan_loss_is_an_error_or_counted(tmp_path, monkeypatch):
-    import teamrl.trainer as trainer_mod
+    import teamrl.algorithms.update as update_mod
 
-    real = trainer_mod.policy_loss
+    real = update_mod.policy_loss
 
     def nan_loss(*a, **k):
         out = real(*a, **k)
         out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(trainer_mod, "policy_loss", nan_loss)
+    monkeypatch.setattr(update_mod, "policy_loss", nan_loss)
     with pytest.raises(FloatingPointError, match="shared"):
         make(tmp_path / "e").train_step()
     tr = make(tmp_path / "s", **{"train.nan_policy": "skip"})

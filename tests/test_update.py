@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-import teamrl.trainer as trainer_mod
+import teamrl.algorithms.update as update_mod
 from teamrl.config import load_config
 from teamrl.trainer import Trainer
 
@@ -21,7 +21,7 @@ def make(tmp_path, **extra):
 def spy(monkeypatch):
     """Record, for every loss call, the batch it scored, its old log-probs and its stats."""
     calls, last = [], {}
-    real_collate, real_loss = trainer_mod.collate, trainer_mod.policy_loss
+    real_collate, real_loss = update_mod.collate, update_mod.policy_loss
 
     def collate(samples, pad_id):
         last["batch"] = real_collate(samples, pad_id)
@@ -32,8 +32,8 @@ def spy(monkeypatch):
         calls.append({"batch": last["batch"], "old": old_logp.detach().clone(), "out": out})
         return out
 
-    monkeypatch.setattr(trainer_mod, "collate", collate)
-    monkeypatch.setattr(trainer_mod, "policy_loss", policy_loss)
+    monkeypatch.setattr(update_mod, "collate", collate)
+    monkeypatch.setattr(update_mod, "policy_loss", policy_loss)
     return calls
 
 
@@ -61,7 +61,7 @@ def test_later_minibatches_are_clipped_against_the_pre_update_policy(tmp_path, m
     # ... because its old log-probs are those of the policy before any step
     device = next(before.parameters()).device
     with torch.no_grad():
-        want, _ = trainer_mod.token_logprobs(before.train(), second["batch"].to(device))
+        want, _ = update_mod.token_logprobs(before.train(), second["batch"].to(device))
     mask = second["batch"].completion_mask.bool()
     assert torch.allclose(second["old"][mask], want[mask].cpu(), atol=1e-5)
 
@@ -95,13 +95,13 @@ def test_micro_batches_and_passes_with_ragged_widths(tmp_path, monkeypatch):
 def test_one_step_needs_no_extra_forward(tmp_path, monkeypatch, mini_batches, extra_forwards):
     tr = make(tmp_path, **{"train.num_mini_batches": mini_batches})
     forwards = []
-    real = trainer_mod.token_logprobs
+    real = update_mod.token_logprobs
 
     def count(model, batch, with_entropy=False):
         forwards.append(torch.is_grad_enabled())
         return real(model, batch, with_entropy)
 
-    monkeypatch.setattr(trainer_mod, "token_logprobs", count)
+    monkeypatch.setattr(update_mod, "token_logprobs", count)
     tr.train_step()
     # one grad forward per minibatch, plus one no-grad forward per later minibatch of pass 1
     assert forwards.count(True) == mini_batches

@@ -65,13 +65,13 @@ def compute_advantages(
         raise ValueError("compute_advantages: no samples (empty rollout)")
     groups = group_samples(samples)
     centred: dict[Hashable, torch.Tensor] = {}  # per sample
-    unit_adv: dict[Hashable, torch.Tensor] = {}  # per episode (== per sample unless "unit")
+    unit_adv: dict[Hashable, torch.Tensor] = {}  # per episode (== per sample unless set)
     unit_returns: list[torch.Tensor] = []  # raw returns per episode, for the batch std
     zero_std = 0
     for key, members in groups.items():
-        # Trajectory-level groups hold several samples per episode ("unit"): the baseline and
-        # the std are taken over episodes, then each sample gets its episode's advantage.
-        units = [s.info.get("unit", i) for i, s in enumerate(members)]
+        # Trajectory-level groups hold several samples per episode (``sample.episode``): the
+        # baseline and the std are taken over episodes, then each sample gets its episode's.
+        units = [(i,) if s.episode is None else s.episode for i, s in enumerate(members)]
         first = {}
         for i, u in enumerate(units):
             first.setdefault(u, i)

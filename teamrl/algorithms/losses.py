@@ -16,6 +16,12 @@ aggregated by ``loss_type`` over the completion mask M:
     dr_grpo: sum_it l_it M_it / (n * max_completion_length)
     dapo:    sum_it l_it M_it / (active tokens in the whole optimizer step)
     bnpo:    sum_it l_it M_it / (active tokens in this forward chunk)
+
+Gradient accumulation: an optimizer step's minibatch may run as several forward chunks whose
+gradients add up. dapo is already normalised by the whole step's tokens, so its chunk losses
+simply add; the other aggregations are means over a chunk, so each chunk's loss is weighted
+by its share of the minibatch, len(chunk) / len(minibatch). ``policy_loss`` applies that
+weight (given ``chunk_size`` and ``minibatch_size``): callers never special-case a loss type.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from teamrl.rollout.generator import left_pad
 from teamrl.sample import Sample
+from teamrl.tensors import left_pad
 
 
 @dataclass
@@ -151,6 +157,8 @@ class LossOut:
     ratio_mean: float
     ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on an update's first step)
     kl: float | None  # mean per-token KL to the reference; None when beta == 0 (not computed)
+    # float(loss) * report_scale is the chunk's loss before its accumulation weight (for logs)
+    report_scale: float = 1
 
 
 def policy_loss(
@@ -167,7 +175,14 @@ def policy_loss(
     kl_estimator: str = "k3",
     max_completion_length: int = 1,
     step_tokens: float | None = None,
+    chunk_size: int | None = None,
+    minibatch_size: int | None = None,
 ) -> LossOut:
+    """The clipped policy-gradient loss of one forward chunk, aggregated by ``loss_type``.
+
+    With ``chunk_size`` and ``minibatch_size`` the loss is weighted for gradient accumulation
+    over the minibatch's chunks (see the module docstring); without them it is the chunk's own.
+    """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     ratio = torch.exp(logp - old_logp)
     adv = advantages[:, None]
@@ -192,6 +207,10 @@ def policy_loss(
         loss = (per_token * mask).sum() / tokens
     else:
         raise ValueError(f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {loss_type!r}")
+    report_scale = 1
+    if chunk_size is not None and minibatch_size is not None and loss_type != "dapo":
+        loss = loss * chunk_size / minibatch_size  # a mean over the chunk: weight by its share
+        report_scale = minibatch_size / chunk_size
 
     with torch.no_grad():
         is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
@@ -205,4 +224,5 @@ def policy_loss(
         ratio_mean=ratio_mean,
         ratio_max_dev=ratio_max_dev,
         kl=kl,
+        report_scale=report_scale,
     )

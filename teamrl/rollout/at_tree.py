@@ -28,6 +28,7 @@ and group keys never merge problems.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -37,7 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import RolloutResult, means, parallel_map, sample_metrics, step_env
+from teamrl.rollout.common import RolloutResult, parallel_map, step_env
+from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
 from teamrl.sample import Sample
 from teamrl.team import Team
 
@@ -77,11 +79,8 @@ class Episode:
     observations: dict[str, str]
     index: int = 0  # episode number within its problem (trajectory GRPO)
     done: bool = False
-    success: bool | None = None
-    turns: int = 0
-    team_return: float = 0.0  # sum of team rewards along the chosen path
+    outcome: Outcome = field(default_factory=Outcome)  # success, turns, team return, components
     path: list[tuple[str, float]] = field(default_factory=list)  # (agent, mixed reward) chosen
-    components: dict[str, list[float]] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
 
 
@@ -99,7 +98,7 @@ def _lookahead(
     the completed turn; the branch's own env stays pending, so the real later agents still act
     on it. Returns the seconds spent generating.
     """
-    idx = [i for i, st in enumerate(steps) if st.infos.get("pending")]
+    idx = [i for i, st in enumerate(steps) if st.pending]
     envs = {i: clone(work[i][4]) for i in idx}
     obs = {i: steps[i].observations for i in idx}
     final: dict[int, Step] = {}
@@ -123,23 +122,16 @@ def _lookahead(
         # The candidate's team reward is the completed turn's; its local reward is the one the
         # closing step assigns to it, else the one its own step gave.
         local = done.local_rewards.get(acting, own.local_rewards.get(acting, 0.0))
-        steps[i] = Step(
-            observations=own.observations,
+        steps[i] = dataclasses.replace(
+            own,
             reward=done.reward,
+            terminations={},
+            truncations={},
             local_rewards={acting: local},
-            infos={**own.infos, "lookahead": True},
+            infos=dict(own.infos),
+            lookahead=True,
         )
     return t_gen
-
-
-def _record_outcome(ep: Episode, step: Step) -> None:
-    for k, v in (step.infos.get("reward_components") or {}).items():
-        ep.components.setdefault(k, []).append(float(v))
-    if step.infos.get("lookahead"):  # an estimate: the real turn's outcome is recorded later
-        return
-    ep.team_return += float(step.reward)
-    if "success" in step.infos:
-        ep.success = bool(step.infos["success"])
 
 
 def agent_turn_rollout(
@@ -149,7 +141,6 @@ def agent_turn_rollout(
     *,
     num_generations: int,
     max_turns: int,
-    tree: bool = True,
     selection: str = "greedy",
     selection_temperature: float = 1.0,
     alpha: float = 1.0,
@@ -158,11 +149,73 @@ def agent_turn_rollout(
     reward_workers: int = 1,
     seed: int = 0,
 ) -> RolloutResult:
-    """``tree=True``: AT-GRPO. ``tree=False``: K independent episodes per problem (GRPO)."""
+    """AT-GRPO: one state per problem, K branches per (turn, agent) node, one continues."""
+    return _sequential_rollout(
+        team,
+        make_env,
+        examples,
+        branching=True,
+        num_generations=num_generations,
+        max_turns=max_turns,
+        selection=selection,
+        selection_temperature=selection_temperature,
+        alpha=alpha,
+        discount=discount,
+        greedy=greedy,
+        reward_workers=reward_workers,
+        seed=seed,
+    )
+
+
+def trajectory_rollout(
+    team: Team,
+    make_env,
+    examples: list[tuple[int, dict]],
+    *,
+    num_generations: int,
+    max_turns: int,
+    alpha: float = 1.0,
+    greedy: bool = False,
+    reward_workers: int = 1,
+    seed: int = 0,
+) -> RolloutResult:
+    """Trajectory GRPO: K independent episodes per problem, grouped by problem."""
+    return _sequential_rollout(
+        team,
+        make_env,
+        examples,
+        branching=False,
+        num_generations=num_generations,
+        max_turns=max_turns,
+        alpha=alpha,
+        greedy=greedy,
+        reward_workers=reward_workers,
+        seed=seed,
+    )
+
+
+def _sequential_rollout(
+    team: Team,
+    make_env,
+    examples: list[tuple[int, dict]],
+    *,
+    branching: bool,
+    num_generations: int,
+    max_turns: int,
+    selection: str = "greedy",
+    selection_temperature: float = 1.0,
+    alpha: float = 1.0,
+    discount: float | None = None,
+    greedy: bool = False,
+    reward_workers: int = 1,
+    seed: int = 0,
+) -> RolloutResult:
+    """``branching``: K candidates per node, each on its own copy, one continues (AT-GRPO).
+    Otherwise K independent episodes per problem, one candidate per node (trajectory GRPO)."""
     k_branches = 1 if greedy else num_generations
     rng = random.Random(seed)
     pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
-    copies = 1 if (tree or greedy) else num_generations
+    copies = 1 if (branching or greedy) else num_generations
     episodes = []
     for slot, (problem, example) in enumerate(examples):
         for c in range(copies):
@@ -170,7 +223,7 @@ def agent_turn_rollout(
             obs = env.reset(example)
             episodes.append(Episode(problem, slot, example, env, obs, index=c))
     order = turn_order(episodes[0].env)
-    n = k_branches if tree else 1  # samples drawn per episode per node
+    n = k_branches if branching else 1  # samples drawn per episode per node
     t_gen = t_env = 0.0
     n_tokens = 0
     for turn in range(max_turns):
@@ -198,12 +251,12 @@ def agent_turn_rollout(
                 for k, gen in enumerate(cands):
                     text = team.decode(agent, gen.completion_ids)
                     where = f"example {ep.problem}, turn {turn}, agent {agent}, candidate {k}"
-                    env = clone(ep.env) if tree else ep.env
+                    env = clone(ep.env) if branching else ep.env
                     work.append((ep, k, gen, text, env, where, {agent: text}))
                     n_tokens += len(gen.completion_ids)
             steps = parallel_map(pool, lambda w: step_env(w[4], w[6], w[5]), work)
             t_env += time.perf_counter() - t0
-            if tree and k_branches > 1 and any(st.infos.get("pending") for st in steps):
+            if branching and k_branches > 1 and any(st.pending for st in steps):
                 later = order[order.index(agent) + 1 :]
                 t_gen += _lookahead(team, work, steps, later, greedy, turn)
 
@@ -215,7 +268,7 @@ def agent_turn_rollout(
                 branch = by_ep[id(ep)]
                 mixed = [_mixed(st, agent, alpha) for _, st in branch]
                 # (problem, turn, agent); the batch slot keeps a repeated example's trees apart
-                group = (ep.problem, ep.slot, turn, agent) if tree else (ep.problem, ep.slot)
+                group = (ep.problem, ep.slot, turn, agent) if branching else (ep.problem, ep.slot)
                 new = []
                 for ((_, _, gen, text, *_), _), (r, team_r, local) in zip(branch, mixed):
                     new.append(
@@ -231,59 +284,52 @@ def agent_turn_rollout(
                             temperature=1.0 if greedy else team.agents[agent].temperature,
                             reward=r,
                             text=text,
-                            info={"team": team_r, "local": local}
-                            | ({} if tree else {"unit": (ep.problem, ep.slot, ep.index)}),
+                            episode=None if branching else (ep.problem, ep.slot, ep.index),
+                            team_reward=team_r,
+                            local_reward=local,
                         )
                     )
                 ep.samples.extend(new)
                 pick = (
                     select_branch([m[0] for m in mixed], selection, selection_temperature, rng)
-                    if tree
+                    if branching
                     else 0
                 )
-                ep.turns = turn + 1
+                ep.outcome.turns = turn + 1
                 (w, st) = branch[pick]
                 ep.env, ep.observations = w[4], st.observations
                 ep.path.append((agent, mixed[pick][0]))
-                _record_outcome(ep, st)
+                ep.outcome.record(st)
                 if st.done:
                     ep.done = True
     if pool:
         pool.shutdown()
-    _assign_returns(episodes, tree, discount)
+    _assign_returns(episodes, branching, discount)
     samples = [s for ep in episodes for s in ep.samples]
-    _check_groups(samples, k_branches if tree else copies, tree)
+    _check_groups(samples, k_branches if branching else copies, branching)
     stats = {"time/generate": t_gen, "time/reward": t_env, "tokens/generated": float(n_tokens)}
     metrics = episode_metrics(episodes, samples, order)
     summaries = [
-        {
-            "problem": ep.problem,
-            "episode": ep.index,
-            "success": ep.success,
-            "turns": ep.turns,
-            "team_return": ep.team_return,
-            "return": sum(r for _, r in ep.path),
-            "components": {k: float(np.mean(v)) for k, v in ep.components.items()},
-        }
+        episode_summary(ep.problem, ep.outcome, sum(r for _, r in ep.path), episode=ep.index)
         for ep in episodes
     ]
     return RolloutResult(samples=samples, stats=stats, metrics=metrics, episodes=summaries)
 
 
-def _check_groups(samples: list[Sample], expected: int, tree: bool) -> None:
-    """Every group holds K samples (tree) or samples of exactly K episodes (trajectory GRPO)."""
+def _check_groups(samples: list[Sample], expected: int, branching: bool) -> None:
+    """Every group holds K samples (branching) or samples of exactly K episodes (trajectory GRPO)."""
     members: dict[tuple, set] = {}
     for i, s in enumerate(samples):
-        members.setdefault(s.group, set()).add(i if tree else s.info["unit"])
+        members.setdefault(s.group, set()).add(i if branching else s.episode)
     for group, m in members.items():
         if len(m) != expected:
-            what = "samples" if tree else "episodes"
+            what = "samples" if branching else "episodes"
             raise AssertionError(f"group {group} has {len(m)} {what}, expected {expected}")
 
 
-def _assign_returns(episodes: list[Episode], tree: bool, gamma: float | None) -> None:
+def _assign_returns(episodes: list[Episode], branching: bool, gamma: float | None) -> None:
     for ep in episodes:
-        if not tree:  # trajectory GRPO: every sample carries its episode's return
+        if not branching:  # trajectory GRPO: every sample carries its episode's return
             total = sum(r for _, r in ep.path)
             for s in ep.samples:
                 s.return_ = total
@@ -308,25 +354,25 @@ def episode_metrics(episodes: list[Episode], samples: list[Sample], agents: list
     m: dict[str, float] = {}
     m["reward/mean"] = float(np.mean([sum(r for _, r in ep.path) for ep in episodes]))
     m["reward/std"] = float(np.std([sum(r for _, r in ep.path) for ep in episodes]))
-    m["reward/team/mean"] = float(np.mean([ep.team_return for ep in episodes]))
-    succ = [ep.success for ep in episodes if ep.success is not None]
+    m["reward/team/mean"] = float(np.mean([ep.outcome.team_return for ep in episodes]))
+    succ = [ep.outcome.success for ep in episodes if ep.outcome.success is not None]
     if succ:
         m["success_rate"] = float(np.mean(succ))
-    m["turns/mean"] = float(np.mean([ep.turns for ep in episodes]))
+    m["turns/mean"] = float(np.mean([ep.outcome.turns for ep in episodes]))
     per_turn: dict[int, list[float]] = {}
     for s in samples:
         per_turn.setdefault(s.turn, []).append(s.reward)
     m.update(means("reward/turn_", per_turn, "/mean"))
     comps: dict[str, list[float]] = {}
     for ep in episodes:
-        for k, vs in ep.components.items():
+        for k, vs in ep.outcome.components.items():
             comps.setdefault(k, []).extend(vs)
     m.update(means("reward/components/", comps))
     m.update(sample_metrics(samples, agents))
     for a in agents:
         mine = [s for s in samples if s.agent == a]
         if mine:
-            m[f"reward/team/{a}/mean"] = float(np.mean([s.info["team"] for s in mine]))
-            m[f"reward/local/{a}/mean"] = float(np.mean([s.info["local"] for s in mine]))
+            m[f"reward/team/{a}/mean"] = float(np.mean([s.team_reward for s in mine]))
+            m[f"reward/local/{a}/mean"] = float(np.mean([s.local_reward for s in mine]))
     m["terminated_fraction"] = float(np.mean([ep.done for ep in episodes]))
     return m

@@ -5,8 +5,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from teamrl.envs.base import Env, Step
 from teamrl.sample import Sample
 
@@ -47,21 +45,3 @@ def check_observations(obs: dict, agents: list[str], where: str) -> None:
         raise ValueError(
             f"{where}: env must return an observation for every agent {agents}, got {have}"
         )
-
-
-def sample_metrics(samples: list[Sample], agents: list[str]) -> dict[str, float]:
-    """Per-agent reward, completion length and truncation rate, shared by every rollout."""
-    m: dict[str, float] = {}
-    for a in agents:
-        mine = [s for s in samples if s.agent == a]
-        if mine:
-            m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
-            m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
-            m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
-    m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
-    return m
-
-
-def means(prefix: str, values: dict, suffix: str = "") -> dict[str, float]:
-    """{f"{prefix}{key}{suffix}": mean(values[key])}, keys sorted."""
-    return {f"{prefix}{k}{suffix}": float(np.mean(v)) for k, v in sorted(values.items())}

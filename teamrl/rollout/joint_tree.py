@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import (
-    RolloutResult,
-    check_observations,
+from teamrl.rollout.common import RolloutResult, check_observations, parallel_map, step_env
+from teamrl.rollout.summary import (
+    Outcome,
+    add_components,
+    episode_summary,
     means,
-    parallel_map,
     sample_metrics,
-    step_env,
 )
 from teamrl.sample import Sample
 from teamrl.team import Team
@@ -188,23 +188,12 @@ def joint_rollout(
 
 def path_summary(root: Node) -> dict:
     """Summary of a single-path episode (one sample per agent per turn): eval reports."""
-    node, turns, success, comps = root, 0, None, {}
+    node, outcome = root, Outcome()
     while node is not None:
-        turns += 1
-        step = node.steps[0]
-        for k, v in (step.infos.get("reward_components") or {}).items():
-            comps.setdefault(k, []).append(float(v))
-        if "success" in step.infos:
-            success = bool(step.infos["success"])
+        outcome.turns += 1
+        outcome.record(node.steps[0])
         node = node.children.get(0)
-    return {
-        "problem": root.problem,
-        "success": success,
-        "turns": turns,
-        "return": root.returns[0],
-        "team_return": root.returns[0],
-        "components": {k: float(np.mean(v)) for k, v in comps.items()},
-    }
+    return episode_summary(root.problem, outcome, root.returns[0], team_return=root.returns[0])
 
 
 def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool) -> None:
@@ -258,8 +247,7 @@ def rollout_metrics(
             for st in node.steps:
                 n_steps += 1
                 done += int(any(st.terminations.values()))
-                for k, v in (st.infos.get("reward_components") or {}).items():
-                    comps.setdefault(k, []).append(float(v))
+                add_components(comps, st)
                 for a, v in st.local_rewards.items():
                     local.setdefault(a, []).append(float(v))
     m.update(means("reward/turn_", per_turn, "/mean"))

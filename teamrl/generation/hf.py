@@ -1,4 +1,6 @@
-"""Batched sampling with a KV cache: one call covers every agent, sample and prompt of a policy.
+"""The ``hf`` backend: batched sampling with a KV cache over the trainer's live model.
+
+One call covers every agent, sample and prompt of an engine (a model object).
 
 Why our own loop rather than ``model.generate``: every row may carry its own temperature,
 top-p, top-k and token budget (agents differ), its own LoRA adapter (PEFT mixed-adapter
@@ -13,31 +15,13 @@ truncated (``truncated=True``) and its mask covers all its tokens.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-
-@dataclass
-class Request:
-    """One prompt to sample ``n`` completions for."""
-
-    prompt_ids: list[int]
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
-    adapter: str | None = None  # LoRA adapter name for mixed-adapter batches
-
-
-@dataclass
-class Generation:
-    prompt_ids: list[int]
-    completion_ids: list[int]  # real tokens only (through EOS), no pads
-    logprobs: list[float]  # sampler log-prob of each completion token
-    truncated: bool  # hit max_new_tokens without EOS
+from teamrl.generation.backend import EngineSpec
+from teamrl.generation.types import Generation, Request
+from teamrl.tensors import left_pad
 
 
 @contextmanager
@@ -46,24 +30,13 @@ def _adapters(model: torch.nn.Module, adapters: list[str | None]):
     if all(a is None for a in adapters):
         yield {}
         return
-    from teamrl.rollout import multi_lora
+    from teamrl.generation import multi_lora
 
     if multi_lora.supported(model):
         with multi_lora.grouped_lora(model, adapters):
             yield {}
     else:
         yield {"adapter_names": [a or "__base__" for a in adapters]}
-
-
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(s)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
 
 
 def sample_tokens(
@@ -193,3 +166,20 @@ def generate(
             )
         )
     return results
+
+
+class HFBackend:
+    """Samples from ``spec.model`` itself, so it always sees the weights the trainer just
+    stepped: ``weights_changed`` has nothing to do."""
+
+    name = "hf"
+
+    def __init__(self, spec: EngineSpec):
+        self.spec = spec
+
+    def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
+        s = self.spec
+        return generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos)
+
+    def weights_changed(self, adapter: str | None) -> None:
+        pass  # the live model is the sampler's model

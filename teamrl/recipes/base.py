@@ -1,0 +1,30 @@
+"""What a recipe is: two rollout calls (training, and independent single-path evaluation
+episodes) plus the group key its samples carry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from teamrl.rollout.common import RolloutResult
+
+Examples = list[tuple[int, dict]]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str  # algorithm.name
+    group_key: tuple[str, ...]  # the fields of Sample.group, in order
+    # rollout(team, make_env, examples, cfg, *, step, greedy, single_path) -> RolloutResult.
+    # single_path: one sample per node and no reward-based choice (training-time eval).
+    rollout: Callable[..., RolloutResult]
+    # eval_rollout(team, make_env, examples, cfg, *, n, greedy) -> RolloutResult: n independent
+    # single-path episodes per example (one when greedy), never reading the reward to choose.
+    eval_rollout: Callable[..., RolloutResult]
+    defaults: dict[str, Any]  # what the recipe uses for config values left at None
+
+
+def common_args(cfg: Any) -> dict[str, Any]:
+    """The rollout arguments every recipe takes straight from the env section."""
+    return dict(max_turns=cfg.env.max_turns, reward_workers=cfg.env.reward_workers)

@@ -1,0 +1,47 @@
+"""MAGRPO: a joint-action tree per problem, simultaneous turns, groups (problem, node, agent)."""
+
+from __future__ import annotations
+
+from teamrl.recipes.base import Recipe, common_args
+from teamrl.rollout.joint_tree import joint_rollout
+
+DEFAULTS = {"discount": 1.0}  # CoMLRL 1.4.3 is undiscounted
+
+
+def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_path=False):
+    a = cfg.algorithm
+    return joint_rollout(
+        team,
+        make_env,
+        examples,
+        num_generations=1 if single_path else a.num_generations,
+        greedy=greedy,
+        joint_mode=a.joint_mode,
+        discount=DEFAULTS["discount"] if a.discount is None else a.discount,
+        early_termination_threshold=None if single_path else a.early_termination_threshold,
+        ignore_eos=cfg.team.ignore_eos,
+        **common_args(cfg),
+    )
+
+
+def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
+    # one joint action per turn is a single path: run each example n times
+    repeated = [ex for ex in examples for _ in range(1 if greedy else n)]
+    return joint_rollout(
+        team,
+        make_env,
+        repeated,
+        num_generations=1,
+        greedy=greedy,
+        ignore_eos=cfg.team.ignore_eos,
+        **common_args(cfg),
+    )
+
+
+MAGRPO = Recipe(
+    name="magrpo",
+    group_key=("problem", "slot", "node", "agent"),
+    rollout=rollout,
+    eval_rollout=eval_rollout,
+    defaults=DEFAULTS,
+)
