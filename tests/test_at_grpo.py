@@ -105,7 +105,7 @@ def test_alpha_mixes_team_and_local_and_both_are_logged():
     tool = [s for s in out.samples if s.agent == "tool"]
     assert [s.reward for s in tool] == [0.5 * k + k for k in range(3)]
     assert [s.team_reward for s in tool] == [0.0, 1.0, 2.0]
-    assert [s.info["local"] for s in tool] == [0.0, 1.0, 2.0]
+    assert [s.local_reward for s in tool] == [0.0, 1.0, 2.0]
     assert "reward/team/tool/mean" in out.metrics and "reward/local/plan/mean" in out.metrics
 
 
@@ -333,6 +333,6 @@ def test_tool_candidates_earn_the_team_reward_on_the_game_env():
         return [s for s in out.samples if s.agent == "tool"]
 
     one, zero = rewards(1.0), rewards(0.0)
-    assert [s.info["local"] for s in one] == [s.info["local"] for s in zero]
+    assert [s.local_reward for s in one] == [s.local_reward for s in zero]
     assert [s.team_reward for s in one] != [0.0, 0.0, 0.0]
     assert [a.reward - b.reward for a, b in zip(one, zero)] == [s.team_reward for s in one]

@@ -15,13 +15,16 @@ truncated (``truncated=True``) and its mask covers all its tokens.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from teamrl.generation.backend import EngineSpec
 from teamrl.generation.types import Generation, Request
 from teamrl.tensors import left_pad
+
+if TYPE_CHECKING:  # backend.py imports this module lazily (make_backend)
+    from teamrl.generation.backend import EngineSpec
 
 
 @contextmanager

@@ -1,0 +1,157 @@
+"""The import graph of teamrl: no cycle, and no arrow that runs back up the layers.
+
+Every module under teamrl/ is parsed (not imported). Cycles are checked on the imports that
+run at import time (module level, outside ``if TYPE_CHECKING``); the layering rules on every
+import, lazy ones inside functions included, since those run too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "teamrl"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(node: ast.Import | ast.ImportFrom, here: str) -> list[str]:
+    """The modules an import statement loads (``from pkg import mod`` names the submodule)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:  # relative import
+        pkg = here.split(".")
+        if not MODULES[here].name == "__init__.py":
+            pkg = pkg[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join(pkg + ([base] if base else []))
+    out = []
+    for a in node.names:
+        sub = f"{base}.{a.name}"
+        out.append(sub if sub in MODULES else base)
+    return out
+
+
+def imports(name: str) -> tuple[set[str], set[str]]:
+    """(import-time imports, all imports) of module ``name``, as dotted module names."""
+    tree = ast.parse(MODULES[name].read_text())
+    eager: set[str] = set()
+    every: set[str] = set()
+
+    def visit(node: ast.AST, at_import_time: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found = _targets(child, name)
+                every.update(found)
+                if at_import_time:
+                    eager.update(found)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, False)
+            elif isinstance(child, ast.If) and _is_type_checking(child):
+                visit(child, False)
+            else:
+                visit(child, at_import_time)
+
+    visit(tree, True)
+    return eager, every
+
+
+GRAPH = {name: imports(name) for name in MODULES}
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_parser_sees_known_imports():
+    # a check on the checker: these arrows exist today, so the graph must show them
+    eager, _ = GRAPH["teamrl.trainer"]
+    assert "teamrl.team" in eager and "teamrl.checkpoints" in eager
+    _, every = GRAPH["teamrl.generation.backend"]
+    assert "teamrl.generation.hf" in every  # lazy, inside make_backend
+    assert "teamrl.generation.hf" not in GRAPH["teamrl.generation.backend"][0]
+
+
+def test_no_import_cycle():
+    internal = {n: {m for m in eager if m in MODULES and m != n} for n, (eager, _) in GRAPH.items()}
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def dfs(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(internal[n]):
+            if state.get(m) == 1:
+                cycle = stack[stack.index(m) :] + [m]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if m not in state:
+                dfs(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(internal):
+        if n not in state:
+            dfs(n)
+
+
+# (modules the rule is about, what they must never import)
+RULES = [
+    (
+        ("teamrl.generation",),
+        (
+            "teamrl.team",
+            "teamrl.rollout",
+            "teamrl.envs",
+            "teamrl.trainer",
+            "teamrl.algorithms",
+            "teamrl.recipes",
+        ),
+    ),
+    (
+        ("teamrl.envs", "teamrl.rewards", "teamrl.data", "teamrl.tasks"),
+        (
+            "torch",
+            "transformers",
+            "peft",
+            "teamrl.models",
+            "teamrl.team",
+            "teamrl.trainer",
+            "teamrl.generation",
+            "teamrl.algorithms",
+            "teamrl.rollout",
+            "teamrl.recipes",
+        ),
+    ),
+    (("teamrl.algorithms",), ("teamrl.envs", "teamrl.tasks", "teamrl.rollout", "teamrl.recipes")),
+    (("teamrl.team",), ("teamrl.rollout", "teamrl.recipes", "teamrl.trainer")),
+]
+
+
+@pytest.mark.parametrize("layer, forbidden", RULES, ids=[r[0][0] for r in RULES])
+def test_layering(layer, forbidden):
+    bad = [
+        f"{n} imports {m}"
+        for n, (_, every) in sorted(GRAPH.items())
+        if _under(n, layer)
+        for m in sorted(every)
+        if _under(m, forbidden)
+    ]
+    assert not bad, "imports that run back up the layers:\n" + "\n".join(bad)
