@@ -375,7 +375,7 @@ def main() -> int:
     import torch
 
     meta = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
         "torch": torch.__version__,
         "loadavg_start": os.getloadavg(),
