@@ -45,22 +45,45 @@ sys.path.insert(0, str(HERE.parent))
 # vocabulary, tied embeddings, RoPE base).
 CONFIGS = {
     "smollm2-135m": dict(
-        model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
-        num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
-        tie_word_embeddings=True, rope_theta=100000.0, max_position_embeddings=8192,
+        model_type="llama",
+        hidden_size=576,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=1536,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
         rms_norm_eps=1e-5,
     ),
     "qwen2.5-0.5b": dict(
-        model_type="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-        tie_word_embeddings=True, rope_theta=1000000.0, max_position_embeddings=32768,
-        rms_norm_eps=1e-6, use_sliding_window=False,
+        model_type="qwen2",
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
     ),
     "qwen2.5-1.5b": dict(
-        model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-        num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
-        tie_word_embeddings=True, rope_theta=1000000.0, max_position_embeddings=32768,
-        rms_norm_eps=1e-6, use_sliding_window=False,
+        model_type="qwen2",
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
     ),
 }
 SAMPLERS = ("hf", "eager", "fast", "vllm")
@@ -107,8 +130,13 @@ class Samplers:
             ids = torch.tensor(prompts, device=self.device)
             with torch.no_grad():
                 return self.model.generate(
-                    input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                    top_k=0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    top_k=0,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    pad_token_id=0,
                 )
         reqs = [Request(prompt_ids=p, n=1, max_new_tokens=new) for p in prompts]
         if sampler == "eager":
@@ -123,10 +151,16 @@ class Samplers:
         if self.vllm is None:
             folder = tempfile.mkdtemp(prefix=f"gpu-gen-{self.name}-")
             self.model.save_pretrained(folder)
-            self.vllm = LLM(model=folder, skip_tokenizer_init=True, enable_prefix_caching=True,
-                            gpu_memory_utilization=0.5, dtype=str(self.model.dtype).split(".")[1])
-        params = SamplingParams(temperature=1.0, max_tokens=new, min_tokens=new,
-                                ignore_eos=True, detokenize=False)
+            self.vllm = LLM(
+                model=folder,
+                skip_tokenizer_init=True,
+                enable_prefix_caching=True,
+                gpu_memory_utilization=0.5,
+                dtype=str(self.model.dtype).split(".")[1],
+            )
+        params = SamplingParams(
+            temperature=1.0, max_tokens=new, min_tokens=new, ignore_eos=True, detokenize=False
+        )
         return self.vllm.generate([{"prompt_token_ids": p} for p in prompts], params)
 
 
@@ -179,8 +213,10 @@ def markdown(result: dict) -> str:
     ]
     for c in result["cells"]:
         if "note" in c:
-            lines.append(f"| {c['model']} | {c['batch']} | {c['new_tokens']} | {c['sampler']} "
-                         f"| {c['note']} | | | |")
+            lines.append(
+                f"| {c['model']} | {c['batch']} | {c['new_tokens']} | {c['sampler']} "
+                f"| {c['note']} | | | |"
+            )
             continue
         speed = c.get("fast_over_eager")
         lines.append(
@@ -189,16 +225,24 @@ def markdown(result: dict) -> str:
             f"{f'{speed:.2f}x' if speed else ''} |"
         )
     if result["steps"]:
-        lines += ["", "Core MAGRPO step (generate + one PG update of the full model):", "",
-                  "| model | rows | new tokens | sampler | step s | generate s | update s |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Core MAGRPO step (generate + one PG update of the full model):",
+            "",
+            "| model | rows | new tokens | sampler | step s | generate s | update s |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for s in result["steps"]:
             if "note" in s:
-                lines.append(f"| {s['model']} | {s['rows']} | {s['new_tokens']} | "
-                             f"{s['sampler']} | {s['note']} | | |")
+                lines.append(
+                    f"| {s['model']} | {s['rows']} | {s['new_tokens']} | "
+                    f"{s['sampler']} | {s['note']} | | |"
+                )
                 continue
-            lines.append(f"| {s['model']} | {s['rows']} | {s['new_tokens']} | {s['sampler']} | "
-                         f"{s['step_s']:.3f} | {s['generate_s']:.3f} | {s['update_s']:.3f} |")
+            lines.append(
+                f"| {s['model']} | {s['rows']} | {s['new_tokens']} | {s['sampler']} | "
+                f"{s['step_s']:.3f} | {s['generate_s']:.3f} | {s['update_s']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -252,12 +296,18 @@ def main() -> int:
         name = f"CPU: {machine()['cpu']}, {os.cpu_count()} cores"
     result = {
         "meta": {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"), "device": device,
-            "device_name": name, "torch": torch.__version__,
-            "transformers": transformers.__version__, "dtype": str(dtype).split(".")[1],
-            "prompt_len": args.prompt_len, "repeats": args.repeats, "vllm": vllm_ok,
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
+            "device": device,
+            "device_name": name,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "dtype": str(dtype).split(".")[1],
+            "prompt_len": args.prompt_len,
+            "repeats": args.repeats,
+            "vllm": vllm_ok,
         },
-        "cells": [], "steps": [],
+        "cells": [],
+        "steps": [],
     }
     stem = Path(args.out) if args.out else HERE / "results" / "gpu_generation"
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -276,14 +326,20 @@ def main() -> int:
                 prompts = torch.randint(1, vocab, (batch, args.prompt_len), generator=gen).tolist()
                 eager_s = None
                 for sampler in samplers:
-                    cell = {"model": model_name, "batch": batch, "new_tokens": new,
-                            "sampler": sampler}
+                    cell = {
+                        "model": model_name,
+                        "batch": batch,
+                        "new_tokens": new,
+                        "sampler": sampler,
+                    }
                     if sampler == "vllm" and not vllm_ok:
                         continue
                     try:
                         first = time_call(lambda: runner.run(sampler, prompts, new), device)
-                        times = [time_call(lambda: runner.run(sampler, prompts, new), device)
-                                 for _ in range(args.repeats)]
+                        times = [
+                            time_call(lambda: runner.run(sampler, prompts, new), device)
+                            for _ in range(args.repeats)
+                        ]
                     except Exception as err:  # noqa: BLE001  (out of memory, vllm errors...)
                         cell["note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
                         result["cells"].append(cell)
@@ -292,27 +348,36 @@ def main() -> int:
                             torch.cuda.empty_cache()
                         continue
                     med = statistics.median(times)
-                    cell.update(first_s=first, times_s=times, median_s=med,
-                                tokens_per_s=batch * new / med)
+                    cell.update(
+                        first_s=first, times_s=times, median_s=med, tokens_per_s=batch * new / med
+                    )
                     if sampler == "eager":
                         eager_s = med
                     if sampler == "fast" and eager_s:
                         cell["fast_over_eager"] = eager_s / med
                     result["cells"].append(cell)
-                    print(f"{model_name} b={batch} new={new} {sampler:<5} "
-                          f"{cell['tokens_per_s']:9.0f} tok/s ({med:.3f} s)", flush=True)
+                    print(
+                        f"{model_name} b={batch} new={new} {sampler:<5} "
+                        f"{cell['tokens_per_s']:9.0f} tok/s ({med:.3f} s)",
+                        flush=True,
+                    )
                     save()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         prompts = torch.randint(1, vocab, (args.step_batch, args.prompt_len), generator=gen)
         for sampler in samplers:
-            row = {"model": model_name, "rows": args.step_batch,
-                   "new_tokens": args.step_tokens, "sampler": sampler}
+            row = {
+                "model": model_name,
+                "rows": args.step_batch,
+                "new_tokens": args.step_tokens,
+                "sampler": sampler,
+            }
             if sampler == "vllm":
                 continue  # vllm would need weight sync after the update: measured by magrpo_step
             try:
                 magrpo_step(model, runner, sampler, prompts.tolist(), args.step_tokens, opt)
-                row.update(magrpo_step(model, runner, sampler, prompts.tolist(),
-                                       args.step_tokens, opt))
+                row.update(
+                    magrpo_step(model, runner, sampler, prompts.tolist(), args.step_tokens, opt)
+                )
             except Exception as err:  # noqa: BLE001
                 row["note"] = f"failed: {type(err).__name__}: {str(err)[:120]}"
             result["steps"].append(row)

@@ -298,6 +298,11 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
     return started, notes
 
 
+def short(name: str) -> str:
+    """'teamrl lora' -> 'lora', 'comlrl 1.4.3' -> 'comlrl'."""
+    return name.removeprefix("teamrl ").split()[0]
+
+
 def spread(s: dict) -> tuple[str, str, str]:
     return (
         f"{s['median']:.2f}",
@@ -342,7 +347,7 @@ def markdown(result: dict) -> str:
             ratio = rep[name].get("ratios")
             cells.append(f"{s:.2f}" + (f" ({ratio[r]:.2f}x)" if ratio else ""))
         lines.append(
-            f"| {r + 1} | {' '.join(n.split()[-1] for n in order)} | " + " | ".join(cells) + " |"
+            f"| {r + 1} | {' '.join(short(n) for n in order)} | " + " | ".join(cells) + " |"
         )
     for name, note in result["notes"].items():
         lines.append(f"\n{name}: {note}")
