@@ -164,10 +164,11 @@ class Samplers:
         return self.vllm.generate([{"prompt_token_ids": p} for p in prompts], params)
 
 
-def time_call(fn, device: str) -> float:
+def time_call(device: str, fn, *args) -> float:
+    """Wall time of ``fn(*args)``, the device synchronised before and after."""
     sync(device)
     t0 = time.perf_counter()
-    fn()
+    fn(*args)
     sync(device)
     return time.perf_counter() - t0
 
@@ -335,9 +336,9 @@ def main() -> int:
                     if sampler == "vllm" and not vllm_ok:
                         continue
                     try:
-                        first = time_call(lambda: runner.run(sampler, prompts, new), device)
+                        first = time_call(device, runner.run, sampler, prompts, new)
                         times = [
-                            time_call(lambda: runner.run(sampler, prompts, new), device)
+                            time_call(device, runner.run, sampler, prompts, new)
                             for _ in range(args.repeats)
                         ]
                     except Exception as err:  # noqa: BLE001  (out of memory, vllm errors...)
@@ -383,7 +384,7 @@ def main() -> int:
             result["steps"].append(row)
             print(row, flush=True)
             save()
-        del model, runner, opt
+        model = runner = opt = None  # free the memory before the next model
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
     save()
