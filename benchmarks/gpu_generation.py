@@ -279,6 +279,9 @@ def main() -> int:
         args.prompt_len, args.repeats, args.step_batch, args.step_tokens = 8, 2, 4, 16
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    # The fast path compiles its decode step once per (rows, cache length); the grid has more
+    # shapes than dynamo's default limit of 8 recompilations, after which it would run eagerly.
+    torch._dynamo.config.recompile_limit = 64
     if device == "cpu":
         torch.set_num_threads(1 if args.tiny else min(torch.get_num_threads(), 2))
     samplers = [s for s in args.samplers.split(",") if s]

@@ -32,6 +32,10 @@ Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduc
 (``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
 grouped multi-LoRA forward of ``teamrl.rollout.multi_lora``, which patches layer forwards per
 call; such calls always run eagerly (a compiled step would recompile on every call).
+Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
+``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
+default, counted across models) and then runs the step eagerly, so a caller with many shapes
+raises that limit (benchmarks/gpu_generation.py sets 64).
 
 ``supported(model, requests)`` says whether this path can serve a call; ``generate`` falls back
 to the reference loop when it cannot (a sliding-window or hybrid cache layout; per-row adapters
