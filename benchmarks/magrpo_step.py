@@ -53,6 +53,8 @@ SHORT_PROMPTS = [
 ]
 TEAMRL = ("lora", "shared", "separate", "vllm")
 ALL = ("raw", *TEAMRL, "comlrl")
+# Opt-in: the vLLM backend with the other policy modes (one more engine each, so more memory).
+EXTRA = ("vllm-shared", "vllm-separate")
 
 
 def prompts(n: int, style: str = "short") -> list[str]:
@@ -175,8 +177,9 @@ def serve(args) -> int:
     if args.worker == "raw":
         contender = RawStep(args, texts)
     else:
-        policies = "lora" if args.worker == "vllm" else args.worker
-        backend = "vllm" if args.worker == "vllm" else None
+        # "lora", "shared", "separate"; "vllm" is lora on vLLM, "vllm-shared" shared on vLLM...
+        backend = "vllm" if args.worker.startswith("vllm") else None
+        policies = args.worker.removeprefix("vllm").removeprefix("-") or "lora"
         contender = TeamrlStep(args, texts, policies, backend)
     rounds.send(
         channel,
@@ -260,16 +263,18 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
     """Start every wanted contender; those that cannot run are returned as notes instead."""
     wanted = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in wanted:
-        if c not in ALL:
-            raise SystemExit(f"--contenders: unknown {c!r}; choose from {', '.join(ALL)}")
+        if c not in ALL + EXTRA:
+            choices = ", ".join(ALL + EXTRA)
+            raise SystemExit(f"--contenders: unknown {c!r}; choose from {choices}")
     if args.skip_comlrl and "comlrl" in wanted:
         wanted.remove("comlrl")
-    if args.skip_vllm and "vllm" in wanted:
-        wanted.remove("vllm")
+    if args.skip_vllm:
+        wanted = [c for c in wanted if not c.startswith("vllm")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     started, notes = {}, {}
     for kind in wanted:
         env_k = dict(env)
+        name = "comlrl 1.4.3" if kind == "comlrl" else kind if kind == "raw" else f"teamrl {kind}"
         if kind == "comlrl":
             py = HERE / ".venv-comlrl" / "bin" / "python"
             if not py.exists():
@@ -278,21 +283,20 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
                 subprocess.run(["bash", str(HERE / "setup_comlrl.sh")], check=True)
             env_k.pop("PYTHONPATH")  # the worker never imports teamrl
             cmd = comlrl_cmd(args, str(py), tmp)
-        elif kind == "vllm":
+        elif kind.startswith("vllm"):
             py = Path(args.vllm_python)
             if not py.exists():
-                notes[kind] = f"skipped: no {py} (build it with `make test-vllm`)"
+                notes[name] = f"skipped: no {py} (build it with `make test-vllm`)"
                 continue
             env_k["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine
             cmd = worker_cmd(args, kind, str(py))
         else:
             cmd = worker_cmd(args, kind, sys.executable)
-        name = "comlrl 1.4.3" if kind == "comlrl" else kind if kind == "raw" else f"teamrl {kind}"
         print(f"starting {name} ...", flush=True)
         try:
             started[name] = rounds.WorkerProcess(name, cmd, tmp / f"{kind}.log", env=env_k)
         except RuntimeError as err:
-            if kind not in ("vllm",):
+            if not kind.startswith("vllm"):
                 raise
             notes[name] = "skipped: " + str(err).splitlines()[-1][:300]
     return started, notes
