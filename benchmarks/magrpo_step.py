@@ -316,7 +316,7 @@ def spread(s: dict) -> tuple[str, str, str]:
 
 
 def markdown(result: dict) -> str:
-    m, rep, ref = result["meta"], result["report"], result["reference"]
+    m, rep, ref = result["meta"], result["report"], result["reference"] or "(none)"
     lines = [
         f"MAGRPO step, 2 agents x G={m['num_generations']} x {m['new_tokens']} tokens, "
         f"{m['model']} fp32, {m['prompts']} prompts. {m['date']} UTC; {m['machine']['cores']} "
@@ -333,7 +333,8 @@ def markdown(result: dict) -> str:
         gen = f"{row['generate_s']['median']:.2f}" if "generate_s" in row else ""
         upd = f"{row['update_s']['median']:.2f}" if "update_s" in row else ""
         rss = result["peak_rss_gib"].get(name)
-        ratio = f"{row['ratio_vs_reference']:.2f}x" if "ratio_vs_reference" in row else "1.00x"
+        ratio = f"{row['ratio_vs_reference']:.2f}x" if "ratio_vs_reference" in row else ""
+        ratio = "1.00x" if name == ref else ratio
         rss_s = f"{rss:.1f}" if rss else ""
         lines.append(f"| {name} | {med} | {rng} | {iqr} | {gen} | {upd} | {rss_s} | {ratio} |")
     names = list(rep)
