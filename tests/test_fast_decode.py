@@ -77,6 +77,8 @@ def test_the_cache_is_reused_across_calls_of_the_same_shape():
     again = fast_decode.generate(model, requests(0.0), [0], 0, ignore_eos=True)
     assert fast_decode._STATES[model].cache is cache  # reset, not reallocated
     assert tokens(again) == tokens(first)
+    fast_decode.release(model)
+    assert model not in fast_decode._STATES
 
 
 def _lora_model(**extra):

@@ -89,6 +89,16 @@ class _State:
 _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def release(model: torch.nn.Module) -> None:
+    """Drop the model's reusable static cache and compiled step (frees their memory).
+
+    The cache is kept between calls so that CUDA graphs replay at the same addresses; a trainer
+    short of GPU memory for the update can release it after each rollout at the cost of a new
+    allocation (and, when compiled, a new capture) at the next call.
+    """
+    _STATES.pop(model, None)
+
+
 def _decode_step(model, input_ids, attention_mask, position_ids, cache):
     out = model(
         input_ids=input_ids,
