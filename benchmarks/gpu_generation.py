@@ -6,7 +6,7 @@ uses the builtin tiny-llama instead, for a CPU smoke run that finishes in well u
 
 Samplers:
 - ``hf``: transformers' ``model.generate`` (sampling, ``min_new_tokens`` = ``max_new_tokens``);
-- ``eager``: teamrl's builtin sampler (teamrl.rollout.generator.generate), the reference loop;
+- ``eager``: teamrl's builtin sampler (teamrl.generation.hf.generate), the reference loop;
 - ``fast``: its static-cache fast path (teamrl.generation.fast_decode), CUDA graphs on CUDA;
 - ``vllm``: ``vllm.LLM`` on the same weights, when vllm is importable.
 
@@ -124,7 +124,8 @@ class Samplers:
         import torch
 
         from teamrl.generation import fast_decode
-        from teamrl.rollout.generator import Request, generate
+        from teamrl.generation.hf import generate
+        from teamrl.generation.types import Request
 
         if sampler == "hf":
             ids = torch.tensor(prompts, device=self.device)

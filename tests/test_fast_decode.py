@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from teamrl.generation import fast_decode
+from teamrl.generation.hf import generate
+from teamrl.generation.types import Request
 from teamrl.models import load_model
-from teamrl.rollout.generator import Request, generate
 
 PROMPTS = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]  # different widths: left padding
 

@@ -1,6 +1,6 @@
 """The builtin sampler's fast path: a preallocated (static) KV cache and a capturable decode step.
 
-Same contract and same sampling as ``teamrl.rollout.generator.generate`` (the reference loop);
+Same contract and same sampling as ``teamrl.generation.hf.generate`` (the reference loop);
 only the cache layout differs:
 
 - The reference loop keeps a growing cache: each decode step concatenates one column to every
@@ -30,7 +30,7 @@ are the same unless a last-bit difference in a probability moves a draw across a
 Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduce-overhead"``
 (CUDA graphs) on CUDA and runs it eagerly elsewhere; compiling on CPU is allowed
 (``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
-grouped multi-LoRA forward of ``teamrl.rollout.multi_lora``, which patches layer forwards per
+grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which patches layer forwards per
 call; such calls always run eagerly (a compiled step would recompile on every call).
 Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
 ``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
@@ -49,8 +49,10 @@ from dataclasses import dataclass
 
 import torch
 
-from teamrl.rollout import generator as reference
-from teamrl.rollout.generator import Generation, Request, left_pad, sample_tokens
+from teamrl.generation import hf as reference
+from teamrl.generation.hf import sample_tokens
+from teamrl.generation.types import Generation, Request
+from teamrl.tensors import left_pad
 
 CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
 
@@ -65,7 +67,7 @@ def decline_reason(model: torch.nn.Module, requests: list[Request]) -> str | Non
         kinds = sorted({type(layer).__name__ for layer in layers})
         return f"cache layout {kinds}: only full-attention layers are supported"
     if any(r.adapter is not None for r in requests):
-        from teamrl.rollout import multi_lora
+        from teamrl.generation import multi_lora
 
         if not multi_lora.supported(model):
             return "per-row adapters need the grouped multi-LoRA forward (plain LoRA linears)"
@@ -134,7 +136,7 @@ def generate(
     ignore_eos: bool = False,
     compile: bool | None = None,
 ) -> list[list[Generation]]:
-    """``teamrl.rollout.generator.generate`` with a static KV cache; see the module docstring.
+    """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``compile``: None = compile the decode step with CUDA graphs on CUDA only; True/False force.
     Falls back to the reference loop when ``supported(model, requests)`` is False.
