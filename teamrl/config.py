@@ -230,6 +230,12 @@ class GenerationConfig:
         "Generation backend: 'hf' samples with teamrl's KV-cache loop on the trainer's own model "
         "(CPU and GPU); 'vllm' uses vLLM (needs: pip install 'teamrl[vllm]').",
     )
+    fast_decode: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "hf backend only: decode with a preallocated (static) KV cache and a compiled decode step "
+        "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
+        "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
+    )
 
 
 @dataclass

@@ -135,3 +135,22 @@ def test_declines_what_it_cannot_serve_and_falls_back_to_the_reference():
     assert tokens(fast_decode.generate(sliding, plain, [0], 0)) == tokens(
         generate(sliding, plain, eos_ids=[0], pad_id=0)
     )
+
+
+def test_config_switch_routes_the_hf_backend_through_the_fast_path(monkeypatch):
+    """generation.fast_decode=on sends the hf backend's calls to the fast path (same tokens);
+    'auto' keeps the eager loop on a CPU engine."""
+    from teamrl.config import GenerationConfig
+    from teamrl.generation.backend import EngineSpec, make_backend
+
+    model = load_model("tiny-llama")
+    spec = EngineSpec(model, None, [0], 0, "tiny-llama", "float32", "cpu", [])
+    calls = []
+    real = fast_decode.generate
+    monkeypatch.setattr(fast_decode, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    on = make_backend(GenerationConfig(fast_decode="on"), spec)
+    auto = make_backend(GenerationConfig(fast_decode="auto"), spec)
+    assert tokens(on.generate(requests(0.0), ignore_eos=True)) == tokens(
+        auto.generate(requests(0.0), ignore_eos=True)
+    )
+    assert calls == [1]  # only the 'on' backend used the fast path
