@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from teamrl.envs.base import clone, make_task
-from teamrl.envs.games import (
+from teamrl.tasks.games import (
     PlanPathState,
     SokobanState,
     SudokuState,
@@ -25,10 +25,10 @@ from teamrl.envs.games import (
     solve_sudoku,
     split_seeds,
 )
-from teamrl.envs.games.common import board_split
-from teamrl.envs.games.plan_path import plan_path_single_task, plan_path_task
-from teamrl.envs.games.sokoban import sokoban_single_task, sokoban_task
-from teamrl.envs.games.sudoku import sudoku_single_task, sudoku_task
+from teamrl.tasks.games.seeds import board_split
+from teamrl.tasks.games.plan_path import plan_path_single_task, plan_path_task
+from teamrl.tasks.games.sokoban import sokoban_single_task, sokoban_task
+from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
 
 # ---------------------------------------------------------------------------------------------
 # A fake code runner: runs the (trusted, test-written) code in-process, same result fields as

@@ -15,8 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import teamrl.rewards.math as rmath
-from teamrl.data.math import (
+import teamrl.tasks.math.equivalence as rmath
+from teamrl.envs.base import make_task
+from teamrl.tasks.math.answers import extract_answer, extract_boxed
+from teamrl.tasks.math.data import (
     ArithmeticConfig,
     arithmetic_problems,
     load_aime2024,
@@ -24,8 +26,7 @@ from teamrl.data.math import (
     load_gsm8k,
     load_olympiadbench,
 )
-from teamrl.envs.base import make_task
-from teamrl.envs.math import (
+from teamrl.tasks.math.env import (
     MathEnv,
     MathEnvConfig,
     SandboxRunner,
@@ -34,13 +35,8 @@ from teamrl.envs.math import (
     extract_code,
     program_answer,
 )
-from teamrl.rewards.math import (
-    MathCheckConfig,
-    check_equivalence,
-    extract_answer,
-    extract_boxed,
-    is_equivalent,
-)
+from teamrl.tasks.math.equivalence import check_equivalence, is_equivalent
+from teamrl.tasks.math.guards import MathCheckConfig
 from teamrl.rewards.sandbox import ExecResult
 from teamrl.rollout.at_tree import agent_turn_rollout
 from teamrl.rollout.generator import Generation

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 from hostile_programs import CORPUS, Hostile
 
-from teamrl.rewards.code import stdio_pass_ratio
+from teamrl.tasks.coding.stdio import stdio_pass_ratio
 from teamrl.rewards.sandbox import (
     ExecResult,
     Limits,

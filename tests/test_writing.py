@@ -11,11 +11,10 @@ import json
 
 import pytest
 
-from teamrl.data.writing import load_arxiv, load_tldr, offline_texts
 from teamrl.envs.base import clone, make_task, registered_tasks
-from teamrl.rewards.writing import (
-    ArxivRewardConfig,
-    TLDRRewardConfig,
+from teamrl.tasks.writing.data import load_arxiv, load_tldr, offline_texts
+from teamrl.tasks.writing.reward import (
+    WritingRewardConfig,
     arxiv_reward,
     band_score,
     jaccard,
@@ -24,9 +23,9 @@ from teamrl.rewards.writing import (
     transition_categories,
 )
 
-TLDR = TLDRRewardConfig()
-PAPER = ArxivRewardConfig.for_variant("paper")
-CURRENT = ArxivRewardConfig.for_variant("current")
+TLDR = WritingRewardConfig.tldr()
+PAPER = WritingRewardConfig.arxiv("paper")
+CURRENT = WritingRewardConfig.arxiv("current")
 
 
 def W(tag: str, n: int) -> list[str]:
@@ -208,11 +207,11 @@ def test_comlrl_callable_and_config_errors():
     with pytest.raises(ValueError, match="differ in length"):
         tldr_reward([c1], [c2, c2])
     with pytest.raises(ValueError, match="variant"):
-        ArxivRewardConfig.for_variant("head")
+        WritingRewardConfig.arxiv("head")
     with pytest.raises(ValueError, match="transition_match"):
-        TLDRRewardConfig(transition_match="regex")
+        WritingRewardConfig.tldr(transition_match="regex")
     with pytest.raises(ValueError, match="length_band"):
-        TLDRRewardConfig(length_band=(2.0, 1.0, 3.0, 4.0))
+        WritingRewardConfig.tldr(length_band=(2.0, 1.0, 3.0, 4.0))
 
 
 # --------------------------------------------------------------------------------------

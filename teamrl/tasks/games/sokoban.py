@@ -23,16 +23,10 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from teamrl.envs.games.common import (
-    MOVES,
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    parse_moves,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import MOVES, parse_moves
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
@@ -242,7 +236,7 @@ def generate_sokoban(
     Boxes start on their goals and the game is played backwards: the player walks at random
     and, with probability 0.7, pulls a box that is right behind it. Every backward move undoes
     a legal forward move, so the result is solvable. Redrawn until some box is off its goal and
-    the board's content bucket matches the seed's split (``common.board_split``).
+    the board's content bucket matches the seed's split (``seeds.board_split``).
     """
     if isinstance(size, bool) or not isinstance(size, int) or not 5 <= size <= 12:
         raise ValueError(f"sokoban.size: expected an int in 5..12, got {size!r}")

@@ -19,16 +19,10 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from teamrl.envs.games.common import (
-    MOVES,
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    parse_moves,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import MOVES, parse_moves
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
@@ -183,7 +177,7 @@ def generate_plan_path(
 
     Each cell is an obstacle with probability ``density``; boards are redrawn until the
     distance condition holds and the board's content bucket matches the seed's split
-    (``common.board_split``). The same (seed, size, density) always gives the same board.
+    (``seeds.board_split``). The same (seed, size, density) always gives the same board.
     """
     if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= 30:
         raise ValueError(f"plan_path.size: expected an int in 3..30, got {size!r}")

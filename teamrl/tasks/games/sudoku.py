@@ -23,15 +23,10 @@ import re
 from dataclasses import dataclass, field
 from math import isqrt
 
-from teamrl.envs.games.common import (
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    extract_action_segment,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import extract_action_segment
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
 
@@ -251,7 +246,7 @@ def generate_sudoku(
         raise ValueError(f"sudoku.n_empty: expected an int in 1..{size**2 - 1}, got {n_empty!r}")
     rng = random.Random(f"sudoku/{size}/{n_empty}/{seed}")
     # A unique-solution puzzle determines its solution, so bucketing solutions by content keeps
-    # train and test puzzles disjoint (common.board_split).
+    # train and test puzzles disjoint (seeds.board_split).
     for _ in range(1000):
         solution = _random_full_grid(rng, size)
         if board_fits_seed(str(solution), seed):
