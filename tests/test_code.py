@@ -16,6 +16,7 @@ from collections import OrderedDict
 import pytest
 
 from teamrl.envs.base import clone, make_task, registered_tasks
+from teamrl.rewards.sandbox import ExecResult
 from teamrl.tasks.coding.code_text import extract_code, find_function
 from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
 from teamrl.tasks.coding.contest_data import (
@@ -24,7 +25,12 @@ from teamrl.tasks.coding.contest_data import (
     load_code_contests,
     load_livecodebench,
 )
-from teamrl.tasks.coding.data import function_task_splits, load_coophumaneval, load_humaneval, load_mbpp
+from teamrl.tasks.coding.data import (
+    function_task_splits,
+    load_coophumaneval,
+    load_humaneval,
+    load_mbpp,
+)
 from teamrl.tasks.coding.feedback import feedback
 from teamrl.tasks.coding.harness import check_units
 from teamrl.tasks.coding.helper_main import AuxMainCodingEnv
@@ -35,8 +41,12 @@ from teamrl.tasks.coding.reward import (
     leveled_reward,
     leveled_rewards,
 )
-from teamrl.tasks.coding.stdio import judge_tester, outputs_match, parse_test_cases, stdio_pass_ratio
-from teamrl.rewards.sandbox import ExecResult
+from teamrl.tasks.coding.stdio import (
+    judge_tester,
+    outputs_match,
+    parse_test_cases,
+    stdio_pass_ratio,
+)
 
 # --------------------------------------------------------------------------------------
 # A hand-made function task: 4 test units (``assert True`` is not one)

@@ -25,8 +25,8 @@ from teamrl.tasks.games import (
     solve_sudoku,
     split_seeds,
 )
-from teamrl.tasks.games.seeds import board_split
 from teamrl.tasks.games.plan_path import plan_path_single_task, plan_path_task
+from teamrl.tasks.games.seeds import board_split
 from teamrl.tasks.games.sokoban import sokoban_single_task, sokoban_task
 from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
 

@@ -17,6 +17,9 @@ import pytest
 
 import teamrl.tasks.math.equivalence as rmath
 from teamrl.envs.base import make_task
+from teamrl.rewards.sandbox import ExecResult
+from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.rollout.generator import Generation
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
 from teamrl.tasks.math.data import (
     ArithmeticConfig,
@@ -37,9 +40,6 @@ from teamrl.tasks.math.env import (
 )
 from teamrl.tasks.math.equivalence import check_equivalence, is_equivalent
 from teamrl.tasks.math.guards import MathCheckConfig
-from teamrl.rewards.sandbox import ExecResult
-from teamrl.rollout.at_tree import agent_turn_rollout
-from teamrl.rollout.generator import Generation
 
 # --------------------------------------------------------------------------------------
 # Extraction

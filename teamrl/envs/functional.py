@@ -88,7 +88,7 @@ class FunctionEnv:
                 reward=float(reward),
                 terminations={a: False for a in self.agents},
                 truncations={a: False for a in self.agents},
-                infos={"reward_components": dict(components)},
+                reward_components=dict(components),
             )
         actions, self.pending = dict(self.pending), {}
         self.history.append(dict(actions))
@@ -107,7 +107,7 @@ class FunctionEnv:
             reward=float(reward),
             terminations={a: finished for a in self.agents},
             truncations={a: False for a in self.agents},
-            infos={"reward_components": dict(components)},
+            reward_components=dict(components),
         )
 
 

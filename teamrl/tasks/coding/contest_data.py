@@ -84,6 +84,8 @@ def _dedupe(tests: list[dict]) -> list[dict]:
 def _stdio_row(
     source: str, id_: str, question: str, tests: list[dict], solution: str | None, **extra: Any
 ) -> dict:
+    """A normalised stdin/stdout row; ``tests`` are deduplicated and must not be empty."""
+    tests = _dedupe(tests)
     if not tests:
         raise ValueError("tests: the row has no test cases")
     return {
@@ -93,6 +95,14 @@ def _stdio_row(
         "tests": tests,
         "solution": solution,
         **extra,
+    }
+
+
+def _statement_extras(row: dict) -> dict[str, str]:
+    """The difficulty and starter code that APPS and LiveCodeBench rows carry."""
+    return {
+        "difficulty": str(row.get("difficulty") or ""),
+        "starter_code": row.get("starter_code") or "",
     }
 
 
@@ -133,10 +143,9 @@ def normalize_apps_row(row: dict, index: int, split: str = "test") -> dict:
         "apps",
         f"apps/{split}/{row.get('problem_id', index)}",
         question,
-        _dedupe(tests),
+        tests,
         solution,
-        difficulty=str(row.get("difficulty") or ""),
-        starter_code=row.get("starter_code") or "",
+        **_statement_extras(row),
     )
 
 
@@ -191,7 +200,7 @@ def normalize_code_contests_row(
         "codecontests",
         f"codecontests/{row.get('name', index)}",
         question,
-        _dedupe(tests),
+        tests,
         solution,
         difficulty=str(row.get("difficulty", "")),
         time_limit_s=float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) * 1e-9,
@@ -266,10 +275,9 @@ def normalize_livecodebench_row(row: dict, index: int) -> dict:
         "livecodebench",
         f"livecodebench/{row.get('question_id', index)}",
         question,
-        _dedupe(tests),
+        tests,
         None,
-        difficulty=str(row.get("difficulty") or ""),
-        starter_code=row.get("starter_code") or "",
+        **_statement_extras(row),
         date=str(row.get("contest_date") or ""),
     )
 
@@ -389,7 +397,9 @@ def stdio_task_splits(
         out["eval"] = _rows(held)[: cap(HELD_OUT_EVAL)]
     if "train" in splits:
         cut = order.index(held[0][0]) if held else len(order)
-        out["train"] = _rows(take_rows(_at(rows, order[:cut]), normalise, what=what, limit=limit, **kw))
+        out["train"] = _rows(
+            take_rows(_at(rows, order[:cut]), normalise, what=what, limit=limit, **kw)
+        )
     return out
 
 

@@ -49,7 +49,6 @@ COOPHUMANEVAL_ID = "OpenMLRL/CoopHumanEval"
 MBPP_ID = "google-research-datasets/mbpp"
 
 
-
 class SkipRow(Exception):
     """A valid row this task cannot use (e.g. call-based tests); counted, not an error."""
 
@@ -88,7 +87,9 @@ def normalise_all(
     limit: int | None = None,
 ) -> list[dict]:
     """Every row normalised, in order (at most ``limit`` kept rows)."""
-    pairs = take_rows(enumerate(rows), normalise, what=what, skip_malformed=skip_malformed, limit=limit)
+    pairs = take_rows(
+        enumerate(rows), normalise, what=what, skip_malformed=skip_malformed, limit=limit
+    )
     return [row for _, row in pairs]
 
 

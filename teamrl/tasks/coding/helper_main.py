@@ -16,8 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from teamrl.envs.base import Step, Task, register_task
-from teamrl.tasks.coding.data import COOPHUMANEVAL_EVAL, COOPHUMANEVAL_TEST, HUMANEVAL_SPLITS
-from teamrl.tasks.coding.data import function_task_splits
+from teamrl.tasks.coding.data import (
+    COOPHUMANEVAL_EVAL,
+    COOPHUMANEVAL_TEST,
+    HUMANEVAL_SPLITS,
+    function_task_splits,
+)
 from teamrl.tasks.coding.feedback import FEEDBACK_MODES, feedback
 from teamrl.tasks.coding.harness import check_units
 from teamrl.tasks.coding.reward import (
@@ -196,7 +200,6 @@ def _well_formed(r: LeveledReward) -> bool:
     )
 
 
-
 def _aux_main_builder(name: str, doc: str) -> Callable[..., Task]:
     """The builder of the helper + main task ``name``; the three datasets share every kwarg."""
 
@@ -281,5 +284,3 @@ mbpp_task = register_task(
         "mbpp", "Build ``mbpp``; prompts are a signature + docstring built from each row."
     )
 )
-
-

@@ -6,8 +6,8 @@ single-agent task (``<game>_single``); see :mod:`teamrl.tasks.games.episode` and
 
 from teamrl.tasks.games.actions import extract_code, parse_moves
 from teamrl.tasks.games.episode import GameSpec, SingleAgentEnv, ToolPlanEnv
-from teamrl.tasks.games.seeds import SEED_RANGES, split_seeds
 from teamrl.tasks.games.plan_path import PlanPathRewards, PlanPathState, generate_plan_path
+from teamrl.tasks.games.seeds import SEED_RANGES, split_seeds
 from teamrl.tasks.games.sokoban import SokobanRewards, SokobanState, generate_sokoban
 from teamrl.tasks.games.sudoku import (
     SudokuRewards,

@@ -7,7 +7,6 @@ import re
 from teamrl.text import clip, extract_code_block
 
 
-
 def _bracket_spans(text: str) -> list[str]:
     """Top-level balanced ``[...]`` spans of ``text``, in order (nested lists stay whole)."""
     spans, depth, start = [], 0, 0

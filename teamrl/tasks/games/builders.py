@@ -11,7 +11,6 @@ from teamrl.tasks.games.episode import GameSpec, SingleAgentEnv, ToolPlanEnv, ma
 from teamrl.tasks.games.seeds import split_seeds
 
 
-
 def agent_prompts(title: str, two_agent: bool) -> dict[str, str]:
     """Default system prompts of the roles."""
     if not two_agent:

@@ -30,7 +30,7 @@ An unparseable answer (no action list, or tool code that fails) earns the game's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from teamrl.envs.base import Step
@@ -38,6 +38,15 @@ from teamrl.tasks.games.actions import extract_code, format_actions
 from teamrl.tasks.run_program import run_program
 from teamrl.text import clip
 
+
+def reward_field(default: float, help: str) -> Any:
+    """One constant of a game's frozen rewards dataclass, with the help string a config shows."""
+    return field(default=default, metadata={"help": help})
+
+
+def no_action_penalty_field() -> Any:
+    """The constant every game has: what an answer with no usable action list earns."""
+    return reward_field(-1.0, "reward when no action list can be parsed (or code fails)")
 
 
 def make_rewards(cls: type, overrides: Any, game: str) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 
-
 # Disjoint seed ranges: eval and test come from the held-out range, disjoint from each other.
 SEED_RANGES: dict[str, range] = {
     "train": range(0, 1_000_000),

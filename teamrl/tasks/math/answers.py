@@ -1,15 +1,14 @@
 """Math answers as text: extraction from completions and a canonical surface form.
 
-    ``extract_boxed``     the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces.
-    ``extract_answer``    boxed, else ``#### X`` (GSM8K style), else "the answer is X" /
-                          "Answer: X", else the last number in the text.
-    ``normalize_answer``  the answer's canonical surface form, before any maths.
+``extract_boxed``     the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces.
+``extract_answer``    boxed, else ``#### X`` (GSM8K style), else "the answer is X" /
+                      "Answer: X", else the last number in the text.
+``normalize_answer``  the answer's canonical surface form, before any maths.
 """
 
 from __future__ import annotations
 
 import re
-
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 

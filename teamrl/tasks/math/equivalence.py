@@ -57,7 +57,6 @@ class Verdict:
     detail: str = ""
 
 
-
 _warmed: set[str] = set()
 _warm_lock = threading.Lock()
 
@@ -378,7 +377,9 @@ def check_equivalence(
             return Verdict(False, "refused", f"{side}: {reason}")
 
     pairs = [
-        (p, g) for p in answer_variants(normalize_answer(pred)) for g in answer_variants(normalize_answer(gold))
+        (p, g)
+        for p in answer_variants(normalize_answer(pred))
+        for g in answer_variants(normalize_answer(gold))
     ]
     notes: list[str] = []
     use_mv = backend != "sympy"

@@ -53,7 +53,6 @@ class MathCheckConfig:
 DEFAULT_CONFIG = MathCheckConfig()
 
 
-
 _POW_RE = re.compile(r"\^|\*\*")
 _INT_RE = re.compile(r"\d+")
 _FACTORIAL_HINT_RE = re.compile(r"!|factorial|binom|choose|gamma|\\Gamma", re.IGNORECASE)
@@ -134,8 +133,6 @@ def screen(text: str, config: MathCheckConfig = DEFAULT_CONFIG) -> str | None:
         if _POW_RE.search(text):  # (10^6)! slips past the literal check
             return "factorial-like operator together with a power"
     return None
-
-
 
 
 # --------------------------------------------------------------------------------------
@@ -224,5 +221,3 @@ def time_box(seconds: float) -> Iterator[str]:
             state["timer"].cancel()
         # drop an exception that was requested but not yet delivered
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
-
-
