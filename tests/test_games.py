@@ -449,3 +449,13 @@ def test_single_agent_env_multi_turn():
     assert step.infos["success"]
     task = sudoku_single_task(n_train=1, n_eval=1, n_test=1)
     assert task.make_env().reset(task.train[0])["solver"].count("\n") > 5
+
+
+def test_game_steps_set_the_protocol_fields():
+    env = _pp_env(FakeRunner())
+    tool = env.step({"tool": "```python\nprint(['D', 'D', 'R', 'R'])\n```"})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components["tool_exec_ok"] == 1.0
+    plan = env.step({"plan": "#### ['D', 'D', 'R', 'R']"})
+    assert plan.pending is False and plan.success is True  # D, D, R, R reaches G
+    assert plan.reward_components["plan_n_actions"] == 4.0

@@ -795,3 +795,14 @@ def test_tool_with_the_real_sandbox():
         {"tool": -1.0},
         "failed (exit code 3)",
     )
+
+
+def test_math_steps_set_the_protocol_fields():
+    env = MathEnv(runner=FakeRunner(RESULTS))
+    env.reset(EXAMPLE)
+    tool = env.step({"tool": _fence("print(6 * 8)")})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components == {"tool/local": 0.0, "tool/exec_ok": 1.0, "tool/correct": 0.0}
+    closing = env.step({"reasoner": r"so \boxed{42}"})
+    assert closing.pending is False and closing.success is True
+    assert closing.reward_components["team"] == 1.0
