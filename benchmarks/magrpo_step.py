@@ -61,7 +61,7 @@ def prompts(n: int, style: str = "short") -> list[str]:
     """Short one-line prompts (the shared notes' setting) or ~200-token posts ('long')."""
     if style == "short":
         return [SHORT_PROMPTS[i % len(SHORT_PROMPTS)] for i in range(n)]
-    from teamrl.data.writing import offline_texts
+    from teamrl.tasks.writing.data import offline_texts
 
     rows = offline_texts("train")[:n]
     return [f"Summarize the following post.\n\n{r['text']}\n\nSummary:" for r in rows]

@@ -15,34 +15,38 @@ from collections import OrderedDict
 
 import pytest
 
-from teamrl.data.code import (
+from teamrl.envs.base import clone, make_task, registered_tasks
+from teamrl.rewards.sandbox import ExecResult
+from teamrl.tasks.coding.code_text import extract_code, find_function
+from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
+from teamrl.tasks.coding.contest_data import (
     decode_lcb_tests,
-    function_task_splits,
     load_apps,
     load_code_contests,
+    load_livecodebench,
+)
+from teamrl.tasks.coding.data import (
+    function_task_splits,
     load_coophumaneval,
     load_humaneval,
-    load_livecodebench,
     load_mbpp,
 )
-from teamrl.envs.base import clone, make_task, registered_tasks
-from teamrl.envs.coding import AuxMainCodingEnv, CodeContestConfig, CoderTesterEnv
-from teamrl.rewards.code import (
+from teamrl.tasks.coding.feedback import feedback
+from teamrl.tasks.coding.harness import check_units
+from teamrl.tasks.coding.helper_main import AuxMainCodingEnv
+from teamrl.tasks.coding.reward import (
     AuxMainJob,
     LeveledRewardConfig,
-    check_units,
-    extract_code,
-    feedback,
-    find_function,
     is_thin_wrapper,
-    judge_tester,
     leveled_reward,
     leveled_rewards,
+)
+from teamrl.tasks.coding.stdio import (
+    judge_tester,
     outputs_match,
     parse_test_cases,
     stdio_pass_ratio,
 )
-from teamrl.rewards.sandbox import ExecResult
 
 # --------------------------------------------------------------------------------------
 # A hand-made function task: 4 test units (``assert True`` is not one)
@@ -454,7 +458,7 @@ def test_apps_rows_without_tests_are_skipped_and_logged(tmp_path, caplog):
         _apps_row(5, a=5, b=6),
     ]
     _write_jsonl(tmp_path / "apps", "train.jsonl", rows)
-    with caplog.at_level("WARNING", logger="teamrl.data.code"):
+    with caplog.at_level("WARNING", logger="teamrl.tasks.coding.data"):
         kept = load_apps("train", str(tmp_path / "apps"))
     assert [r["id"] for r in kept] == ["apps/train/0", "apps/train/5"]
     assert "skipped 4 unusable (no tests: 4)" in caplog.text

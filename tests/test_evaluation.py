@@ -160,7 +160,7 @@ def test_evaluate_trainer_counts_independent_episodes(algorithm):
 
 
 def test_cli_eval_reports_checkpoint_and_untrained_baseline(tmp_path, monkeypatch):
-    import teamrl.envs.games.common as games
+    import teamrl.tasks.games.episode as games
     from teamrl.cli import main as cli_main
     from teamrl.config import load_config
     from teamrl.trainer import Trainer

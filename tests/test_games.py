@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from teamrl.envs.base import clone, make_task
-from teamrl.envs.games import (
+from teamrl.tasks.games import (
     PlanPathState,
     SokobanState,
     SudokuState,
@@ -25,10 +25,10 @@ from teamrl.envs.games import (
     solve_sudoku,
     split_seeds,
 )
-from teamrl.envs.games.common import board_split
-from teamrl.envs.games.plan_path import plan_path_single_task, plan_path_task
-from teamrl.envs.games.sokoban import sokoban_single_task, sokoban_task
-from teamrl.envs.games.sudoku import sudoku_single_task, sudoku_task
+from teamrl.tasks.games.plan_path import plan_path_single_task, plan_path_task
+from teamrl.tasks.games.seeds import board_split
+from teamrl.tasks.games.sokoban import sokoban_single_task, sokoban_task
+from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
 
 # ---------------------------------------------------------------------------------------------
 # A fake code runner: runs the (trusted, test-written) code in-process, same result fields as
@@ -449,3 +449,13 @@ def test_single_agent_env_multi_turn():
     assert step.infos["success"]
     task = sudoku_single_task(n_train=1, n_eval=1, n_test=1)
     assert task.make_env().reset(task.train[0])["solver"].count("\n") > 5
+
+
+def test_game_steps_set_the_protocol_fields():
+    env = _pp_env(FakeRunner())
+    tool = env.step({"tool": "```python\nprint(['D', 'D', 'R', 'R'])\n```"})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components["tool_exec_ok"] == 1.0
+    plan = env.step({"plan": "#### ['D', 'D', 'R', 'R']"})
+    assert plan.pending is False and plan.success is True  # D, D, R, R reaches G
+    assert plan.reward_components["plan_n_actions"] == 4.0

@@ -15,8 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import teamrl.rewards.math as rmath
-from teamrl.data.math import (
+import teamrl.tasks.math.equivalence as rmath
+from teamrl.envs.base import make_task
+from teamrl.generation import Generation
+from teamrl.rewards.sandbox import ExecResult
+from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.tasks.math.answers import extract_answer, extract_boxed
+from teamrl.tasks.math.data import (
     ArithmeticConfig,
     arithmetic_problems,
     load_aime2024,
@@ -24,8 +29,7 @@ from teamrl.data.math import (
     load_gsm8k,
     load_olympiadbench,
 )
-from teamrl.envs.base import make_task
-from teamrl.envs.math import (
+from teamrl.tasks.math.env import (
     MathEnv,
     MathEnvConfig,
     SandboxRunner,
@@ -34,16 +38,8 @@ from teamrl.envs.math import (
     extract_code,
     program_answer,
 )
-from teamrl.generation import Generation
-from teamrl.rewards.math import (
-    MathCheckConfig,
-    check_equivalence,
-    extract_answer,
-    extract_boxed,
-    is_equivalent,
-)
-from teamrl.rewards.sandbox import ExecResult
-from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.tasks.math.equivalence import check_equivalence, is_equivalent
+from teamrl.tasks.math.guards import MathCheckConfig
 
 # --------------------------------------------------------------------------------------
 # Extraction
@@ -799,3 +795,14 @@ def test_tool_with_the_real_sandbox():
         {"tool": -1.0},
         "failed (exit code 3)",
     )
+
+
+def test_math_steps_set_the_protocol_fields():
+    env = MathEnv(runner=FakeRunner(RESULTS))
+    env.reset(EXAMPLE)
+    tool = env.step({"tool": _fence("print(6 * 8)")})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components == {"tool/local": 0.0, "tool/exec_ok": 1.0, "tool/correct": 0.0}
+    closing = env.step({"reasoner": r"so \boxed{42}"})
+    assert closing.pending is False and closing.success is True
+    assert closing.reward_components["team"] == 1.0

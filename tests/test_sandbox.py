@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import pytest
 from hostile_programs import CORPUS, Hostile
 
-from teamrl.rewards.code import stdio_pass_ratio
 from teamrl.rewards.sandbox import (
     ExecResult,
     Limits,
@@ -26,6 +25,7 @@ from teamrl.rewards.sandbox import (
     isolation_mode,
     run_python,
 )
+from teamrl.tasks.coding.stdio import stdio_pass_ratio
 
 # Small limits keep the file fast; the corpus checks every run against them.
 LIMITS = Limits(

@@ -154,8 +154,7 @@ def _import_builtin_tasks() -> None:
     import importlib
     import pkgutil
 
-    import teamrl.envs as pkg
+    import teamrl.tasks as pkg
 
-    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.envs."):
-        if mod.name != "teamrl.envs.base":
-            importlib.import_module(mod.name)
+    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.tasks."):
+        importlib.import_module(mod.name)

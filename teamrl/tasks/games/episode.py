@@ -1,4 +1,4 @@
-"""Shared pieces of the grid games: seed splits, action-list parsing, and the two env wrappers.
+"""The two env wrappers of the grid games, and what a game supplies to them (``GameSpec``).
 
 A game module (``plan_path``, ``sudoku``, ``sokoban``) supplies a :class:`GameSpec`: how to build
 a state from an example, how to parse an action list from text, and the rules shown to agents.
@@ -29,162 +29,24 @@ An unparseable answer (no action list, or tool code that fails) earns the game's
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from teamrl.envs.base import Step, Task, register_task
-
-# Disjoint seed ranges: eval and test come from the held-out range, disjoint from each other.
-SEED_RANGES: dict[str, range] = {
-    "train": range(0, 1_000_000),
-    "eval": range(1_000_000, 1_500_000),
-    "test": range(1_500_000, 2_000_000),
-}
+from teamrl.envs.base import Step
+from teamrl.tasks.games.actions import extract_code, format_actions
+from teamrl.tasks.run_program import run_program
+from teamrl.text import clip
 
 
-def seed_split(seed: int) -> str | None:
-    """The split whose seed range holds ``seed`` (None outside all ranges)."""
-    return next((name for name, seeds in SEED_RANGES.items() if seed in seeds), None)
+def reward_field(default: float, help: str) -> Any:
+    """One constant of a game's frozen rewards dataclass, with the help string a config shows."""
+    return field(default=default, metadata={"help": help})
 
 
-def board_split(key: str) -> str:
-    """The split a board belongs to by *content*: a sha256 bucket of ``key`` (its text).
-
-    Small boards repeat across seeds (6x6 Sokoban has only a few thousand distinct rooms), so
-    disjoint seeds alone would put training boards in the test set. Generators redraw until
-    ``board_split(board) == seed_split(seed)``: 80% of boards are train-only, 10% eval-only and
-    10% test-only, whatever the seed.
-    """
-    bucket = hashlib.sha256(key.encode()).digest()[0] % 10
-    return "test" if bucket == 0 else "eval" if bucket == 1 else "train"
-
-
-def board_fits_seed(key: str, seed: int) -> bool:
-    """True if a board with text ``key`` may be used for ``seed`` (see :func:`board_split`)."""
-    split = seed_split(seed)
-    return split is None or board_split(key) == split
-
-
-def split_seeds(split: str, n: int) -> list[int]:
-    """The first ``n`` seeds of ``split`` ("train", "eval" or "test")."""
-    if split not in SEED_RANGES:
-        raise ValueError(f"split: expected one of {sorted(SEED_RANGES)}, got {split!r}")
-    seeds = SEED_RANGES[split]
-    if not 0 <= n <= len(seeds):
-        raise ValueError(f"n_{split}: expected 0..{len(seeds)}, got {n}")
-    return list(seeds[:n])
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing
-
-
-def _bracket_spans(text: str) -> list[str]:
-    """Top-level balanced ``[...]`` spans of ``text``, in order (nested lists stay whole)."""
-    spans, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "]" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                spans.append(text[start : i + 1])
-    return spans
-
-
-def extract_action_segment(text: str, *, last_line_fallback: bool = False) -> str | None:
-    """The part of ``text`` that holds the action list, or None if there is none.
-
-    Order of preference: after the last ``####`` marker, the first ``[...]`` list (or else the
-    rest of that line); otherwise the last ``[...]`` list in the text; otherwise, only when
-    ``last_line_fallback`` (used for program output), the last non-empty line.
-    """
-    if "####" in text:
-        tail = text.rsplit("####", 1)[1]
-        spans = _bracket_spans(tail)
-        if spans:
-            return spans[0]
-        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-        return lines[0] if lines else None
-    spans = _bracket_spans(text)
-    if spans:
-        return spans[-1]
-    if last_line_fallback:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return lines[-1] if lines else None
-    return None
-
-
-MOVE_ALIASES = {
-    "u": "U",
-    "up": "U",
-    "d": "D",
-    "down": "D",
-    "l": "L",
-    "left": "L",
-    "r": "R",
-    "right": "R",
-}
-# (d_row, d_col) per move; row 0 is the top of the board.
-MOVES: dict[str, tuple[int, int]] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
-
-
-def parse_moves(text: str, last_line_fallback: bool = False) -> list[str] | None:
-    """A list of moves "U"/"D"/"L"/"R" from ``text``, or None when no action list is found.
-
-    Words up/down/left/right (any case) and runs of the letters UDLR ("UURD") are read as moves.
-    Any other word in the list is kept as-is, so that ``apply`` counts it as an invalid action.
-    """
-    segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
-    if segment is None:
-        return None
-    moves: list[str] = []
-    for token in re.findall(r"[A-Za-z]+", segment):
-        if token.lower() in MOVE_ALIASES:
-            moves.append(MOVE_ALIASES[token.lower()])
-        elif set(token.upper()) <= set("UDLR"):
-            moves.extend(token.upper())
-        else:
-            moves.append(token)
-    return moves
-
-
-_FENCED_PY = re.compile(r"```(?:python|py)[ \t]*\n(.*?)(?:```|\Z)", re.S)
-
-
-def extract_code(completion: str) -> str:
-    """The Python code of a completion: all ```python blocks joined, else the whole text.
-
-    A block left open (a truncated generation) runs to the end of the text. Joining the blocks
-    keeps a helper defined in one block usable from a later one.
-    """
-    blocks = [b.strip("\n") for b in _FENCED_PY.findall(completion)]
-    blocks = [b for b in blocks if b.strip()]
-    return "\n\n".join(blocks) if blocks else completion
-
-
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n... [truncated {len(text) - limit} characters]"
-
-
-def format_actions(actions: list | None, limit: int = 300) -> str:
-    """Short display of an action list for observations and history lines."""
-    if actions is None:
-        return "(no action list found)"
-    text = "[" + ", ".join(str(a) if isinstance(a, tuple) else repr(a) for a in actions) + "]"
-    return text if len(text) <= limit else text[:limit] + " ...]"
-
-
-# ---------------------------------------------------------------------------------------------
-# Rewards and specs
+def no_action_penalty_field() -> Any:
+    """The constant every game has: what an answer with no usable action list earns."""
+    return reward_field(-1.0, "reward when no action list can be parsed (or code fails)")
 
 
 def make_rewards(cls: type, overrides: Any, game: str) -> Any:
@@ -236,11 +98,12 @@ class GameSpec:
     parse: Callable[[str, bool], list | None]  # (text, last_line_fallback) -> actions | None
 
 
-def sandbox_runner(code: str) -> Any:
-    """Run ``code`` in ``teamrl.rewards.sandbox`` with its default limits (an ``ExecResult``)."""
-    from teamrl.rewards.sandbox import run_python  # imported here: keep env import light
+# The tool agent's default runner: one program in the sandbox with its default limits (an
+# ``ExecResult``). A module global, so that a test can replace it.
+sandbox_runner = run_program
 
-    return run_python(code)
+# How a long tool output is cut in the plan agent's prompt.
+_CUT = "\n... [truncated {cut} characters]"
 
 
 def _check_one_agent(actions: dict[str, str], expected: str, game: str) -> str:
@@ -337,11 +200,9 @@ class _Episode:
             terminations={a: solved for a in self.agents},
             truncations={a: truncated for a in self.agents},
             local_rewards=local_rewards or {agent: float(reward)},
-            infos={
-                "success": solved,
-                "reward_components": _components(f"{agent}_", info, reward),
-                "actions": actions,
-            },
+            infos={"actions": actions},
+            success=solved,
+            reward_components=_components(f"{agent}_", info, reward),
         )
 
 
@@ -420,12 +281,10 @@ class ToolPlanEnv(_Episode):
             local_rewards={"tool": float(reward)},
             # pending: the team reward of this candidate is only known once the plan agent has
             # acted on it, so the AT-GRPO rollout finishes the turn on a copy to score it.
-            infos={
-                "success": False,
-                "pending": True,
-                "reward_components": comps,
-                "actions": actions,
-            },
+            infos={"actions": actions},
+            success=False,
+            pending=True,
+            reward_components=comps,
         )
 
     def _plan_step(self, completion: str) -> Step:
@@ -471,7 +330,7 @@ class ToolPlanEnv(_Episode):
         parts = [
             f"The tool agent wrote this code:\n```python\n{t['code']}\n```",
             f"The code {status}. Its output:\n"
-            + (_truncate(t["stdout"].rstrip(), self.max_output_chars) or "(empty)"),
+            + (clip(t["stdout"].rstrip(), self.max_output_chars, marker=_CUT) or "(empty)"),
         ]
         if not t["ok"] and t["stderr"]:
             parts.append("Error output (tail):\n" + t["stderr"][-self.max_output_chars :])
@@ -519,173 +378,3 @@ class SingleAgentEnv(_Episode):
             "solver": f"{self._board()}\n\nGive your action list after '####', for example "
             f"#### {self.spec.action_example}. It is applied to the board."
         }
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks
-
-
-def agent_prompts(title: str, two_agent: bool) -> dict[str, str]:
-    """Default system prompts of the roles."""
-    if not two_agent:
-        return {
-            "solver": f"You solve {title} puzzles. Read the board carefully, think briefly, "
-            "and give your action list after '####'."
-        }
-    return {
-        "tool": f"You are the tool agent of a two-agent team solving {title} puzzles. You write "
-        "short, correct Python programs (for example a breadth-first search) that compute a "
-        "solution from the board and print it as an action list.",
-        "plan": f"You are the plan agent of a two-agent team solving {title} puzzles. You check "
-        "the board and the tool agent's code, output and simulated result, fix what is wrong, "
-        "and give the final action list after '####'.",
-    }
-
-
-def game_task(
-    spec: GameSpec,
-    rewards_cls: type,
-    params: dict[str, Any],
-    *,
-    two_agent: bool,
-    n_train: int,
-    n_eval: int,
-    n_test: int,
-    max_turns: int,
-    rewards: Any = None,
-    runner: Callable[[str], Any] | None = None,
-    max_output_chars: int = 1000,
-    description: str = "",
-) -> Task:
-    """A ``Task`` whose examples are ``{"seed": s, **params}`` from the disjoint seed ranges."""
-    constants = make_rewards(rewards_cls, rewards, spec.name)
-    spec.build({"seed": 0, **params}, constants)  # fail now, not mid-run, on bad params
-    if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int):
-        raise ValueError(f"{spec.name}.max_output_chars: expected an int, got {max_output_chars!r}")
-    if two_agent:
-
-        def make_env() -> ToolPlanEnv:
-            return ToolPlanEnv(
-                spec,
-                constants,
-                max_turns=max_turns,
-                runner=runner,
-                max_output_chars=max_output_chars,
-            )
-
-    else:
-
-        def make_env() -> SingleAgentEnv:
-            return SingleAgentEnv(spec, constants, max_turns=max_turns)
-
-    make_env()  # validates max_turns
-
-    def examples(split: str, n: int) -> list[dict]:
-        return [{"seed": s, **params} for s in split_seeds(split, n)]
-
-    return Task(
-        name=spec.name if two_agent else f"{spec.name}_single",
-        make_env=make_env,
-        train=examples("train", n_train),
-        eval=examples("eval", n_eval),
-        test=examples("test", n_test),
-        agents=agent_prompts(spec.title, two_agent),
-        description=description,
-    )
-
-
-# Keyword arguments every game task takes after its own board parameters, with their defaults.
-_TASK_KWARGS: dict[str, Any] = {
-    "n_train": 10_000,
-    "n_eval": 100,
-    "n_test": 100,
-    "max_turns": 5,
-    "rewards": None,
-}
-_TOOL_KWARGS: dict[str, Any] = {"runner": None, "max_output_chars": 1000}
-
-
-def _game_builder(
-    spec: GameSpec,
-    rewards_cls: type,
-    params: dict[str, Any],
-    describe: Callable[..., str],
-    two_agent: bool,
-) -> Callable[..., Task]:
-    """The builder of one game task, with the explicit signature ``(*params, *task kwargs)``.
-
-    The signature is built (not written out three times per game) and attached as
-    ``__signature__``, so ``help()`` and positional calls behave as for a plain ``def``.
-    """
-    name = f"{spec.name}_task" if two_agent else f"{spec.name}_single_task"
-    defaults = {**params, **_TASK_KWARGS, **(_TOOL_KWARGS if two_agent else {})}
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    signature = inspect.Signature(
-        [inspect.Parameter(key, kind, default=value) for key, value in defaults.items()],
-        return_annotation=Task,
-    )
-    roles = "tool + plan agents" if two_agent else "single agent"
-
-    def build(*args: Any, **kwargs: Any) -> Task:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as err:  # same message shape as a plain function's
-            raise TypeError(f"{name}() {err}") from None
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        board = {key: values.pop(key) for key in params}
-        return game_task(
-            spec,
-            rewards_cls,
-            board,
-            two_agent=two_agent,
-            description=f"{describe(**board)}, {roles}",
-            **values,
-        )
-
-    build.__signature__ = signature  # type: ignore[attr-defined]
-    build.__name__ = build.__qualname__ = name
-    build.__module__ = spec.build.__module__  # the game's module, which binds ``name``
-    build.__doc__ = (
-        f"Two-agent {spec.title}. ``rewards`` overrides fields of :class:`{rewards_cls.__name__}`."
-        if two_agent
-        else f"Single-agent {spec.title} (agent ``solver``)."
-    )
-    return build
-
-
-def register_game_tasks(
-    spec: GameSpec,
-    rewards_cls: type,
-    params: dict[str, Any],
-    *,
-    summary: str,
-    describe: Callable[..., str],
-) -> tuple[Callable[..., Task], Callable[..., Task]]:
-    """Register ``<spec.name>`` (tool + plan agents) and ``<spec.name>_single``; their builders.
-
-    ``params`` are the game's board parameters with their defaults (the first keyword
-    arguments of both builders, copied into every example); the shared ones follow
-    (``n_train``, ``n_eval``, ``n_test``, ``max_turns``, ``rewards``, and for the two-agent
-    task ``runner`` and ``max_output_chars``). ``summary`` starts the registry descriptions;
-    ``describe(**params)`` names the board in ``Task.description``.
-    """
-    two = _game_builder(spec, rewards_cls, params, describe, two_agent=True)
-    single = _game_builder(spec, rewards_cls, params, describe, two_agent=False)
-    register_task(spec.name, f"{summary}; tool agent (code) then plan agent")(two)
-    register_task(f"{spec.name}_single", f"{summary}; one agent (L0 baseline)")(single)
-    return two, single
-
-
-def example_int(example: dict, key: str, default: int, game: str) -> int:
-    """``example[key]`` as an int (``default`` if absent), with a clear error otherwise."""
-    value = example.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{game}.{key}: expected an int, got {value!r}")
-    return value
-
-
-def example_seed(example: dict, game: str) -> int:
-    if not isinstance(example, dict) or "seed" not in example:
-        raise ValueError(f"{game}: example must be a dict with a 'seed', got {example!r}")
-    return example_int(example, "seed", 0, game)

@@ -17,39 +17,27 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from teamrl.envs.games.common import (
-    MOVES,
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    parse_moves,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import MOVES, parse_moves
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class PlanPathRewards:
-    step_penalty: float = field(
-        default=-0.01, metadata={"help": "added for every move tried (valid or not)"}
+    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
+    invalid_penalty: float = reward_field(
+        -0.1, "added for a move off the grid, into an obstacle, or an unknown token"
     )
-    invalid_penalty: float = field(
-        default=-0.1,
-        metadata={"help": "added for a move off the grid, into an obstacle, or an unknown token"},
+    win_bonus: float = reward_field(10.0, "added when the goal is reached")
+    shaping: float = reward_field(
+        0.1, "lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance"
     )
-    win_bonus: float = field(default=10.0, metadata={"help": "added when the goal is reached"})
-    shaping: float = field(
-        default=0.1,
-        metadata={"help": "lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance"},
-    )
-    no_action_penalty: float = field(
-        default=-1.0, metadata={"help": "reward when no action list can be parsed (or code fails)"}
-    )
+    no_action_penalty: float = no_action_penalty_field()
 
 
 def bfs_distances(grid: tuple[str, ...], source: Cell) -> dict[Cell, int]:
@@ -183,7 +171,7 @@ def generate_plan_path(
 
     Each cell is an obstacle with probability ``density``; boards are redrawn until the
     distance condition holds and the board's content bucket matches the seed's split
-    (``common.board_split``). The same (seed, size, density) always gives the same board.
+    (``seeds.board_split``). The same (seed, size, density) always gives the same board.
     """
     if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= 30:
         raise ValueError(f"plan_path.size: expected an int in 3..30, got {size!r}")

@@ -21,43 +21,29 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from teamrl.envs.games.common import (
-    MOVES,
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    parse_moves,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import MOVES, parse_moves
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class SokobanRewards:
-    step_penalty: float = field(
-        default=-0.01, metadata={"help": "added for every move tried (valid or not)"}
+    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
+    invalid_penalty: float = reward_field(
+        -0.05, "added for walking into a wall, a blocked push, or an unknown token"
     )
-    invalid_penalty: float = field(
-        default=-0.05,
-        metadata={"help": "added for walking into a wall, a blocked push, or an unknown token"},
+    box_on_goal: float = reward_field(1.0, "added when a box enters a goal")
+    box_off_goal: float = reward_field(-0.5, "added when a box leaves a goal")
+    win_bonus: float = reward_field(10.0, "added when all boxes are on goals")
+    shaping: float = reward_field(
+        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances"
     )
-    box_on_goal: float = field(default=1.0, metadata={"help": "added when a box enters a goal"})
-    box_off_goal: float = field(default=-0.5, metadata={"help": "added when a box leaves a goal"})
-    win_bonus: float = field(default=10.0, metadata={"help": "added when all boxes are on goals"})
-    shaping: float = field(
-        default=0.1,
-        metadata={
-            "help": "lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances"
-        },
-    )
-    no_action_penalty: float = field(
-        default=-1.0, metadata={"help": "reward when no action list can be parsed (or code fails)"}
-    )
+    no_action_penalty: float = no_action_penalty_field()
 
 
 class SokobanState:
@@ -242,7 +228,7 @@ def generate_sokoban(
     Boxes start on their goals and the game is played backwards: the player walks at random
     and, with probability 0.7, pulls a box that is right behind it. Every backward move undoes
     a legal forward move, so the result is solvable. Redrawn until some box is off its goal and
-    the board's content bucket matches the seed's split (``common.board_split``).
+    the board's content bucket matches the seed's split (``seeds.board_split``).
     """
     if isinstance(size, bool) or not isinstance(size, int) or not 5 <= size <= 12:
         raise ValueError(f"sokoban.size: expected an int in 5..12, got {size!r}")

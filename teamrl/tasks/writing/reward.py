@@ -111,7 +111,7 @@ _WORD = re.compile(r"\w+")
 
 
 # --------------------------------------------------------------------------------------
-# Thresholds, one frozen dataclass per task
+# Thresholds: one config, a preset per task
 # --------------------------------------------------------------------------------------
 
 # A "band" is a trapezoid (zero_lo, full_lo, full_hi, zero_hi): worth ``peak`` on
@@ -121,8 +121,9 @@ _WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
-class TLDRRewardConfig:
-    """Thresholds of the TLDR reward (c1 = concise summary, c2 = detailed summary)."""
+class WritingRewardConfig:
+    """Thresholds of the writing reward. The defaults are the TLDR preset; build a task's
+    thresholds with ``WritingRewardConfig.tldr()`` or ``WritingRewardConfig.arxiv(variant)``."""
 
     min_tokens: int = field(
         default=8, metadata={"help": "L1: fewest whitespace tokens per completion."}
@@ -173,74 +174,38 @@ class TLDRRewardConfig:
     def __post_init__(self) -> None:
         _validate(self)
 
-
-@dataclass(frozen=True)
-class ArxivRewardConfig:
-    """Thresholds of the arXiv reward (c1 = background/motivation, c2 = methods/implications).
-
-    ``ArxivRewardConfig.for_variant("paper")`` gives the length band of the paper-era code
-    (init commit); ``"current"`` gives the band of the reference repo's HEAD.
-    """
-
-    min_tokens: int = field(
-        default=128, metadata={"help": "L1: fewest whitespace tokens per completion."}
-    )
-    max_tokens: int = field(
-        default=256, metadata={"help": "L1: most whitespace tokens per completion."}
-    )
-    structure_reward: float = field(
-        default=0.5, metadata={"help": "L1: reward when both lengths are in range."}
-    )
-    length_band: tuple[float, float, float, float] = field(
-        default=(0.8, 1.0, 1.3, 1.5),
-        metadata={
-            "help": "L2: (zero_lo, full_lo, full_hi, zero_hi) of chars(c2)/chars(c1) (paper)."
-        },
-    )
-    length_reward: float = field(default=1.0, metadata={"help": "L2: reward on the flat top."})
-    unique_band: tuple[float, float, float, float] = field(
-        default=(0.5, 0.7, 1.3, 1.7),
-        metadata={"help": "L3: (zero_lo, full_lo, full_hi, zero_hi) of uniq(c2)/uniq(c1)."},
-    )
-    unique_reward: float = field(default=0.5, metadata={"help": "L3: reward on the flat top."})
-    transition_text: str = field(
-        default="both",
-        metadata={"help": "L4: where transition words are looked for: 'c2' or 'both' (c1 and c2)."},
-    )
-    transition_match: str = field(
-        default="substring",
-        metadata={
-            "help": "L4: 'substring' (as the paper; 'so' matches 'also') or 'word' (whole words)."
-        },
-    )
-    transition_base: float = field(
-        default=0.4, metadata={"help": "L4: transition score for one category."}
-    )
-    transition_step: float = field(
-        default=0.05, metadata={"help": "L4: added per further category (capped at 1)."}
-    )
-    transition_weight: float = field(
-        default=0.4, metadata={"help": "L4: weight of the transition score."}
-    )
-    jaccard_cap: float = field(
-        default=0.23,
-        metadata={"help": "L4: Jaccard similarity at which the overlap score saturates at 1."},
-    )
-    jaccard_weight: float = field(
-        default=0.6, metadata={"help": "L4: weight of the overlap score."}
-    )
-
-    def __post_init__(self) -> None:
-        _validate(self)
+    @classmethod
+    def tldr(cls, **overrides: Any) -> WritingRewardConfig:
+        """TLDR's thresholds (c1 = concise summary, c2 = detailed summary), with overrides."""
+        return cls(**{**TLDR_PRESET, **overrides})
 
     @classmethod
-    def for_variant(cls, variant: str = "paper", **overrides: Any) -> ArxivRewardConfig:
-        """The thresholds of one arXiv variant: ``"paper"`` (init commit) or ``"current"``."""
+    def arxiv(cls, variant: str = "paper", **overrides: Any) -> WritingRewardConfig:
+        """arXiv's thresholds (c1 = background/motivation, c2 = methods/implications).
+
+        ``variant`` picks the length band: ``"paper"`` (the paper-era code, init commit) or
+        ``"current"`` (the reference repo's HEAD)."""
         if variant not in ARXIV_LENGTH_BANDS:
             known = ", ".join(sorted(ARXIV_LENGTH_BANDS))
             raise ValueError(f"arxiv reward variant: expected one of {known}, got {variant!r}")
-        return cls(**{"length_band": ARXIV_LENGTH_BANDS[variant], **overrides})
+        return cls(**{**ARXIV_PRESET, "length_band": ARXIV_LENGTH_BANDS[variant], **overrides})
 
+
+# The fields where the tasks differ; every other field keeps its default in both.
+TLDR_PRESET: dict[str, Any] = {
+    "min_tokens": 8,
+    "length_band": (1.1, 1.6, 3.2, 5.0),
+    "unique_band": (1.3, 2.0, math.inf, math.inf),
+    "transition_text": "c2",
+    "jaccard_cap": 0.03,
+}
+ARXIV_PRESET: dict[str, Any] = {
+    "min_tokens": 128,
+    "length_band": (0.8, 1.0, 1.3, 1.5),
+    "unique_band": (0.5, 0.7, 1.3, 1.7),
+    "transition_text": "both",
+    "jaccard_cap": 0.23,
+}
 
 # L2 bands of the two arXiv variants; the other levels did not change between them.
 ARXIV_LENGTH_BANDS: dict[str, tuple[float, float, float, float]] = {
@@ -248,10 +213,8 @@ ARXIV_LENGTH_BANDS: dict[str, tuple[float, float, float, float]] = {
     "current": (0.8, 1.3, 1.6, 2.0),
 }
 
-RewardConfig = TLDRRewardConfig | ArxivRewardConfig
 
-
-def _validate(cfg: RewardConfig) -> None:
+def _validate(cfg: WritingRewardConfig) -> None:
     name = type(cfg).__name__
     if not 0 <= cfg.min_tokens <= cfg.max_tokens:
         raise ValueError(
@@ -369,7 +332,7 @@ class WritingScore:
         return asdict(self)
 
 
-def score_pair(c1: str, c2: str, cfg: RewardConfig) -> WritingScore:
+def score_pair(c1: str, c2: str, cfg: WritingRewardConfig) -> WritingScore:
     """Score one joint action (``c1`` from agent 1, ``c2`` from agent 2) under ``cfg``."""
     if not isinstance(c1, str) or not isinstance(c2, str):
         raise TypeError(f"completions must be str, got {type(c1).__name__}, {type(c2).__name__}")
@@ -424,7 +387,7 @@ def _finish(out: WritingScore) -> WritingScore:
 
 
 def score_batch(
-    completions_1: Sequence[str], completions_2: Sequence[str], cfg: RewardConfig
+    completions_1: Sequence[str], completions_2: Sequence[str], cfg: WritingRewardConfig
 ) -> list[WritingScore]:
     """Score aligned lists of joint actions (one pair per index)."""
     if len(completions_1) != len(completions_2):
@@ -445,10 +408,10 @@ def tldr_reward(
     completions_2: Sequence[str],
     batch_items: Sequence[dict] | None = None,
     prompts: Sequence[str] | None = None,
-    config: TLDRRewardConfig | None = None,
+    config: WritingRewardConfig | None = None,
 ) -> list[float]:
     """TLDR team reward per joint action (``batch_items``/``prompts`` unused; kept for the API)."""
-    cfg = config or TLDRRewardConfig()
+    cfg = config or WritingRewardConfig.tldr()
     return [s.total for s in score_batch(completions_1, completions_2, cfg)]
 
 
@@ -458,8 +421,8 @@ def arxiv_reward(
     batch_items: Sequence[dict] | None = None,
     prompts: Sequence[str] | None = None,
     variant: str = "paper",
-    config: ArxivRewardConfig | None = None,
+    config: WritingRewardConfig | None = None,
 ) -> list[float]:
     """arXiv team reward per joint action, under the ``variant`` thresholds (or ``config``)."""
-    cfg = config or ArxivRewardConfig.for_variant(variant)
+    cfg = config or WritingRewardConfig.arxiv(variant)
     return [s.total for s in score_batch(completions_1, completions_2, cfg)]

@@ -21,7 +21,7 @@ Rewards (ours; cf. the reference's math rewards):
     team            1 if the reasoner's answer is correct, else 0
 ``Step.reward`` is the team reward and ``Step.local_rewards`` holds local terms. In
 sequential mode the team reward is known only once the reasoner has acted, so the tool's
-step is ``infos["pending"]`` (``reward=0.0``, its own local term): the AT-GRPO rollout scores
+step is ``Step.pending`` (``reward=0.0``, its own local term): the AT-GRPO rollout scores
 each tool candidate by finishing the turn on a copy, and pays it ``alpha * team + local`` as
 in the reference (tool = own result + reasoner correct). The turn-closing step's
 ``local_rewards`` carry every agent's turn-local term (also in ``infos["turn_local_rewards"]``),
@@ -33,7 +33,7 @@ so multi-turn evaluation stays honest: stopping on correctness would let an epis
 its first correct answer, an oracle early stop that inflates success. "correct" (stop when
 the reasoner is right) and "either" are available for training. ``math_single`` "agrees"
 when the reasoner repeats its previous turn's answer. An episode still running after
-``max_turns`` turns is truncated. ``infos["success"]`` is whether the reasoner's latest
+``max_turns`` turns is truncated. ``Step.success`` is whether the reasoner's latest
 answer is correct.
 """
 
@@ -45,9 +45,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamrl.data.math import LOADERS, ArithmeticConfig, arithmetic_problems
 from teamrl.envs.base import Step, Task, register_task
-from teamrl.rewards.math import check_equivalence, extract_answer, extract_boxed
+from teamrl.tasks.math.answers import extract_answer, extract_boxed
+from teamrl.tasks.math.data import LOADERS, ArithmeticConfig, arithmetic_problems
+from teamrl.tasks.math.equivalence import check_equivalence
+from teamrl.tasks.run_program import run_program
+from teamrl.text import clip, extract_code_block
 
 TEAM_AGENTS = ("tool", "reasoner")
 
@@ -121,24 +124,18 @@ class MathEnvConfig:
 
 @dataclass
 class SandboxRunner:
-    """Runs the tool's program in ``teamrl.rewards.sandbox`` (imported on first use)."""
+    """Runs the tool's program in the sandbox (``teamrl.tasks.run_program``)."""
 
     limits: dict | None = None
 
     def __call__(self, code: str) -> Any:
-        from teamrl.rewards.sandbox import Limits, run_python
-
-        return run_python(code, limits=Limits(**(self.limits or {})))
-
-
-_CODE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+        return run_program(code, self.limits or {})
 
 
 def extract_code(completion: str) -> str | None:
     """The last closed ```` ```python ```` (or bare ```` ``` ````) block; None when there is
     none (an unclosed block, e.g. a truncated completion, does not count)."""
-    blocks = _CODE_RE.findall(completion or "")
-    return blocks[-1].strip() if blocks and blocks[-1].strip() else None
+    return extract_code_block(completion, "last_closed")
 
 
 def program_answer(stdout: str) -> str | None:
@@ -157,10 +154,7 @@ def program_answer(stdout: str) -> str | None:
 
 def _clip(text: str, limit: int) -> str:
     """Keep both ends of a long text (a program's head and an output's tail both matter)."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n... [{len(text) - 2 * half} characters cut] ...\n{text[-half:]}"
+    return clip(text, limit, marker="\n... [{cut} characters cut] ...\n", keep="both")
 
 
 class MathEnv:
@@ -223,17 +217,18 @@ class MathEnv:
             components.update({f"{agent}/{k}": v for k, v in record["components"].items()})
 
         if len(self._pending) < len(self.agents):  # sequential, mid-turn
-            infos = self._infos(components, turn_complete=False)
             # pending: this tool candidate's team reward (is the reasoner right?) is not known
             # yet; the AT-GRPO rollout finishes the turn on a copy to score it.
-            infos["pending"] = True
             return Step(
                 observations=self._observations(),
                 reward=0.0,
                 terminations={a: False for a in self.agents},
                 truncations={a: False for a in self.agents},
                 local_rewards=local,
-                infos=infos,
+                infos=self._infos(turn_complete=False),
+                success=self._success(),
+                pending=True,
+                reward_components=components,
             )
         return self._close_turn(components)
 
@@ -316,7 +311,7 @@ class MathEnv:
         truncated = not stop and len(self._turns) >= self.config.max_turns
         self._done = stop or truncated
         components.update({"team": team, "agree": float(agree)})
-        infos = self._infos(components, turn_complete=True)
+        infos = self._infos(turn_complete=True)
         # Every agent's turn-local term, the tool's too: a lookahead that closes the turn for a
         # pending tool candidate reads the tool's local reward from this step.
         local = {a: r["local_reward"] for a, r in turn.items()}
@@ -329,14 +324,19 @@ class MathEnv:
             truncations={a: truncated for a in self.agents},
             local_rewards=local,
             infos=infos,
+            success=self._success(),
+            reward_components=components,
         )
 
-    def _infos(self, components: dict[str, float], *, turn_complete: bool) -> dict:
-        latest = self._pending if not turn_complete else self._turns[-1]
+    def _success(self) -> bool:
+        """The reasoner's latest answer (of the last completed turn) is correct."""
         last_reasoner = self._turns[-1]["reasoner"] if self._turns else None
+        return bool(last_reasoner and last_reasoner["correct"])
+
+    def _infos(self, *, turn_complete: bool) -> dict:
+        """Free-form extras of a step: the turn, the answers and how they were judged."""
+        latest = self._pending if not turn_complete else self._turns[-1]
         return {
-            "reward_components": components,
-            "success": bool(last_reasoner and last_reasoner["correct"]),
             "turn": len(self._turns) + (0 if turn_complete else 1),
             "turn_complete": turn_complete,
             "answers": {a: r["answer"] for a, r in latest.items()},

@@ -1,4 +1,4 @@
-"""Math answers: extraction from completions and equivalence checking.
+"""Math answers: equivalence checking (extraction is in ``teamrl.tasks.math.answers``).
 
 Extraction
     ``extract_boxed``   the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces.
@@ -23,62 +23,22 @@ Safety: a completion must never hang the trainer. Predictions are screened befor
 parsing (length cap, bracket depth, power towers such as ``9**9**9``, huge exponents and
 factorials are refused with method ``"refused"``); the sympy path bounds every power it
 meets in the unevaluated tree; and the whole check runs under a time box (SIGALRM in the
-main thread, a watchdog thread elsewhere; see ``_time_box``) that ends it with method
+main thread, a watchdog thread elsewhere; see ``time_box``) that ends it with method
 ``"timeout"``. A single long C call such as a big-integer power cannot be interrupted by
 either, which is why the screens exist.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import math
 import random
 import re
-import signal
-import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-# --------------------------------------------------------------------------------------
-# Configuration and result
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MathCheckConfig:
-    """Limits and tolerances of ``check_equivalence``."""
-
-    max_chars: int = field(
-        default=400, metadata={"help": "Predictions longer than this are refused unchecked."}
-    )
-    max_exponent: int = field(
-        default=10_000, metadata={"help": "Largest |exponent| allowed in a power."}
-    )
-    max_digits: int = field(
-        default=20_000,
-        metadata={"help": "Largest estimated number of digits of a numeric power."},
-    )
-    max_factorial: int = field(
-        default=1_000,
-        metadata={"help": "Largest number allowed in an answer that uses !, binom, etc."},
-    )
-    max_depth: int = field(
-        default=20, metadata={"help": "Deepest bracket nesting allowed in a prediction."}
-    )
-    time_limit: float = field(
-        default=3.0,
-        metadata={"help": "Seconds for one whole check (see _time_box); <= 0 turns it off."},
-    )
-    rel_tol: float = field(
-        default=1e-6,
-        metadata={"help": "Sympy fallback: |a - b| <= rel_tol * max(1, |gold|) is equal."},
-    )
-
-
-DEFAULT_CONFIG = MathCheckConfig()
+from teamrl.tasks.math.answers import answer_variants, brace_group, normalize_answer
+from teamrl.tasks.math.guards import DEFAULT_CONFIG, CheckTimeout, MathCheckConfig, screen, time_box
 
 METHODS = ("math_verify", "sympy", "string", "refused", "timeout", "empty")
 
@@ -95,328 +55,6 @@ class Verdict:
     equivalent: bool
     method: str
     detail: str = ""
-
-
-# --------------------------------------------------------------------------------------
-# Extraction
-# --------------------------------------------------------------------------------------
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
-def _brace_group(text: str, start: int, end: int | None = None) -> tuple[str, int] | None:
-    """Content of the balanced ``{...}`` opening at ``text[start]`` and the index after it.
-
-    Escaped braces (``\\{``, ``\\}``) do not count. None when the group does not close
-    before ``end`` (default: the end of the text).
-    """
-    depth, i = 0, start
-    stop = len(text) if end is None else end
-    while i < stop:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
-        i += 1
-    return None
-
-
-def extract_boxed(text: str | None) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) whose braces balance.
-
-    ``\\boxed 5`` (no braces) yields ``"5"``. A box that never closes (a truncated
-    completion) is skipped in favour of an earlier complete one. None when there is none.
-    """
-    if not text:
-        return None
-    # A box that contains an unclosed box cannot close either, so each scan may stop where
-    # the last unclosed box began: linear time even for "\boxed{" repeated many times.
-    limit = len(text)
-    for match in reversed(list(_BOX_RE.finditer(text))):
-        i = match.end()
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            group = _brace_group(text, i, limit)
-            if group is not None:
-                return group[0].strip()
-            limit = match.start()
-        elif i > match.end():  # "\boxed 5": the next token
-            token = re.match(r"[^\s$]+", text[i:])
-            if token:
-                return token.group(0)
-    return None
-
-
-_HASH_RE = re.compile(r"####\s*([^\n]+)")
-_ANSWER_IS_RE = re.compile(
-    r"(?:final answer|answer)\s*(?:is|:|=)\s*:?\s*([^\n]+)", flags=re.IGNORECASE
-)
-_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
-
-
-def _trim(answer: str) -> str:
-    answer = answer.strip()
-    if answer.endswith("."):
-        answer = answer[:-1]
-    return answer.strip().strip("$").strip()
-
-
-def extract_answer(text: str | None) -> str | None:
-    """The final answer of a completion, by the first rule that finds one:
-
-    1. the last ``\\boxed{...}``;
-    2. the text after the last ``####`` (GSM8K's marker), to the end of its line;
-    3. the text after the last "answer is" / "answer:" (any case), to the end of its line;
-    4. the last number in the text (``-12``, ``1,000``, ``3.5``, ``3/4``).
-
-    Surrounding ``$`` and one trailing period are removed. None when nothing is found.
-    """
-    if not text:
-        return None
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        return boxed
-    for pattern in (_HASH_RE, _ANSWER_IS_RE):
-        found = pattern.findall(text)
-        if found and _trim(found[-1]):
-            return _trim(found[-1])
-    numbers = _NUMBER_RE.findall(text)
-    return numbers[-1] if numbers else None
-
-
-# --------------------------------------------------------------------------------------
-# Normalisation and screening
-# --------------------------------------------------------------------------------------
-
-_DROP = (r"\left", r"\right", r"\displaystyle", r"\!", r"\,", r"\;", r"\:", r"\quad", "~")
-_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
-_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_UNIT_TAIL_RE = re.compile(r"^(-?[\d.,/]+)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*$")
-_LHS_RE = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=(?!=)(.+)$")
-
-
-def normalize_answer(answer: str) -> str:
-    """A canonical surface form of an answer string (before any maths).
-
-    Unwraps ``$``/``\\(\\)``/``\\boxed``, drops spacing commands, ``\\left``/``\\right`` and
-    degree signs, unwraps ``\\text{...}``, removes thousands commas and a trailing period,
-    drops trailing unit words after a number ("42 apples"), and keeps the right-hand side of
-    ``x = 5``.
-    """
-    s = answer.strip()
-    boxed = extract_boxed(s)
-    if boxed is not None:
-        s = boxed
-    for left, right in (("$", "$"), (r"\(", r"\)"), (r"\[", r"\]")):
-        while s.startswith(left) and s.endswith(right) and len(s) >= len(left) + len(right):
-            s = s[len(left) : len(s) - len(right)].strip()
-    for token in _DROP:
-        s = s.replace(token, " ")
-    s = s.replace(r"\$", "")
-    if s.count("$") == 1 and s.startswith("$"):  # a currency sign, not math mode
-        s = s[1:]
-    s = s.replace("{,}", ",")
-    s = _TEXT_CMD_RE.sub(lambda m: m.group(1), s)
-    s = _DEGREE_RE.sub("", s)
-    s = _THOUSANDS_RE.sub("", s)
-    s = " ".join(s.split())
-    if s.endswith("."):
-        s = s[:-1].rstrip()
-    unit = _UNIT_TAIL_RE.match(s)
-    if unit and not re.search(r"\b(?:pi|sqrt|oo)\b", s):
-        s = unit.group(1)
-    lhs = _LHS_RE.match(s)
-    if lhs and "=" not in lhs.group(1):
-        s = lhs.group(1).strip()
-    return s
-
-
-def _variants(answer: str) -> list[str]:
-    """Readings of an answer: a trailing percent sign gives both ``p`` and ``p/100``."""
-    s = answer.strip()
-    for sign in (r"\%", "%"):
-        if s.endswith(sign):
-            base = s[: -len(sign)].strip()
-            return [base, rf"\frac{{{base}}}{{100}}"] if base else [s]
-    return [s]
-
-
-_POW_RE = re.compile(r"\^|\*\*")
-_INT_RE = re.compile(r"\d+")
-_FACTORIAL_HINT_RE = re.compile(r"!|factorial|binom|choose|gamma|\\Gamma", re.IGNORECASE)
-
-
-def _exponent_at(text: str, i: int) -> tuple[str, int]:
-    """The exponent starting at ``text[i]`` (after ``^``/``**``) and the index after it."""
-    while i < len(text) and text[i] == " ":
-        i += 1
-    if i < len(text) and text[i] in "{(":
-        close = "}" if text[i] == "{" else ")"
-        depth = 0
-        for j in range(i, len(text)):
-            if text[j] in "{(":
-                depth += 1
-            elif text[j] in "})":
-                depth -= 1
-                if depth == 0 and text[j] == close:
-                    return text[i + 1 : j], j + 1
-        return text[i + 1 :], len(text)
-    token = re.match(r"-?[\w.]+|\\[A-Za-z]+", text[i:])
-    end = i + (len(token.group(0)) if token else 0)
-    return text[i:end], end
-
-
-def _base_before(text: str, i: int) -> str:
-    """The bracketed group that ends just before ``text[i]`` (a power's base), or ""."""
-    j = i - 1
-    while j >= 0 and text[j] == " ":
-        j -= 1
-    if j < 0 or text[j] not in ")}]":
-        return ""
-    depth = 0
-    for k in range(j, -1, -1):
-        depth += (text[k] in ")}]") - (text[k] in "({[")
-        if depth == 0:
-            return text[k : j + 1]
-    return text[: j + 1]
-
-
-def screen(text: str, config: MathCheckConfig = DEFAULT_CONFIG) -> str | None:
-    """Why ``text`` is too dangerous to parse, or None when it looks safe.
-
-    Refuses: more than ``max_chars`` characters; brackets nested deeper than ``max_depth``;
-    ``(a^m)^n`` with ``m * n`` above ``max_exponent``; power towers (an exponent containing or
-    followed by another power, e.g. ``9**9**9``, ``10^{10^{10}}``); an exponent with an
-    integer above ``max_exponent``; factorial-like operators (``!``, ``binom``, ...) with an
-    integer above ``max_factorial`` or next to a power.
-    """
-    if len(text) > config.max_chars:
-        return f"prediction has {len(text)} characters (max_chars={config.max_chars})"
-    depth = deepest = 0
-    for ch in text:
-        depth += (ch in "([{") - (ch in ")]}")
-        deepest = max(deepest, depth)
-    if deepest > config.max_depth:  # deep nesting makes the parsers crawl
-        return f"brackets nested {deepest} deep (max_depth={config.max_depth})"
-    for match in _POW_RE.finditer(text):
-        exponent, end = _exponent_at(text, match.end())
-        outer = [int(n) for n in _INT_RE.findall(exponent)]
-        base = _base_before(text, match.start())
-        if outer and _POW_RE.search(base):  # (a^m)^n is a^(m*n)
-            inner = [int(n) for n in _INT_RE.findall(base)]
-            if inner and max(inner) * max(outer) > config.max_exponent:
-                return f"nested powers near {text[max(0, match.start() - 30) : match.end() + 10]!r}"
-        chained = re.match(r"\s*(?:\^|\*\*)", text[end:])
-        if _POW_RE.search(exponent) or chained:
-            # numeric towers explode; symbolic ones (e^{-x^2}, 2^{2^n}) stay symbolic
-            tower = exponent + (_exponent_at(text, chained.end() + end)[0] if chained else "")
-            if not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", tower)):
-                return f"power tower near {text[match.start() : match.start() + 40]!r}"
-        ints = [int(n) for n in _INT_RE.findall(exponent)]
-        if ints and max(ints) > config.max_exponent:
-            return f"exponent {max(ints)} exceeds max_exponent={config.max_exponent}"
-    if _FACTORIAL_HINT_RE.search(text):
-        if any(int(n) > config.max_factorial for n in _INT_RE.findall(text)):
-            return f"factorial-like operator on a number above {config.max_factorial}"
-        if _POW_RE.search(text):  # (10^6)! slips past the literal check
-            return "factorial-like operator together with a power"
-    return None
-
-
-# --------------------------------------------------------------------------------------
-# Time box
-# --------------------------------------------------------------------------------------
-
-
-class CheckTimeout(BaseException):
-    """Raised inside a check by the time box. A BaseException so that libraries that catch
-    ``Exception`` (math-verify does) cannot swallow it."""
-
-
-def _in_import(frame) -> bool:
-    """Whether a stack is inside the import machinery, where an exception raised from the
-    outside could leave a module lock held (and hang every later import of that module)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-_RETRY = 0.01  # seconds to wait when the deadline falls inside an import
-
-
-@contextlib.contextmanager
-def _time_box(seconds: float) -> Iterator[str]:
-    """Raise ``CheckTimeout`` inside the block once ``seconds`` have passed.
-
-    In the main thread (with no other ITIMER_REAL running; we never clobber someone else's
-    alarm) a SIGALRM does it. Elsewhere, e.g. in a rollout's reward thread pool, a watchdog
-    timer thread asks CPython to raise the exception asynchronously in the checking thread
-    (``PyThreadState_SetAsyncExc``). A deadline that falls inside an import is postponed by
-    10 ms (see ``_in_import``). Both interrupt Python code only: a single long C call (a
-    huge integer power) runs to its end, hence ``screen``. Yields the mechanism used.
-    """
-    if seconds <= 0:
-        yield "off"
-        return
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-    ):
-
-        def _on_alarm(signum, frame):
-            if _in_import(frame):
-                signal.setitimer(signal.ITIMER_REAL, _RETRY)
-                return
-            raise CheckTimeout
-
-        previous = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield "signal"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-        return
-
-    ident = threading.get_ident()
-    lock = threading.Lock()
-    state = {"finished": False, "timer": None}
-
-    def _fire() -> None:
-        with lock:  # never raise into the thread once it has left the block
-            if state["finished"]:
-                return
-            if _in_import(sys._current_frames().get(ident)):
-                _arm(_RETRY)
-                return
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(ident), ctypes.py_object(CheckTimeout)
-            )
-
-    def _arm(delay: float) -> None:
-        state["timer"] = threading.Timer(delay, _fire)
-        state["timer"].daemon = True
-        state["timer"].start()
-
-    _arm(seconds)
-    try:
-        yield "watchdog"
-    finally:
-        with lock:
-            state["finished"] = True
-            state["timer"].cancel()
-        # drop an exception that was requested but not yet delivered
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
 
 
 _warmed: set[str] = set()
@@ -453,7 +91,7 @@ def math_verify_available() -> bool:
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
-    """math-verify warns once that its own timeouts are off; ours (``_time_box``) are on."""
+    """math-verify warns once that its own timeouts are off; ours (``time_box``) are on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Timeout is disabled")
@@ -513,7 +151,7 @@ def _latex_arg(s: str, i: int) -> tuple[str, int]:
     if i >= len(s):
         raise _Unparsable("missing argument")
     if s[i] == "{":
-        group = _brace_group(s, i)
+        group = brace_group(s, i)
         if group is None:
             raise _Unparsable("unbalanced braces")
         return group
@@ -554,7 +192,7 @@ def _latex_to_python(s: str) -> str:
                 arg, i = _latex_arg(s, i + 1)
                 out.append(f"**({_latex_to_python(arg)})")
         elif s[i] == "{":
-            group = _brace_group(s, i)
+            group = brace_group(s, i)
             if group is None:
                 raise _Unparsable("unbalanced braces")
             out.append(f"({_latex_to_python(group[0])})")
@@ -739,7 +377,9 @@ def check_equivalence(
             return Verdict(False, "refused", f"{side}: {reason}")
 
     pairs = [
-        (p, g) for p in _variants(normalize_answer(pred)) for g in _variants(normalize_answer(gold))
+        (p, g)
+        for p in answer_variants(normalize_answer(pred))
+        for g in answer_variants(normalize_answer(gold))
     ]
     notes: list[str] = []
     use_mv = backend != "sympy"
@@ -750,7 +390,7 @@ def check_equivalence(
         notes.append("math-verify not installed")
     _warm_up(use_mv)
     try:
-        with _time_box(config.time_limit):
+        with time_box(config.time_limit):
             if use_mv:
                 decided = False
                 for p, g in pairs:

@@ -6,7 +6,7 @@
   an introduction, ``methods`` the methods and implications.
 
 Both are simultaneous and single-turn: one joint action, scored by the gated 4-level
-reward of ``teamrl.rewards.writing`` (agent 1's text is c1, agent 2's is c2), then done.
+reward of ``teamrl.tasks.writing.reward`` (agent 1's text is c1, agent 2's is c2), then done.
 Data loads when a task is built, never at import.
 """
 
@@ -15,15 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamrl.data.writing import (
+from teamrl.envs.base import Step, Task, register_task
+from teamrl.tasks.rows import limit_rows
+from teamrl.tasks.writing.data import (
     ARXIV_DATASET,
     TLDR_DATASET,
     load_arxiv,
     load_tldr,
     offline_texts,
 )
-from teamrl.envs.base import Step, Task, register_task
-from teamrl.rewards.writing import ArxivRewardConfig, RewardConfig, TLDRRewardConfig, score_pair
+from teamrl.tasks.writing.reward import WritingRewardConfig, score_pair
 
 # --------------------------------------------------------------------------------------
 # Prompts: a default role (system) prompt per agent, and the per-agent instruction that
@@ -72,7 +73,7 @@ class WritingEnv:
     """Two agents, one simultaneous turn. ``agents[0]`` writes c1, ``agents[1]`` writes c2.
 
     ``reset(example)`` needs ``example["text"]``; ``step`` needs every agent's completion and
-    returns the team reward with ``infos["reward_components"]`` = the four level values
+    returns the team reward with ``Step.reward_components`` = the four level values
     (they sum to the reward), ``infos["reward_metrics"]`` = raw measures and
     ``infos["levels_passed"]``.
     """
@@ -80,7 +81,7 @@ class WritingEnv:
     agents: list[str]
     instructions: dict[str, str]
     source_kind: str
-    reward_config: RewardConfig
+    reward_config: WritingRewardConfig
     _observations: dict[str, str] = field(default_factory=dict, repr=False)
 
     def reset(self, example: dict) -> dict[str, str]:
@@ -110,10 +111,10 @@ class WritingEnv:
             terminations=done,
             truncations={a: False for a in self.agents},
             infos={
-                "reward_components": score.components(),
                 "reward_metrics": dict(score.metrics),
                 "levels_passed": score.levels_passed,
             },
+            reward_components=score.components(),
         )
 
 
@@ -127,17 +128,11 @@ def _hub_splits(loader: Any, splits: tuple[str, str, str], limit, dataset_id: st
     return tuple(loader(split=s, limit=limit, dataset_id=dataset_id) for s in splits)
 
 
-def _limit(rows: list[dict], limit: int | None) -> list[dict]:
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit: expected a positive int or None, got {limit!r}")
-    return rows if limit is None else rows[:limit]
-
-
 def _task_rows(source: str, loader: Any, splits: Any, limit: int | None, dataset_id: str):
     """(train, eval, test) rows: the built-in texts offline, else the three hub splits."""
     _check_source(source)
     if source == "offline":
-        return tuple(_limit(rows, limit) for rows in _offline_splits())
+        return tuple(limit_rows(rows, limit) for rows in _offline_splits())
     return _hub_splits(loader, tuple(splits), limit, dataset_id)
 
 
@@ -188,11 +183,11 @@ def tldr_task(
     """Build the TLDR task.
 
     ``limit`` caps the rows of each split; ``splits`` are the hub split names for
-    (train, eval, test); ``reward`` overrides ``TLDRRewardConfig`` fields, e.g.
+    (train, eval, test); ``reward`` overrides ``WritingRewardConfig`` fields, e.g.
     ``{"transition_match": "word"}``.
     """
     rows = _task_rows(source, load_tldr, splits, limit, dataset_id)
-    cfg = TLDRRewardConfig(**(reward or {}))
+    cfg = WritingRewardConfig.tldr(**(reward or {}))
     description = "TLDR: concise and detailed summaries of one post."
     return _writing_task("tldr", rows, TLDR_ROLES, TLDR_INSTRUCTIONS, "Post", cfg, description)
 
@@ -218,7 +213,7 @@ def arxiv_task(
     abstract set exists); they are shorter than real abstracts.
     """
     rows = _task_rows(source, load_arxiv, splits, limit, dataset_id)
-    cfg = ArxivRewardConfig.for_variant(variant, **(reward or {}))
+    cfg = WritingRewardConfig.arxiv(variant, **(reward or {}))
     kind = "Abstract" if source == "hub" else "Text"
     description = f"arXiv: introduction background and methods from one abstract ({variant})."
     return _writing_task("arxiv", rows, ARXIV_ROLES, ARXIV_INSTRUCTIONS, kind, cfg, description)

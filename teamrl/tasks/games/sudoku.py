@@ -20,39 +20,28 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import isqrt
 
-from teamrl.envs.games.common import (
-    GameSpec,
-    apply_info,
-    board_fits_seed,
-    example_int,
-    example_seed,
-    extract_action_segment,
-    register_game_tasks,
-)
+from teamrl.tasks.games.actions import extract_action_segment
+from teamrl.tasks.games.builders import register_game_tasks
+from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
 
 
 @dataclass(frozen=True)
 class SudokuRewards:
-    step_penalty: float = field(
-        default=-0.01, metadata={"help": "added for every placement tried (valid or not)"}
+    step_penalty: float = reward_field(-0.01, "added for every placement tried (valid or not)")
+    invalid_penalty: float = reward_field(
+        -0.1, "added for a placement off the board, on a clue, or in conflict"
     )
-    invalid_penalty: float = field(
-        default=-0.1,
-        metadata={"help": "added for a placement off the board, on a clue, or in conflict"},
+    win_bonus: float = reward_field(10.0, "added when the grid is solved")
+    shaping: float = reward_field(
+        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells"
     )
-    win_bonus: float = field(default=10.0, metadata={"help": "added when the grid is solved"})
-    shaping: float = field(
-        default=0.1,
-        metadata={"help": "lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells"},
-    )
-    no_action_penalty: float = field(
-        default=-1.0, metadata={"help": "reward when no action list can be parsed (or code fails)"}
-    )
+    no_action_penalty: float = no_action_penalty_field()
 
 
 def box_shape(size: int) -> tuple[int, int]:
@@ -251,7 +240,7 @@ def generate_sudoku(
         raise ValueError(f"sudoku.n_empty: expected an int in 1..{size**2 - 1}, got {n_empty!r}")
     rng = random.Random(f"sudoku/{size}/{n_empty}/{seed}")
     # A unique-solution puzzle determines its solution, so bucketing solutions by content keeps
-    # train and test puzzles disjoint (common.board_split).
+    # train and test puzzles disjoint (seeds.board_split).
     for _ in range(1000):
         solution = _random_full_grid(rng, size)
         if board_fits_seed(str(solution), seed):
