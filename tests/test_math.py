@@ -78,12 +78,27 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-def test_extraction_is_fast_on_many_unclosed_boxes():
-    text = r"\boxed{1} " + r"\boxed{" * 20_000
-    start = time.perf_counter()
-    assert extract_boxed(text) == "1"
-    assert extract_answer("x" * 100_000 + text) == "1"
-    assert time.perf_counter() - start < 0.5
+def _best_of_3(fn) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_extraction_is_linear_on_many_unclosed_boxes():
+    """No absolute speed (that is for benchmarks): the cost must grow linearly, not
+    quadratically, with the number of unclosed boxes. 8x the input: linear ~8x, quadratic ~64x;
+    the best of 3 runs filters out a busy machine."""
+
+    def run(n: int):
+        text = r"\boxed{1} " + r"\boxed{" * n
+        assert extract_boxed(text) == "1"
+        assert extract_answer("x" * (5 * n) + text) == "1"
+
+    small, large = _best_of_3(lambda: run(5_000)), _best_of_3(lambda: run(40_000))
+    assert large / max(small, 1e-4) < 24
 
 
 # --------------------------------------------------------------------------------------
@@ -172,10 +187,12 @@ def test_sympy_fallback_when_math_verify_raises_or_is_missing(monkeypatch):
     ],
 )
 def test_pathological_predictions_are_refused_quickly(pred):
+    # "refused" means the screen stopped it before any evaluation; the clock only guards
+    # against a hang (speed itself is not a unit-test matter).
     start = time.perf_counter()
     verdict = check_equivalence(pred, "5")
-    assert time.perf_counter() - start < 0.5
     assert (verdict.equivalent, verdict.method) == (False, "refused")
+    assert time.perf_counter() - start < 10
 
 
 def test_symbolic_towers_are_not_refused():
