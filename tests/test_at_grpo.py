@@ -65,7 +65,8 @@ class CounterEnv:
             reward=float(self.total),
             local_rewards={agent: float(text)},
             terminations={a: done for a in self.agents},
-            infos={"success": done, "reward_components": {"total": float(self.total)}},
+            success=done,
+            reward_components={"total": float(self.total)},
         )
 
 

@@ -94,7 +94,8 @@ class WinEnv:
             reward=float(win),
             terminations={"solver": True},
             local_rewards={"solver": float(win)},
-            infos={"success": win, "reward_components": {"win": float(win)}},
+            success=win,
+            reward_components={"win": float(win)},
         )
 
 

@@ -574,8 +574,8 @@ def test_sequential_env_contract():
     step = env.step({"tool": _fence("print(6 * 8)")})
     assert runner.calls == ["print(6 * 8)"]
     assert (step.reward, step.local_rewards, step.done) == (0.0, {"tool": 0.0}, False)
-    assert step.infos["pending"] is True
-    assert step.infos["reward_components"] == {
+    assert step.pending is True
+    assert step.reward_components == {
         "tool/local": 0.0,
         "tool/exec_ok": 1.0,
         "tool/correct": 0.0,
@@ -588,14 +588,14 @@ def test_sequential_env_contract():
     step = env.step({"reasoner": r"6 times 7 is \boxed{42}."})
     # the closing step carries both agents' turn-local terms (the tool's for a lookahead)
     assert (step.reward, step.local_rewards) == (1.0, {"tool": 0.0, "reasoner": 1.0})
-    assert "pending" not in step.infos
+    assert step.pending is False
     assert step.terminations == {"tool": False, "reasoner": False}
     assert step.truncations == {"tool": False, "reasoner": False}
-    assert step.infos["success"] is True
+    assert step.success is True
     assert step.infos["answers"] == {"tool": "48", "reasoner": "42"}
     assert step.infos["turn_local_rewards"] == {"tool": 0.0, "reasoner": 1.0}
     assert step.infos["mixed_rewards"] == {"tool": 0.5, "reasoner": 1.5}  # 0.5 * 1 + local
-    assert step.infos["reward_components"] == {
+    assert step.reward_components == {
         "reasoner/local": 1.0,
         "reasoner/correct": 1.0,
         "reasoner/answered": 1.0,
@@ -613,7 +613,7 @@ def test_sequential_env_contract():
     assert step.terminations == {"tool": True, "reasoner": True}
     assert step.truncations == {"tool": False, "reasoner": False}
     assert (step.reward, step.done, step.infos["turn"]) == (1.0, True, 2)
-    assert step.infos["reward_components"]["agree"] == 1.0
+    assert step.reward_components["agree"] == 1.0
     with pytest.raises(RuntimeError, match="over"):
         env.step({"tool": _fence("print(6 * 7)")})
 
@@ -631,13 +631,13 @@ def test_simultaneous_env_contract():
     assert (step.reward, step.local_rewards) == (0.0, {"tool": -1.0, "reasoner": 0.0})
     assert step.infos["tool_status"] == "failed (exit code 1)"
     assert "ZeroDivisionError" in step.observations["reasoner"]  # shown from the next turn
-    assert step.infos["success"] is False and not step.done
+    assert step.success is False and not step.done
 
     # turn 2: no code block (-1, runner not called)
     step = env.step({"tool": "It is 42.", "reasoner": r"The answer is \boxed{42}."})
     assert len(runner.calls) == 1
     assert (step.reward, step.local_rewards) == (1.0, {"tool": -1.0, "reasoner": 1.0})
-    assert step.infos["reward_components"] == {
+    assert step.reward_components == {
         "tool/local": -1.0,
         "tool/exec_ok": 0.0,
         "tool/correct": 0.0,
@@ -649,7 +649,7 @@ def test_simultaneous_env_contract():
     }
     assert step.terminations == {"tool": False, "reasoner": False}
     assert step.truncations == {"tool": True, "reasoner": True}  # max_turns reached
-    assert step.infos["success"] is True
+    assert step.success is True
 
 
 def test_stop_on_correct_timeouts_and_require_boxed():
@@ -690,7 +690,7 @@ def test_pending_tool_step_lets_a_lookahead_pay_the_team_reward():
     for code, reasoner in (("print(6 * 8)", r"\boxed{42}"), ("print(1 / 0)", r"\boxed{41}")):
         branch = copy.deepcopy(env)
         tool_step = branch.step({"tool": _fence(code)})
-        assert tool_step.infos["pending"] is True and tool_step.reward == 0.0
+        assert tool_step.pending is True and tool_step.reward == 0.0
         own_local = tool_step.local_rewards["tool"]
         closing = branch.step({"reasoner": reasoner})  # the lookahead's one reasoner sample
         assert closing.local_rewards["tool"] == own_local

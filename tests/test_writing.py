@@ -354,7 +354,7 @@ def test_tasks_registered_and_tldr_env_contract():
     branch = clone(env)
     step = env.step({"concise": c1, "detailed": c2})
     assert step.reward == pytest.approx(2.6)
-    assert step.infos["reward_components"] == pytest.approx(
+    assert step.reward_components == pytest.approx(
         {"structure": 0.5, "length_ratio": 1.0, "unique_words": 0.5, "style": 0.6}
     )
     assert step.terminations == {"concise": True, "detailed": True} and step.done
