@@ -168,8 +168,12 @@ def _ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_help_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    _add_help_config(p)
     p.add_argument(
         "--import",
         dest="imports",
@@ -182,7 +186,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="teamrl", description=__doc__.split("\n")[0])
-    p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
+    _add_help_config(p)
     sub = p.add_subparsers(dest="command")
 
     t = sub.add_parser("train", help="Train a team: teamrl train CONFIG.yaml [key=value ...]")

@@ -207,18 +207,24 @@ class Estimate:
 
 
 def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Estimate:
-    """A step's peak memory from the config alone (a lower-end estimate: real use is higher).
+    """A step's peak memory from the config alone: a low-end estimate (what the step needs at
+    least), so a config is refused only when it cannot fit.
 
-    weights: params * dtype bytes per distinct model ('separate': one per agent); LoRA adds
-    r * (in + out) per targeted linear layer and adapter. Trainable parameters (all of a full
+    weights: params * dtype bytes per model copy ('separate': one per agent); LoRA adds
+    r * (in + out) per linear layer and adapter. Trainable parameters (all of a full
     fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies);
     beta > 0 without LoRA adds a frozen reference copy.
+
     generation: rows = prompts_per_step * agents * G (AT-GRPO/GRPO: K), times the tree's
-    branching at the deepest MAGRPO level; KV cache = rows * seq * 2 * layers * kv_heads *
-    head_dim * bytes, plus the prefill's fp32 logits rows * prompt * vocab * 4.
-    training: one micro-batch (rows per policy / num_mini_batches, or micro_batch_size) of
-    seq tokens: fp32 logits, log-softmax and their gradient (3 * vocab * 4 bytes per token)
-    plus about (8 * hidden + 3 * intermediate) activations per layer and token.
+    branching at the deepest MAGRPO level. Every row holds its own KV cache,
+    rows * seq * 2 * layers * kv_heads * head_dim * bytes, with seq = prompt budget +
+    max_turns * max_completion_length; plus fp32 logits rows * vocab * 4 twice per token.
+
+    training: one micro-batch of m samples (a policy's samples / num_mini_batches, or
+    micro_batch_size). Its distinct prompts (m / G: a group shares one) and its completions
+    keep about (4 * hidden + 3 * intermediate) activations per layer and token (hidden per
+    layer under gradient checkpointing); each sample copies its prompt's KV cache (without
+    checkpointing), and each completion token keeps two fp32 vocab rows (logits, log-softmax).
     """
     a, t = cfg.algorithm, cfg.train
     n_agents = len(cfg.team.agents)
@@ -245,31 +251,32 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
             if a.beta > 0:
                 weights += s["params"] * nbytes
 
-    turns = cfg.env.max_turns
+    turns, g = cfg.env.max_turns, a.num_generations
     completion = max(ag.max_completion_length for ag in cfg.team.agents)
     seq = prompt_len + turns * completion
     if a.name == "magrpo":
-        branch = a.num_generations**n_agents if a.joint_mode == "cross" else a.num_generations
-        deepest = branch ** (turns - 1)
-        rows = t.prompts_per_step * n_agents * a.num_generations * deepest
-        samples = t.prompts_per_step * n_agents * a.num_generations * _geometric(branch, turns)
+        branch = g**n_agents if a.joint_mode == "cross" else g
+        rows = t.prompts_per_step * n_agents * g * branch ** (turns - 1)
+        samples = t.prompts_per_step * n_agents * g * _geometric(branch, turns)
     else:
-        rows = t.prompts_per_step * n_agents * a.num_generations
+        rows = t.prompts_per_step * n_agents * g
         samples = rows * turns
-    biggest = max(shapes.values(), key=lambda s: s["params"])
-    kv = rows * seq * 2 * biggest["layers"] * biggest["kv_dim"] * nbytes
-    prefill = rows * prompt_len * biggest["vocab"] * 4
-    generation = kv + prefill
+    big = max(shapes.values(), key=lambda s: s["params"])
+    generation = rows * seq * 2 * big["layers"] * big["kv_dim"] * nbytes + rows * big["vocab"] * 8
 
     per_policy = samples if cfg.team.policies == "shared" else math.ceil(samples / n_agents)
     minibatch = math.ceil(per_policy / t.num_mini_batches)
     micro = min(t.micro_batch_size or minibatch, minibatch)
-    per_token = 3 * biggest["vocab"] * 4
+    prompt_tokens_ = math.ceil(micro / g) * (seq - completion)
+    tokens = prompt_tokens_ + micro * completion
+    kv_token = 2 * big["layers"] * big["kv_dim"] * nbytes
     if cfg.model.gradient_checkpointing:
-        per_token += (biggest["layers"] * biggest["hidden"] + 8 * biggest["hidden"]) * nbytes
-    else:
-        per_token += biggest["layers"] * (8 * biggest["hidden"] + 3 * biggest["inter"]) * nbytes
-    training = micro * seq * per_token
+        per_token, prompt_kv = big["layers"] * big["hidden"] * nbytes, 0
+    else:  # each sample gets its own (differentiable) copy of its prompt's KV cache
+        per_token = big["layers"] * (4 * big["hidden"] + 3 * big["inter"]) * nbytes
+        prompt_kv = micro * (seq - completion) * kv_token
+    logits = micro * completion * big["vocab"] * 4 * 2
+    training = tokens * per_token + prompt_kv + logits
     return Estimate(weights, optimizer, generation, training, rows, seq)
 
 

@@ -126,12 +126,18 @@ def test_config_values_out_of_range_from_the_cli(tmp_path, capsys, no_model):
     assert not (tmp_path.parent / "x").exists()
 
 
-def test_memory_estimate_refuses_a_config_that_cannot_fit(tmp_path, capsys, no_model):
-    # 4 x 100000 rows of tiny-llama: the generation alone is far beyond any host
+def test_memory_estimate_refuses_a_config_that_cannot_fit(tmp_path, capsys, no_model, monkeypatch):
+    # G = 100000 on a host with 16 GiB free: 1 prompt x 2 agents x G sequences, refused with
+    # the estimate instead of being killed by the kernel
+    monkeypatch.setattr(preflight, "available_memory", lambda device: (16 * 2**30, "host RAM"))
     line = one_line_error(capsys, *train_args(tmp_path, "algorithm.num_generations=100000"))
     assert "this config needs an estimated" in line and "GiB" in line
-    assert "200,000 sequences" in line  # 1 prompt x 2 agents x G
+    assert "200,000 sequences" in line and "only 16.0 GiB is free on host RAM" in line
     assert "lower algorithm.num_generations" in line
+    monkeypatch.undo()
+    # ten times more fits on no machine this runs on
+    line = one_line_error(capsys, *train_args(tmp_path, "algorithm.num_generations=1000000"))
+    assert "this config needs an estimated" in line
 
 
 def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
@@ -143,12 +149,15 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     params = sum(p.numel() for p in models["tiny-llama"].parameters())
     assert est.weights == params * 4 and est.optimizer == 3 * params * 4  # full fine-tune, fp32
     assert est.rows == 1 * 2 * 4 and est.seq == 24 + 8
-    # KV cache: rows * seq * 2 (k, v) * layers 2 * kv heads 2 * head dim 16 * 4 bytes, plus the
-    # prefill's fp32 logits rows * prompt * vocab * 4
-    assert est.generation == 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 24 * 512 * 4
-    # training: 8 samples in one micro-batch, 32 tokens, 3 fp32 vocab rows + 2 layers of
-    # (8 * 64 + 3 * 128) activations per token
-    assert est.training == 8 * 32 * (3 * 512 * 4 + 2 * (8 * 64 + 3 * 128) * 4)
+    # KV cache: rows * seq * 2 (k, v) * layers 2 * kv heads 2 * head dim 16 * 4 bytes, plus two
+    # fp32 vocab rows per sequence
+    assert est.generation == 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 512 * 8
+    # training: the 8 samples in one micro-batch; their 2 distinct prompts (a group of G=4
+    # shares one) of 24 tokens and 8 completions of 8 tokens keep 2 layers x (4 * 64 + 3 * 128)
+    # fp32 activations per token, and each completion token two fp32 vocab rows
+    tokens = 2 * 24 + 8 * 8
+    prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4  # each sample's copy of its prompt's KV cache
+    assert est.training == tokens * 2 * (4 * 64 + 3 * 128) * 4 + prompt_kv + 8 * 8 * 512 * 4 * 2
     preflight.check_fits(est, (est.total + 1, "host RAM"))
     with pytest.raises(preflight.ConfigError, match=r"only 0\.0 GiB is free on host RAM"):
         preflight.check_fits(est, (est.total - 1, "host RAM"))

@@ -85,7 +85,7 @@ def test_fuzzed_overrides_give_a_config_or_a_config_error(fast_meta):
         overrides = [random_override(rng, paths) for _ in range(rng.choice([1, 1, 2, 3]))]
         counts[outcome(BASE + overrides)] += 1
     # both outcomes occur: the fuzzer reaches valid configs and refused ones
-    assert counts["ok"] >= 20 and counts["error"] >= 200, counts
+    assert counts["ok"] >= 10 and counts["error"] >= 200, counts
 
 
 def test_the_known_bad_values_are_refused():
@@ -103,4 +103,4 @@ def test_the_known_bad_values_are_refused():
         assert outcome([*BASE, override]) == "error", override
     # and the huge G is refused by the memory estimate, before anything is allocated
     with pytest.raises(ConfigError, match="this config needs an estimated"):
-        preflight.preflight(load_config(None, [*BASE, "algorithm.num_generations=100000"]))
+        preflight.preflight(load_config(None, [*BASE, "algorithm.num_generations=1000000"]))
