@@ -100,7 +100,9 @@ def _from_pretrained(cls, name_or_path: str, folder: str, **kwargs):
         kwargs["local_files_only"] = True
     try:
         return cls.from_pretrained(folder, **kwargs)
-    except OSError as err:
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:  # ValueError: a folder whose config.json is not a model's
         raise ConfigError(_load_error(name_or_path, local, err)) from err
 
 

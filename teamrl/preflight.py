@@ -31,7 +31,7 @@ def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
     check_device(cfg)
     if task is not None:
         check_task(cfg, task)
-    models = {name: meta_model(model_config_of(cfg, name)) for name in model_names(cfg)}
+    models = {name: _meta_model_of(cfg, name) for name in model_names(cfg)}
     if uses_lora(cfg):
         for name, model in models.items():
             check_lora_targets(cfg.model.lora_target_modules, model, name)
@@ -145,6 +145,18 @@ def model_config_of(cfg: Config, name: str) -> Any:
     from teamrl.models import model_config
 
     return model_config(name, seed=cfg.seed)
+
+
+def _meta_model_of(cfg: Config, name: str) -> Any:
+    model_cfg = model_config_of(cfg, name)
+    try:
+        return meta_model(model_cfg)
+    except ValueError as err:  # e.g. an encoder-only or unknown architecture
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(
+            f"model.name_or_path: {name!r} is not a causal language model transformers can "
+            f"build ({reason})"
+        ) from err
 
 
 def meta_model(model_cfg: Any) -> Any:
