@@ -48,12 +48,8 @@ class Step:
     def __post_init__(self) -> None:
         # TEMPORARY bridge while the envs and the rollouts move from infos keys to fields:
         # both views agree. Removed when both sides use the fields.
-        for key, empty in (
-            ("success", None),
-            ("pending", False),
-            ("reward_components", {}),
-            ("lookahead", False),
-        ):
+        for key, empty in (("success", None), ("pending", False), ("reward_components", {}),
+                           ("lookahead", False)):
             if getattr(self, key) == empty and key in self.infos:
                 setattr(self, key, self.infos[key])
             elif getattr(self, key) != empty:
