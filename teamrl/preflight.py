@@ -99,6 +99,23 @@ def check_task(cfg: Config, task: Any) -> None:
                         f"{split_name} split of task {task.name!r} has no field {missing[0]!r} "
                         f"(its fields: {', '.join(sorted(map(str, row)))})"
                     )
+    env = task.make_env()
+    for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
+        reset(env, task.train[j], j, task)
+
+
+def reset(env: Any, row: Any, index: int, task: Any) -> dict:
+    """``env.reset(row)``, where a KeyError for a field the row lacks names the row and field."""
+    try:
+        return env.reset(row)
+    except KeyError as err:
+        key = err.args[0] if err.args else None
+        if key is None or _has(row, key):
+            raise  # not a missing field of the row: a bug in the env
+        raise ConfigError(
+            f"row {index} of the train split of task {task.name!r} has no field {key!r}, which "
+            f"its env reads (its fields: {', '.join(sorted(map(str, row)))})"
+        ) from None
 
 
 def template_fields(template: str, where: str) -> set[str]:
@@ -326,17 +343,21 @@ PROMPT_BUDGET = 256  # tokens, when the task's prompts cannot be measured
 
 def prompt_tokens(cfg: Config, task: Any) -> int:
     """The prompt budget: the longest first-turn prompt of a few training rows, at 3 characters
-    per token (a short estimate for English BPE), or PROMPT_BUDGET without a task."""
+    per token (English BPE averages about 4; code and grids take more tokens), or
+    PROMPT_BUDGET without a task."""
     if task is None or len(task.train) == 0:
         return PROMPT_BUDGET
     env = task.make_env()
     longest = 0
     for j in range(min(8, len(task.train))):
         row = task.train[j]
-        obs = env.reset(row)
+        obs = reset(env, row, j, task)
         for agent in cfg.team.agents:
             system = agent.system if agent.system is not None else task.agents.get(agent.name, "")
-            user = agent.prompt.format_map({**row, "observation": obs.get(agent.name, "")})
+            try:
+                user = agent.prompt.format_map({**row, "observation": obs.get(agent.name, "")})
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+                continue  # a template the checks above cannot read; the rollout reports it
             longest = max(longest, len(system) + len(user) + len(agent.response_prefix))
     return longest // 3 + 16  # + the chat template's role markers
 

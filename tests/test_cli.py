@@ -192,7 +192,7 @@ class Echo:
     agents = ["alice", "bob"]
 
     def reset(self, example):
-        return {a: example.get("question", "?") for a in self.agents}
+        return {a: example["question"] for a in self.agents}
 
     def step(self, actions):
         done = {a: True for a in self.agents}
@@ -264,6 +264,14 @@ def test_a_row_missing_a_template_field_is_named_before_the_model_loads(tmp_path
     line = one_line_error(capsys, *args)
     assert "team.agents[1].prompt uses {question}" in line
     assert "row 2 of the train split" in line and "has no field 'question'" in line
+
+
+def test_a_row_missing_a_field_the_env_reads_is_named(tmp_path, capsys, no_model):
+    path, name = task_file(tmp_path)
+    args = train_args(tmp_path, f"env.name={name}", "env.kwargs={drop_question_at: 1}")
+    line = one_line_error(capsys, *args, "--import", path)
+    assert f"row 1 of the train split of task {name!r} has no field 'question'" in line
+    assert "its fields: q" in line
 
 
 def test_an_empty_dataset_is_refused_before_the_model_loads(tmp_path, capsys, no_model):
