@@ -32,6 +32,7 @@ def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
     if task is not None:
         check_task(cfg, task)
     models = {name: _meta_model_of(cfg, name) for name in model_names(cfg)}
+    check_lengths(cfg, models)
     if uses_lora(cfg):
         for name, model in models.items():
             check_lora_targets(cfg.model.lora_target_modules, model, name)
@@ -184,6 +185,19 @@ def meta_model(model_cfg: Any) -> Any:
 
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(model_cfg)
+
+
+def check_lengths(cfg: Config, models: dict[str, Any]) -> None:
+    """A completion budget longer than the model's context can never be generated."""
+    for i, agent in enumerate(cfg.team.agents):
+        separate = cfg.team.policies == "separate"
+        name = (agent.model if separate else None) or cfg.model.name_or_path
+        limit = getattr(models[name].config.get_text_config(), "max_position_embeddings", None)
+        if limit and agent.max_completion_length >= limit:
+            raise ConfigError(
+                f"team.agents[{i}].max_completion_length: expected < {limit} (the context "
+                f"length of {name!r}), got {agent.max_completion_length}"
+            )
 
 
 def check_lora_targets(targets: list[str], model: Any, model_name: str) -> None:

@@ -119,6 +119,10 @@ def test_config_values_out_of_range_from_the_cli(tmp_path, capsys, no_model):
         "env.turn_order=[alice]": "env.turn_order: expected each agent of team.agents",
         "train.max_steps=ten": "train.max_steps: expected an int, got 'ten'",
         "team.agents.0.top_p=0": "team.agents[0].top_p: expected in (0, 1], got 0.0",
+        "team.agents.1.max_completion_length=4096": (
+            "team.agents[1].max_completion_length: expected < 2048 (the context length of "
+            "'tiny-llama'), got 4096"
+        ),
     }
     for override, words in cases.items():
         line = one_line_error(capsys, *train_args(tmp_path, override))
