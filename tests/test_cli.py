@@ -8,6 +8,7 @@ hub left as the user set it, and one wandb run per run folder.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 
 import pytest
@@ -242,6 +243,7 @@ def test_import_a_task_file_then_train_resume_among_overrides_and_a_finished_run
 def test_import_by_module_name_and_envs_lists_it(tmp_path, capsys, monkeypatch):
     path, name = task_file(tmp_path, stem=f"user_tasks_{uuid.uuid4().hex[:6]}")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --import NAME adds the current folder
     module = os.path.basename(path)[:-3]
     assert main(["envs", "--import", module]) == 0
     out = capsys.readouterr().out
@@ -379,7 +381,6 @@ def test_wandb_run_id_is_per_run_folder_and_kept_on_resume(tmp_path):
 
 
 def test_run_logger_starts_wandb_with_the_folder_id(tmp_path, monkeypatch):
-    import sys
     import types
 
     from teamrl.logging import RunLogger
