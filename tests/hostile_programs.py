@@ -13,7 +13,7 @@ up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any fail
 the harm did not happen (no leftover process, no marker file, no secret in the output).
 
 The corpus runs in whatever isolation mode the machine gives (``isolation_mode()``). The
-weaker modes have documented residual risks (``teamrl.rewards.sandbox``): ``xfail`` maps a
+weaker modes have documented residual risks (``teamrl.sandbox``): ``xfail`` maps a
 mode to the risk that lets the program through there (an expected failure), ``skip`` to why
 running it there would harm the test run itself (the program would run as the test's uid).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 TIME = ("cpu_time", "wall_time")
 
-# Residual risks of the fallback modes, as teamrl.rewards.sandbox documents them.
+# Residual risks of the fallback modes, as teamrl.sandbox documents them.
 SAME_UID = "rlimits runs the program as the caller's uid"
 KILLS_US = {"rlimits": f"{SAME_UID}: it would signal the test run itself"}
 WORLD_WRITABLE = "the program may write to world-writable places"

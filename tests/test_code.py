@@ -1,6 +1,6 @@
 """Coding tasks: the leveled aux/main reward, feedback, loaders, stdin/stdout judging, envs.
 
-Model-written code runs in the real sandbox (``teamrl.rewards.sandbox``) for the key cases;
+Model-written code runs in the real sandbox (``teamrl.sandbox``) for the key cases;
 fake runners (which never execute anything) check the plumbing around it.
 """
 
@@ -42,7 +42,7 @@ from teamrl.rewards.code import (
     parse_test_cases,
     stdio_pass_ratio,
 )
-from teamrl.rewards.sandbox import ExecResult
+from teamrl.sandbox import ExecResult
 
 # --------------------------------------------------------------------------------------
 # A hand-made function task: 4 test units (``assert True`` is not one)

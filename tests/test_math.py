@@ -41,7 +41,7 @@ from teamrl.rewards.math import (
     extract_boxed,
     is_equivalent,
 )
-from teamrl.rewards.sandbox import ExecResult
+from teamrl.sandbox import ExecResult
 from teamrl.rollout.at_tree import agent_turn_rollout
 from teamrl.rollout.generator import Generation
 

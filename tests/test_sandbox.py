@@ -1,4 +1,4 @@
-"""Tests for teamrl.rewards.sandbox: normal programs, the hostile corpus, the pool."""
+"""Tests for teamrl.sandbox: normal programs, the hostile corpus, the pool."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from hostile_programs import CORPUS, Hostile
 
 from teamrl.rewards.code import stdio_pass_ratio
-from teamrl.rewards.sandbox import (
+from teamrl.sandbox import (
     ExecResult,
     Limits,
     SandboxPool,
@@ -318,7 +318,7 @@ def test_cpu_limit_is_classified():
 def test_sandbox_dies_with_its_caller():
     token = secrets.token_hex(8)
     script = (
-        "from teamrl.rewards.sandbox import Limits, run_python\n"
+        "from teamrl.sandbox import Limits, run_python\n"
         f"run_python('import time\\ntime.sleep(1000)', args=['{token}'], "
         "limits=Limits(wall_seconds=60))\n"
     )
@@ -351,7 +351,7 @@ def test_sandbox_dies_with_its_caller():
 RLIMITS_SCRIPT = """\
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from teamrl.rewards.sandbox import Limits, isolation_mode, run_python
+from teamrl.sandbox import Limits, isolation_mode, run_python
 limits = Limits(cpu_seconds=1, wall_seconds=2, max_processes=8, output_bytes=4096)
 programs = {
     "hello": "print('hi')",

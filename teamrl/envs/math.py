@@ -121,12 +121,12 @@ class MathEnvConfig:
 
 @dataclass
 class SandboxRunner:
-    """Runs the tool's program in ``teamrl.rewards.sandbox`` (imported on first use)."""
+    """Runs the tool's program in ``teamrl.sandbox`` (imported on first use)."""
 
     limits: dict | None = None
 
     def __call__(self, code: str) -> Any:
-        from teamrl.rewards.sandbox import Limits, run_python
+        from teamrl.sandbox import Limits, run_python
 
         return run_python(code, limits=Limits(**(self.limits or {})))
 

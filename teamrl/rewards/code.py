@@ -2,7 +2,7 @@
 
 Nothing here executes model code in this process. Programs go through a *runner*,
 ``runner(codes, stdins, timeout_s) -> list[ExecResult]``, whose default is the process
-sandbox (``teamrl.rewards.sandbox``, imported lazily). Tests inject a fake runner.
+sandbox (``teamrl.sandbox``, imported lazily). Tests inject a fake runner.
 
 **MAGRPO coding (helper writes ``aux``, main writes the entry point), max 4.0:**
 
@@ -61,14 +61,14 @@ AUX_NAME = "aux"
 
 @lru_cache(maxsize=1)
 def _pool() -> Any:
-    from teamrl.rewards.sandbox import SandboxPool
+    from teamrl.sandbox import SandboxPool
 
     return SandboxPool()
 
 
 def sandbox_runner(codes: Sequence[str], stdins: Sequence[str], timeout_s: float) -> list[Any]:
     """The default runner: every program in the shared ``SandboxPool`` with a wall-clock limit."""
-    from teamrl.rewards.sandbox import Limits
+    from teamrl.sandbox import Limits
 
     # The CPU limit is set no lower than the wall clock, so the wall clock is what binds.
     limits = Limits(wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s)))

@@ -237,8 +237,8 @@ class GameSpec:
 
 
 def sandbox_runner(code: str) -> Any:
-    """Run ``code`` in ``teamrl.rewards.sandbox`` with its default limits (an ``ExecResult``)."""
-    from teamrl.rewards.sandbox import run_python  # imported here: keep env import light
+    """Run ``code`` in ``teamrl.sandbox`` with its default limits (an ``ExecResult``)."""
+    from teamrl.sandbox import run_python  # imported here: keep env import light
 
     return run_python(code)
 
