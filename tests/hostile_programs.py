@@ -5,7 +5,8 @@ Each program is plain Python with @NAME@ placeholders that the test fills in:
 @MARKER@ (a file name that must never be created anywhere), @TCP_PORT@, @UDP_PORT@,
 @UNIX_SOCKET@ (listeners owned by the test), @SECRET_NAME@, @SECRET_VALUE@ (a fake secret in
 the test's environment), @HOME_SECRET@ (a file in the test user's home holding the secret),
-@REPO@ (the repository root).
+@REPO@ (the repository root), @TMP_SOCKET@ (a 0777 unix socket listening in /tmp),
+@ABSTRACT@ (an abstract unix socket's name, listening).
 
 A program prints ESCAPED when its attack worked, so the test can check that word never shows
 up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
@@ -304,6 +305,18 @@ CORPUS: list[Hostile] = [
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@UNIX_SOCKET@')\n"
         "print('ESCAPED')\n",
         xfail={"rlimits": f"{SAME_UID}: it may connect to the caller's unix sockets"},
+    ),
+    Hostile(
+        "unix_socket_in_tmp",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@TMP_SOCKET@')\n"
+        "print('ESCAPED')\n",
+        xfail={"setuid": "no mount namespace: /tmp is the host's", "rlimits": SAME_UID},
+    ),
+    Hostile(
+        "abstract_unix_socket",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0@ABSTRACT@')\n"
+        "print('ESCAPED')\n",
+        xfail={m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")},
     ),
     Hostile(
         "raw_socket",

@@ -31,7 +31,7 @@ from __future__ import annotations
 REPORT_FD_ENV = "TEAMRL_REPORT_FD"
 
 TRUSTED_PRELUDE = """\
-import ctypes as _ctypes, os as _os
+import ctypes as _ctypes, os as _os, sys as _sys
 _teamrl_channel = int(_os.environ.pop("TEAMRL_REPORT_FD"))
 if _ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
     raise SystemExit("trusted prelude: cannot make the harness non-dumpable")
@@ -54,7 +54,15 @@ def _teamrl_untrusted(source, probe, limit=65536):
             value = str(eval(probe, namespace)).encode()
             while value:
                 value = value[_os.write(write_end, value):]
+        except BaseException:
+            import traceback
+            traceback.print_exc()
         finally:
+            for stream in (_sys.stdout, _sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
             _os._exit(0)
     _os.close(write_end)
     chunks, size = [], 0

@@ -29,10 +29,17 @@ class SandboxPool:
         self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="sandbox")
 
     def submit(
-        self, code: str, *, stdin: str = "", limits: Limits | None = None, args: Sequence[str] = ()
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        limits: Limits | None = None,
+        args: Sequence[str] = (),
+        report: bool = False,
     ) -> Future[ExecResult]:
-        """Start one program; the future's result is its ExecResult."""
-        kwargs = dict(stdin=stdin, limits=limits, args=args, python=self.python)
+        """Start one program; the future's result is its ExecResult (``report``: open the
+        authenticated report channel, see ``teamrl.sandbox.channel``)."""
+        kwargs = dict(stdin=stdin, limits=limits, args=args, python=self.python, report=report)
         return self._executor.submit(run_python, code, isolation=self.isolation, **kwargs)
 
     def map(
