@@ -210,13 +210,17 @@ CORPUS: list[Hostile] = [
         _write("'/dev/shm/@MARKER@'"),
         xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
-    Hostile("write_marker_dir", _write("'@MARKER_DIR@/@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile(
+        "write_marker_dir",
+        _write("'@MARKER_DIR@/@MARKER@'"),
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+    ),
     Hostile("write_parent_dir", _write("'../@MARKER@'"), xfail=WRITES_AS_US),
     Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]"), xfail=WRITES_AS_US),
     Hostile(
         "symlink_escape",
         "import os\nos.symlink('@MARKER_DIR@/@MARKER@', 'link')\n" + _write("'link'"),
-        xfail=WRITES_AS_US,
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
     Hostile(
         "userns_remount",
@@ -225,7 +229,7 @@ CORPUS: list[Hostile] = [
         "libc.mount(b'none', b'/', None, ctypes.c_ulong(0x20 | 0x1000 | 0x4000), None)\n"
         "libc.mount(b'none', b'@MARKER_DIR@', None, ctypes.c_ulong(0x20 | 0x1000), None)\n"
         + _write("'@MARKER_DIR@/@MARKER@'"),
-        xfail=WRITES_AS_US,
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
     Hostile(
         "file_size_bomb",
@@ -316,7 +320,9 @@ CORPUS: list[Hostile] = [
         "abstract_unix_socket",
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0@ABSTRACT@')\n"
         "print('ESCAPED')\n",
-        xfail={m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")},
+        xfail={
+            m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")
+        },
     ),
     Hostile(
         "raw_socket",

@@ -41,9 +41,9 @@ from teamrl.rewards.math import (
     extract_boxed,
     is_equivalent,
 )
-from teamrl.sandbox import ExecResult
 from teamrl.rollout.at_tree import agent_turn_rollout
 from teamrl.rollout.generator import Generation
+from teamrl.sandbox import ExecResult
 
 # --------------------------------------------------------------------------------------
 # Extraction

@@ -915,16 +915,27 @@ def corpus_as_nobody(arena: Arena, package: str, isolation: str) -> tuple[str, d
     jobs = []
     for case in cases:
         code = (PRELUDE + case.code).replace("@TEST_PID@", "__CALLER_PID__")
-        jobs.append({"code": arena.fill(code, case.name), "limits": {**LIMITS.__dict__, **case.limits}})
+        jobs.append(
+            {"code": arena.fill(code, case.name), "limits": {**LIMITS.__dict__, **case.limits}}
+        )
     argv = [reachable_python(), "-I", "-c", CORPUS_SCRIPT, package, isolation]
     done = subprocess.run(
-        argv, input=json.dumps(jobs), capture_output=True, text=True, cwd="/", timeout=60,
-        user=65534, group=65534, extra_groups=[],
+        argv,
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+        user=65534,
+        group=65534,
+        extra_groups=[],
     )
     assert done.returncode == 0, done.stderr[-2000:]  # the caller survived its programs
     report = json.loads(done.stdout)
     results = [ExecResult(**r) for r in report["results"]]
-    return report["mode"], {c.name: (c, Limits(**j["limits"]), r) for c, j, r in zip(cases, jobs, results)}
+    return report["mode"], {
+        c.name: (c, Limits(**j["limits"]), r) for c, j, r in zip(cases, jobs, results)
+    }
 
 
 def nobody_violations(arena: Arena, runs: dict, mode: str) -> dict[str, list]:
@@ -961,6 +972,36 @@ def test_corpus_as_nobody_in_the_weak_mode_escapes_as_documented(arena, readable
     assert set(escaped) == RLIMITS_ESCAPES, " ".join(sorted(escaped))
     # every escape is a documented residual risk of the mode
     assert all("rlimits" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
+
+
+# What escapes the "setuid" mode (root without namespaces), as measured.
+SETUID_ESCAPES = {
+    *("write_tmp", "write_dev_shm", "write_marker_dir", "symlink_escape", "userns_remount"),
+    *("fill_the_disk", "unix_socket_in_tmp", "abstract_unix_socket"),
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or MODE == "setuid", reason="root; MODE covers setuid")
+def test_corpus_in_the_setuid_mode_escapes_as_documented(arena):
+    codes, limits = [], []
+    for case in CORPUS:
+        codes.append(arena.fill(PRELUDE + case.code, case.name))
+        limits.append(Limits(**{**LIMITS.__dict__, **case.limits}))
+    with SandboxPool(max_workers=8, isolation="setuid", python=reachable_python()) as pool:
+        results = pool.map(codes, limits=limits)
+    escaped = set()
+    try:
+        for case, lim, r in zip(CORPUS, limits, results):
+            if violations(case, lim, r, arena, "setuid"):
+                escaped.add(case.name)
+    finally:
+        for case in CORPUS:
+            for path in arena.marker_paths(case.name):
+                if os.path.lexists(path):
+                    os.remove(path)
+    assert escaped == SETUID_ESCAPES, " ".join(sorted(escaped))
+    assert all("setuid" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
+    assert os.getpid() == arena.pid and current_env() == arena.env
 
 
 # --------------------------------------------------------------------------------------
@@ -1019,12 +1060,15 @@ def test_no_zombies_when_the_caller_is_pid_1(as_nobody, readable_package):
 
 # A harness: the candidate's add(2, 3) is computed in a child without the channel; the
 # expected value arrives on stdin, read by the trusted parent only after the fork.
-JUDGE = TRUSTED_PRELUDE + """
+JUDGE = (
+    TRUSTED_PRELUDE
+    + """
 import sys
 got = _teamrl_untrusted(SOURCE, "add(2, 3)")
 expected = sys.stdin.read().strip()
 _teamrl_report("PASS" if got == expected else "FAIL")
 """
+)
 
 CANDIDATES = {
     "correct": ("def add(a, b):\n    return a + b\n", "PASS\n"),

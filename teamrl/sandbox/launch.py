@@ -116,7 +116,9 @@ def make_preexec(plan: Plan) -> Callable[[], None]:
             trees.append((path, check(tree, f"clone {path}")))
         nosuid_nodev = ulong(linux.MS_NOSUID | linux.MS_NODEV)
         for folder in hidden:
-            done = libc.mount(b"tmpfs", folder.encode(), b"tmpfs", nosuid_nodev, b"mode=0755,size=1m")
+            done = libc.mount(
+                b"tmpfs", folder.encode(), b"tmpfs", nosuid_nodev, b"mode=0755,size=1m"
+            )
             check(done, f"tmpfs over {folder}")
         for path, tree in trees:
             os.makedirs(path, exist_ok=True)
