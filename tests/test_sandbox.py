@@ -1151,3 +1151,48 @@ def test_strong_mode_is_logged_once(monkeypatch, caplog):
         run_python("pass")
     logged = [r.getMessage() for r in caplog.records if r.name == "teamrl.sandbox"]
     assert logged == [f"sandbox isolation {MODE!r}; residual risks: {modes.RESIDUAL_RISKS[MODE]}"]
+
+
+HOME_SCRIPT = """\
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from teamrl.sandbox import run_python
+code = "import sys\\nprint(open(sys.argv[1]).read())"
+r = run_python(code, args=[sys.argv[2]])
+print(json.dumps([r.returncode, r.stdout, r.stderr.splitlines()[-1:]]))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.isdir("/home"), reason="needs root to become `nobody`"
+)
+def test_userns_hides_the_callers_home(readable_package):
+    # The program shares the caller's uid outside: only hiding the home keeps its files out.
+    # (Not under /tmp, which is hidden anyway.)
+    home = tempfile.mkdtemp(prefix="teamrl-home-", dir="/home")
+    secret = os.path.join(home, "token")
+    try:
+        with open(secret, "w") as f:
+            f.write("hunter2")
+        for path in (home, secret):
+            os.chown(path, 65534, 65534)
+        os.chmod(secret, 0o600)
+        argv = [reachable_python(), "-I", "-c", HOME_SCRIPT, readable_package, secret]
+        env = {"PATH": os.environ["PATH"], "HOME": home}
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env=env,
+            timeout=30,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        returncode, stdout, last = json.loads(done.stdout)
+        assert returncode == 1 and "hunter2" not in stdout
+        assert last[0].startswith("FileNotFoundError"), last
+    finally:
+        shutil.rmtree(home)
