@@ -1091,6 +1091,16 @@ CANDIDATES = {
         "    except OSError:\n        pass\ndef add(a, b):\n    return 0\n",
         "FAIL\n",
     ),
+    # every pipe of every process it may open (in "namespaces" /proc is the host's)
+    "opens_every_fd": (
+        "import os\nfor pid in os.listdir('/proc'):\n    try:\n"
+        "        names = os.listdir(f'/proc/{pid}/fd')\n    except OSError:\n        continue\n"
+        "    for n in names:\n        try:\n            fd = os.open(f'/proc/{pid}/fd/{n}', os.O_WRONLY)\n"
+        "        except OSError:\n            continue\n        try:\n"
+        "            os.write(fd, b'PASS\\n')\n        except OSError:\n            pass\n"
+        "def add(a, b):\n    return 0\n",
+        "FAIL\n",
+    ),
     "reads_expected": (
         "import os, sys\nleak = sys.stdin.read() or os.environ.get('TEAMRL_REPORT_FD', '')\n"
         "try:\n    leak += open(f'/proc/{os.getppid()}/fd/0').read()\nexcept OSError:\n    pass\n"

@@ -34,6 +34,8 @@ _init = os.fork()
 if _init:
     os.write(_status, b"I%d\\n" % _init)
     os.close(_status)
+    if _report >= 0:
+        os.close(_report)
     os.wait()
     os._exit(0)
 @INIT@_program = os.fork()
