@@ -669,22 +669,31 @@ def test_corpus_is_large_and_names_are_unique():
 
 
 def violations(
-    case: Hostile, limits: Limits, r: ExecResult, arena: Arena, mode: str, caller_uid=None
+    case: Hostile,
+    limits: Limits,
+    r: ExecResult,
+    arena: Arena,
+    mode: str,
+    caller_uid: int | None = None,
+    fence_only: bool = False,
 ) -> list:
     """What went wrong with one corpus run (empty: contained), for a caller that is this
-    process; ``test_corpus_as_nobody`` checks its own caller's side."""
+    process (or ``caller_uid``'s). ``fence_only`` leaves out how the limits classified the
+    run (timing, kill reason), which only MODE's own corpus test checks: the runs in other
+    modes compare their escapes, which a loaded machine must not change."""
     found = []
 
     def expect(ok: bool, what: str) -> None:
         if not ok:
             found.append(what)
 
-    # Ends within its limit.
-    expect(r.wall_seconds <= limits.wall_seconds + SLACK, "over the wall clock")
+    if not fence_only:
+        # Ends within its limit.
+        expect(r.wall_seconds <= limits.wall_seconds + SLACK, "over the wall clock")
+        expect(case.killed is None or r.killed in case.killed, f"killed by {r.killed}")
+        expect(r.timed_out == (r.killed in ("wall_time", "cpu_time")), "timed_out")
     # Fails, or (sneaky) did no harm; the allowed reasons are specific where they can be.
     expect(case.sneaky or not r.ok, "succeeded")
-    expect(case.killed is None or r.killed in case.killed, f"killed by {r.killed}")
-    expect(r.timed_out == (r.killed in ("wall_time", "cpu_time")), "timed_out")
     expect("ESCAPED" not in r.stdout, "ESCAPED")
     expect(arena.secret_value not in r.stdout + r.stderr, "leaked the secret")
     for stream in (r.stdout, r.stderr):
@@ -694,8 +703,10 @@ def violations(
         expect(limits.output_bytes in caps, "output cap")
     # Ran as an unprivileged uid (a fresh one, but in "rlimits" mode, which runs as ours),
     # and nothing of it is left running.
-    if not r.stdout.startswith("UID "):
-        return [*found, "no uid line"]
+    for path in arena.marker_paths(case.name):
+        expect(not os.path.lexists(path), f"wrote {path}")
+    if not r.stdout.startswith("UID "):  # (fence_only: stopped before it began, on a busy machine)
+        return found if fence_only else [*found, "no uid line"]
     uid = reported_uid(r)
     expect(uid != 0, "ran as root")
     if mode == "userns":  # its own user namespace's uid, which is ours outside
@@ -704,8 +715,6 @@ def violations(
         caller = os.getuid() if caller_uid is None else caller_uid
         expect((uid == caller) == (mode == "rlimits"), f"uid {uid}")
     expect(leftovers(case.name, r, mode, caller_uid) == [], "left processes running")
-    for path in arena.marker_paths(case.name):
-        expect(not os.path.lexists(path), f"wrote {path}")
     return found
 
 
@@ -901,9 +910,9 @@ print(json.dumps({"mode": mode, "results": [r.__dict__ for r in results]}))
 # The kill and ptrace cases (``skip``) are not run there: they would end the caller.
 RLIMITS_ESCAPES = {
     *("write_tmp", "write_dev_shm", "write_marker_dir", "write_parent_dir"),
-    *("overwrite_program", "symlink_escape", "userns_remount", "fill_the_disk"),
+    *("overwrite_program", "symlink_escape", "userns_remount"),
     *("proc_parent_environ", "proc_parent_fds", "proc_parent_cwd"),
-    *("unix_socket_in_tmp", "abstract_unix_socket", "non_daemon_thread"),
+    *("unix_socket_in_tmp", "abstract_unix_socket"),
 }
 
 
@@ -942,7 +951,7 @@ def nobody_violations(arena: Arena, runs: dict, mode: str) -> dict[str, list]:
     found = {}
     try:
         for name, (case, limits, r) in runs.items():
-            if problems := violations(case, limits, r, arena, mode, caller_uid=65534):
+            if problems := violations(case, limits, r, arena, mode, 65534, fence_only=True):
                 found[name] = problems
     finally:
         for case, _, r in runs.values():  # end what an escape left running (nobody, tagged)
@@ -977,7 +986,7 @@ def test_corpus_as_nobody_in_the_weak_mode_escapes_as_documented(arena, readable
 # What escapes the "setuid" mode (root without namespaces), as measured.
 SETUID_ESCAPES = {
     *("write_tmp", "write_dev_shm", "write_marker_dir", "symlink_escape", "userns_remount"),
-    *("fill_the_disk", "unix_socket_in_tmp", "abstract_unix_socket"),
+    *("unix_socket_in_tmp", "abstract_unix_socket"),
 }
 
 
@@ -992,7 +1001,7 @@ def test_corpus_in_the_setuid_mode_escapes_as_documented(arena):
     escaped = set()
     try:
         for case, lim, r in zip(CORPUS, limits, results):
-            if violations(case, lim, r, arena, "setuid"):
+            if violations(case, lim, r, arena, "setuid", fence_only=True):
                 escaped.add(case.name)
     finally:
         for case in CORPUS:
