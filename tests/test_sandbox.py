@@ -1032,6 +1032,8 @@ for isolation in sys.argv[2:]:
     for code in programs * 2:
         r = run_python(code, limits=Limits(wall_seconds=0.3), isolation=isolation, python=sys.executable)
         assert r.killed == "wall_time", r
+    for _ in range(3):  # killed while it boots, before it could name its init
+        run_python(programs[0], limits=Limits(wall_seconds=0.01), isolation=isolation, python=sys.executable)
     modes.append(isolation)
 time.sleep(0.2)
 zombies = []

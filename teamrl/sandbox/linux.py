@@ -154,11 +154,28 @@ def reap_namespace_init(pid: int) -> None:
         done, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:  # not ours: the system's init reaps it (or it is gone)
         return
-    if done == 0 and _status_fields(pid).get("NSpid", "").split()[-1:] == ["1"]:
+    nspid = _status_fields(pid).get("NSpid", "").split()
+    if done == 0 and len(nspid) > 1 and nspid[-1] == "1":
         try:
             os.waitpid(pid, 0)  # it was SIGKILLed with its parent: it is about to exit
         except ChildProcessError:
             pass
+
+
+def reap_dead_inits() -> None:
+    """Reap every sandbox init that was reparented to us, found through ``/proc`` (a run
+    killed before its boot process could report init's pid). An init becomes our child only
+    once its parent, killed with it, is gone, so each one found is dying: waiting is short."""
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _status_fields(int(entry))
+            nspid = fields.get("NSpid", "").split()
+            if fields.get("PPid") == me and len(nspid) > 1 and nspid[-1] == "1":
+                try:
+                    os.waitpid(int(entry), 0)
+                except ChildProcessError:
+                    pass
 
 
 def reap_orphans_of(uid: int) -> None:

@@ -155,6 +155,8 @@ def _reap(mode: str, uid: int | None, init_pid: int | None) -> None:
         return
     if init_pid is not None:
         linux.reap_namespace_init(init_pid)
+    elif mode in ("namespaces", "userns"):
+        linux.reap_dead_inits()
     if mode == "setuid" and uid is not None:
         linux.reap_orphans_of(uid)
 
