@@ -87,6 +87,14 @@ class AgentConfig:
         "prompt, so it is never trained on; the env sees prefix + completion. Pins a small "
         "model to an answer format.",
     )
+    learning_rate: float | None = _f(
+        None,
+        "Per-agent peak LR (None = train.learning_rate); agents of one shared policy must agree.",
+    )
+    num_iterations: int | None = _f(
+        None,
+        "Per-agent mu (None = algorithm.num_iterations); agents of one shared policy must agree.",
+    )
 
 
 @dataclass
@@ -157,11 +165,12 @@ class AlgorithmConfig:
         "Group baseline: 'mean' (MAGRPO), 'rloo' (MA-RLOO), 'max' (MA-ReMax), 'raw' "
         "(MA-REINFORCE, no baseline).",
     )
-    scale_rewards: Literal["group", "batch", "none"] = _f(
+    scale_rewards: Literal["group", "batch", "agent", "none"] = _f(
         "group",
         "Std normalisation of advantages, after centring per group: 'group' divides by the "
         "group's std; 'batch' divides by the std of all raw rewards (returns) in the batch, as "
-        "TRL does; 'none' leaves the baseline's advantages unscaled (Dr. GRPO).",
+        "TRL does; 'agent' divides by the std of the raw returns of the sample's agent across "
+        "the batch (per-agent normalisation); 'none' leaves them unscaled (Dr. GRPO).",
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
         "dapo",
@@ -170,7 +179,50 @@ class AlgorithmConfig:
         "per forward chunk.",
     )
     epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
-    epsilon_high: float | None = _f(None, "Upper clip range, > 0 (None = epsilon).")
+    epsilon_high: float | None = _f(
+        None, "Upper clip range, > 0 (None = epsilon); DAPO's clip-higher, TRL's epsilon_high."
+    )
+    delta: float | None = _f(
+        None,
+        "Cap on the unclipped ratio, > 1 + epsilon_high (None = off): bounds the loss of a token "
+        "with a negative advantage whose ratio has grown (two-sided clipping, INTELLECT-2; TRL's "
+        "delta; the idea of dual-clip PPO).",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = _f(
+        "token",
+        "PPO ratio per token, or one per sequence, exp(mean_t log ratio) (GSPO, Zheng et al. "
+        "2025; TRL's importance_sampling_level).",
+    )
+    importance_sampling_correction: bool | None = _f(
+        None,
+        "Reweight each token by min(pi_old / q, importance_sampling_cap), q the sampler's "
+        "recorded distribution (truncated IS; TRL's vllm_importance_sampling_correction). None = "
+        "on whenever the sampler differs from the trainer: top_p < 1, top_k > 0 (unless "
+        "truncated_scoring) or a backend other than 'hf'.",
+    )
+    importance_sampling_mode: Literal["token_truncate", "sequence_truncate"] = _f(
+        "token_truncate",
+        "Truncated IS per token, or one weight per sequence (the product of its tokens' ratios) "
+        "(TRL's vllm_importance_sampling_mode).",
+    )
+    importance_sampling_cap: float = _f(
+        2.0, "C, >= 1: the cap on the IS weight (TRL's vllm_importance_sampling_cap)."
+    )
+    truncated_scoring: bool = _f(
+        False,
+        "Score log-probs under the sampler's own top-k/top-p truncated, renormalised "
+        "distribution, so pi_old equals the sampler's q (no IS correction needed on 'hf').",
+    )
+    mask_truncated_completions: bool = _f(
+        False,
+        "Completions cut at max_completion_length (no EOS) contribute no loss (DAPO's overlong "
+        "filtering; TRL's mask_truncated_completions). They still count in the advantages.",
+    )
+    disable_dropout: bool = _f(
+        True,
+        "Set every dropout probability (LoRA's too) to 0 for rollout, old log-probs and update, "
+        "so the ratio compares the same function (TRL's disable_dropout).",
+    )
     num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
     selection: Literal["greedy", "sample", "random"] = _f(
         "greedy",
@@ -182,8 +234,21 @@ class AlgorithmConfig:
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."
     )
+    max_resample_rounds: int = _f(
+        0,
+        "With filter_groups: extra rollouts on new problems until the step has as many non-flat "
+        "groups as its first rollout had groups, at most this many (DAPO's dynamic sampling; "
+        "logged as filter/resample_rounds). 0 = only drop.",
+    )
     beta: float = _f(0.0, "KL coefficient to the reference policy (0 = no reference is loaded).")
-    kl_estimator: Literal["k1", "k3"] = _f("k3", "Per-token KL estimator.")
+    kl_estimator: Literal["k1", "k2", "k3"] = _f(
+        "k3",
+        "KL to the reference, each pulling pi toward pi_ref. 'k3': (r - log r - 1), r = "
+        "pi_ref/pi, in the loss; its gradient is that of KL(ref || pi), as in TRL. 'k2': "
+        "0.5 (log pi - log pi_ref)^2 in the loss, gradient of KL(pi || ref). 'k1': log pi - log "
+        "pi_ref as a per-token reward penalty (detached, CoMLRL's form), gradient of "
+        "KL(pi || ref); k1 as a plain loss would have zero expected gradient.",
+    )
 
 
 @dataclass
@@ -270,6 +335,18 @@ class Config:
         _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
         if a.epsilon_high is not None:
             _check(a.epsilon_high > 0, "algorithm.epsilon_high", a.epsilon_high, "> 0 or None")
+        if a.delta is not None:
+            hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
+            _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
+        cap = a.importance_sampling_cap
+        _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
+        _check(
+            a.max_resample_rounds >= 0,
+            "algorithm.max_resample_rounds",
+            a.max_resample_rounds,
+            ">= 0",
+        )
+        _check_agent_overrides(self)
         _check(self.model.lora_r >= 1, "model.lora_r", self.model.lora_r, ">= 1")
         _check(self.env.max_turns >= 1, "env.max_turns", self.env.max_turns, ">= 1")
         check_max_turns(self.env)
@@ -321,6 +398,20 @@ class Config:
                     f"got policies={self.team.policies!r}"
                 )
         return self
+
+
+def _check_agent_overrides(cfg: Config) -> None:
+    """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy."""
+    for field_name, low in (("learning_rate", 0), ("num_iterations", 1)):
+        values = {ag.name: getattr(ag, field_name) for ag in cfg.team.agents}
+        for name, v in values.items():
+            ok = v is None or (v > 0 if low == 0 else v >= low)
+            _check(ok, f"team.agents[{name}].{field_name}", v, "> 0" if low == 0 else ">= 1")
+        if cfg.team.policies == "shared" and len(set(values.values())) > 1:
+            raise ConfigError(
+                f"team.agents[*].{field_name}: agents {sorted(values)} share one policy "
+                f"(policies='shared') but set different values {values}; give all the same"
+            )
 
 
 def _check(ok: bool, name: str, value: Any, want: str) -> None:
