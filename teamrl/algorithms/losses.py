@@ -60,13 +60,9 @@ class Batch:
         return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
 
 
-def collate(
-    samples: list[Sample],
-    pad_id: int,
-    top_p: list[float] | None = None,
-    top_k: list[int] | None = None,
-) -> Batch:
-    """Pad samples into a batch; ``top_p``/``top_k`` are each sample's sampler truncation."""
+def collate(samples: list[Sample], pad_id: int) -> Batch:
+    """Pad samples into a batch (no sampler truncation: top_p 1, top_k 0; the update sets
+    each row's own when it scores under the sampler's truncation)."""
     distinct: dict[tuple[int, ...], int] = {}
     index = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
     prompt_ids, prompt_mask = left_pad([list(p) for p in distinct], pad_id)
@@ -89,9 +85,17 @@ def collate(
         temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
         sampler_logprobs=sampler,
         truncated=torch.tensor([float(s.truncated) for s in samples]),
-        top_p=torch.tensor(top_p if top_p is not None else [1.0] * len(samples)),
-        top_k=torch.tensor(top_k if top_k is not None else [0] * len(samples), dtype=torch.long),
+        top_p=torch.ones(len(samples)),
+        top_k=torch.zeros(len(samples), dtype=torch.long),
     )
+
+
+def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
+    """The tokens that enter the loss: the completion mask, without the rows cut at their
+    budget when ``mask_truncated_completions`` (DAPO's overlong filtering, TRL's name)."""
+    if not mask_truncated_completions:
+        return batch.completion_mask
+    return batch.completion_mask * (1 - batch.truncated)[:, None]
 
 
 def _drops_kv_cache(model: torch.nn.Module) -> bool:

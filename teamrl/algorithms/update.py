@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from teamrl.algorithms.importance import importance_weights, mismatch_stats, sampler_differs
-from teamrl.algorithms.losses import collate, policy_loss, token_logprobs
+from teamrl.algorithms.losses import collate, loss_mask, policy_loss, token_logprobs
 from teamrl.config import Config
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
@@ -98,11 +98,14 @@ def update_policy(
         return [mb[i : i + size] for i in range(0, len(mb), size)]
 
     def batch_of(chunk: Minibatch):
-        tp, tk = [top_p[s.agent] for s in chunk], [top_k[s.agent] for s in chunk]
-        return collate(chunk, pad, tp, tk).to(device)
+        batch = collate(chunk, pad)  # then each row's sampler truncation (truncated_scoring)
+        batch.top_p = torch.tensor([top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([top_k[s.agent] for s in chunk], dtype=torch.long)
+        return batch.to(device)
 
     def logprobs(model, batch, with_entropy=False):
-        return token_logprobs(model, batch, with_entropy, truncate=a.truncated_scoring)
+        extra = {"truncate": True} if a.truncated_scoring else {}
+        return token_logprobs(model, batch, with_entropy=with_entropy, **extra)
 
     def counted(s: Sample) -> int:  # tokens that enter the loss
         return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
@@ -159,8 +162,7 @@ def update_policy(
                         n = mask.sum().clamp_min(1.0)
                         stats["is_weight"].append(float((weights * mask).sum() / n))
                         stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
-                if a.mask_truncated_completions:  # cut at the budget: no loss (DAPO, TRL)
-                    mask = mask * (1 - batch.truncated)[:, None]
+                mask = loss_mask(batch, a.mask_truncated_completions)  # after the stats
                 ref = None
                 if a.beta > 0:
                     with torch.no_grad(), pol.reference() as ref_model:
