@@ -206,7 +206,7 @@ class AlgorithmConfig:
         "(TRL's vllm_importance_sampling_mode).",
     )
     importance_sampling_cap: float = _f(
-        2.0, "C, >= 1: the cap on the IS weight (TRL's vllm_importance_sampling_cap)."
+        2.0, "C >= 1, the IS weight cap (TRL: vllm_importance_sampling_cap)."
     )
     truncated_scoring: bool = _f(
         False,
@@ -335,18 +335,7 @@ class Config:
         _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
         if a.epsilon_high is not None:
             _check(a.epsilon_high > 0, "algorithm.epsilon_high", a.epsilon_high, "> 0 or None")
-        if a.delta is not None:
-            hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
-            _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
-        cap = a.importance_sampling_cap
-        _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
-        _check(
-            a.max_resample_rounds >= 0,
-            "algorithm.max_resample_rounds",
-            a.max_resample_rounds,
-            ">= 0",
-        )
-        _check_agent_overrides(self)
+        _check_fidelity(self)  # issue 10: delta, IS cap, resample rounds, per-agent overrides
         _check(self.model.lora_r >= 1, "model.lora_r", self.model.lora_r, ">= 1")
         _check(self.env.max_turns >= 1, "env.max_turns", self.env.max_turns, ">= 1")
         check_max_turns(self.env)
@@ -398,6 +387,17 @@ class Config:
                     f"got policies={self.team.policies!r}"
                 )
         return self
+
+
+def _check_fidelity(cfg: Config) -> None:
+    a = cfg.algorithm
+    if a.delta is not None:
+        hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
+        _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
+    cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
+    _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
+    _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
+    _check_agent_overrides(cfg)
 
 
 def _check_agent_overrides(cfg: Config) -> None:

@@ -160,7 +160,8 @@ def token_logprobs(
     if truncate:
         b, c, v = logits.shape
         rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
-        keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
+        with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
+            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
         logits = logits.masked_fill(~keep.reshape(b, c, v), float("-inf"))
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
