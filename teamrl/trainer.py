@@ -4,7 +4,10 @@
         examples = data.next(prompts_per_step)
         rollout  = recipe.rollout(team, env, examples)        # samples with rewards and returns
         compute_advantages(samples, baseline, scale_rewards)  # per group
-        for policy in team.policies: update_policy(policy, its samples)   # clipped PG, AdamW
+        filter_groups: drop flat groups; optionally resample problems to refill (DAPO)
+        for policy in team.policies:
+            update_policy(policy, its samples)   # clipped PG, AdamW (none when it has no samples)
+            log the LR it trained with; scheduler.step()   # LR(step) depends on the step alone
         log metrics; evaluate every K steps; checkpoint every K steps (atomically)
 
 The trainer is the only module that knows the config, the team, the env and the algorithm.

@@ -22,10 +22,23 @@ from __future__ import annotations
 
 import torch
 
+from teamrl.config import AlgorithmConfig
+
 
 def sampler_differs(top_p: list[float], top_k: list[int], backend: str) -> bool:
     """Whether the sampler's distribution differs from the trainer's full softmax."""
     return backend != "hf" or any(p < 1 for p in top_p) or any(k > 0 for k in top_k)
+
+
+def correction_on(a: AlgorithmConfig, top_p: list[float], top_k: list[int], backend: str) -> bool:
+    """``importance_sampling_correction``, with None (auto) = on whenever the sampler differs
+    from what the trainer scores: under ``truncated_scoring`` the trainer scores the same
+    truncated distribution, so only another backend's numerics remain."""
+    if a.importance_sampling_correction is not None:
+        return a.importance_sampling_correction
+    if a.truncated_scoring:
+        return backend != "hf"
+    return sampler_differs(top_p, top_k, backend)
 
 
 def importance_weights(

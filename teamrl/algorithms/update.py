@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from teamrl.algorithms.importance import importance_weights, mismatch_stats, sampler_differs
+from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
 from teamrl.algorithms.losses import collate, loss_mask, policy_loss, token_logprobs
 from teamrl.config import Config
 from teamrl.distributed import DistContext
@@ -78,18 +78,11 @@ def update_policy(
     agents = {ag.name: ag for ag in cfg.team.agents}
     top_p = {s.agent: agents[s.agent].top_p for s in samples}
     top_k = {s.agent: agents[s.agent].top_k for s in samples}
-    # 0. Importance sampling for the sampler/trainer mismatch: auto (None) is on whenever
-    # the sampler's distribution differs from the trainer's scoring distribution.
-    differs = sampler_differs(list(top_p.values()), list(top_k.values()), cfg.generation.backend)
-    if a.truncated_scoring:  # the trainer scores under the sampler's truncation: pi_old == q
-        differs = cfg.generation.backend != "hf"
-    correct = (
-        differs if a.importance_sampling_correction is None else a.importance_sampling_correction
-    )
+    # 0. Importance sampling for the sampler/trainer mismatch (on when the two differ).
+    correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
     keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
-    keys += ["kl_sampler_k1", "kl_sampler_k3"] + (
-        ["is_weight", "is_clipped_fraction"] if correct else []
-    )
+    keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
+    keys += ["is_weight", "is_clipped_fraction"] if correct else []
     keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
     stats: dict[str, list[float]] = {k: [] for k in keys}
 
