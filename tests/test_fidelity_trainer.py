@@ -13,6 +13,7 @@ from conftest import tiny_overrides
 
 import teamrl.algorithms.update as update_mod
 import teamrl.trainer as trainer_mod
+from teamrl.algorithms.importance import correction_on
 from teamrl.algorithms.losses import collate, token_logprobs
 from teamrl.config import ConfigError, load_config
 from teamrl.trainer import Trainer
@@ -69,6 +70,19 @@ def test_truncated_scoring_scores_what_the_sampler_sampled(tmp_path):
     assert (full[mask] - batch.sampler_logprobs[mask]).abs().max() > 1e-3
     m = tr.train_step()  # no correction needed: pi_old == q
     assert m["logp_diff/shared"] < 1e-4 and "is_weight/shared" not in m
+    assert math.isfinite(m["entropy/shared"])  # the truncated tail's 0 * -inf counts as 0
+
+
+def test_the_shipped_tldr_sampling_turns_the_correction_on():
+    for name in ("tldr_magrpo", "tldr_at_grpo"):
+        cfg = load_config(name)
+        top_p = [ag.top_p for ag in cfg.team.agents]
+        top_k = [ag.top_k for ag in cfg.team.agents]
+        assert [ag.temperature for ag in cfg.team.agents] == [0.7] * len(top_p)
+        assert top_p == [0.9] * len(top_p)
+        assert correction_on(cfg.algorithm, top_p, top_k, cfg.generation.backend)
+        cfg.algorithm.truncated_scoring = True  # pi_old == q on 'hf': nothing to correct
+        assert not correction_on(cfg.algorithm, top_p, top_k, cfg.generation.backend)
 
 
 # --- defects 4 and 6: the schedule follows the trainer step; the logged LR is the trained one

@@ -169,7 +169,8 @@ def token_logprobs(
     if with_entropy:
         with torch.no_grad():
             probs = F.softmax(logits, dim=-1)
-            entropy = lse - (probs * logits).sum(-1)
+            # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
+            entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
     return logp, entropy
 
 
