@@ -89,6 +89,14 @@ class AgentConfig:
         "prompt, so it is never trained on; the env sees prefix + completion. Pins a small "
         "model to an answer format.",
     )
+    learning_rate: float | None = _f(
+        None,
+        "Per-agent peak LR (None = train.learning_rate); agents of one shared policy must agree.",
+    )
+    num_iterations: int | None = _f(
+        None,
+        "Per-agent mu (None = algorithm.num_iterations); agents of one shared policy must agree.",
+    )
 
 
 @dataclass
@@ -159,11 +167,12 @@ class AlgorithmConfig:
         "Group baseline: 'mean' (MAGRPO), 'rloo' (MA-RLOO), 'max' (MA-ReMax), 'raw' "
         "(MA-REINFORCE, no baseline).",
     )
-    scale_rewards: Literal["group", "batch", "none"] = _f(
+    scale_rewards: Literal["group", "batch", "agent", "none"] = _f(
         "group",
         "Std normalisation of advantages, after centring per group: 'group' divides by the "
         "group's std; 'batch' divides by the std of all raw rewards (returns) in the batch, as "
-        "TRL does; 'none' leaves the baseline's advantages unscaled (Dr. GRPO).",
+        "TRL does; 'agent' divides by the std of the raw returns of the sample's agent across "
+        "the batch (per-agent normalisation); 'none' leaves them unscaled (Dr. GRPO).",
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
         "dapo",
@@ -172,7 +181,50 @@ class AlgorithmConfig:
         "per forward chunk.",
     )
     epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
-    epsilon_high: float | None = _f(None, "Upper clip range, > 0 (None = epsilon).")
+    epsilon_high: float | None = _f(
+        None, "Upper clip range, > 0 (None = epsilon); DAPO's clip-higher, TRL's epsilon_high."
+    )
+    delta: float | None = _f(
+        None,
+        "Cap on the unclipped ratio, > 1 + epsilon_high (None = off): bounds the loss of a token "
+        "with a negative advantage whose ratio has grown (two-sided clipping, INTELLECT-2; TRL's "
+        "delta; the idea of dual-clip PPO).",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = _f(
+        "token",
+        "PPO ratio per token, or one per sequence, exp(mean_t log ratio) (GSPO, Zheng et al. "
+        "2025; TRL's importance_sampling_level).",
+    )
+    importance_sampling_correction: bool | None = _f(
+        None,
+        "Reweight each token by min(pi_old / q, importance_sampling_cap), q the sampler's "
+        "recorded distribution (truncated IS; TRL's vllm_importance_sampling_correction). None = "
+        "on whenever the sampler differs from the trainer: top_p < 1, top_k > 0 (unless "
+        "truncated_scoring) or a backend other than 'hf'.",
+    )
+    importance_sampling_mode: Literal["token_truncate", "sequence_truncate"] = _f(
+        "token_truncate",
+        "Truncated IS per token, or one weight per sequence (the product of its tokens' ratios) "
+        "(TRL's vllm_importance_sampling_mode).",
+    )
+    importance_sampling_cap: float = _f(
+        2.0, "C >= 1, the IS weight cap (TRL: vllm_importance_sampling_cap)."
+    )
+    truncated_scoring: bool = _f(
+        False,
+        "Score log-probs under the sampler's own top-k/top-p truncated, renormalised "
+        "distribution, so pi_old equals the sampler's q (no IS correction needed on 'hf').",
+    )
+    mask_truncated_completions: bool = _f(
+        False,
+        "Completions cut at max_completion_length (no EOS) contribute no loss (DAPO's overlong "
+        "filtering; TRL's mask_truncated_completions). They still count in the advantages.",
+    )
+    disable_dropout: bool = _f(
+        True,
+        "Set every dropout probability (LoRA's too) to 0 for rollout, old log-probs and update, "
+        "so the ratio compares the same function (TRL's disable_dropout).",
+    )
     num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
     selection: Literal["greedy", "sample", "random"] = _f(
         "greedy",
@@ -184,8 +236,21 @@ class AlgorithmConfig:
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."
     )
+    max_resample_rounds: int = _f(
+        0,
+        "With filter_groups: extra rollouts on new problems until the step has as many non-flat "
+        "groups as its first rollout had groups, at most this many (DAPO's dynamic sampling; "
+        "logged as filter/resample_rounds). 0 = only drop.",
+    )
     beta: float = _f(0.0, "KL coefficient to the reference policy (0 = no reference is loaded).")
-    kl_estimator: Literal["k1", "k3"] = _f("k3", "Per-token KL estimator.")
+    kl_estimator: Literal["k1", "k2", "k3"] = _f(
+        "k3",
+        "KL to the reference, each pulling pi toward pi_ref. 'k3': (r - log r - 1), r = "
+        "pi_ref/pi, in the loss; its gradient is that of KL(ref || pi), as in TRL. 'k2': "
+        "0.5 (log pi - log pi_ref)^2 in the loss, gradient of KL(pi || ref). 'k1': log pi - log "
+        "pi_ref as a per-token reward penalty (detached, CoMLRL's form), gradient of "
+        "KL(pi || ref); k1 as a plain loss would have zero expected gradient.",
+    )
 
 
 @dataclass
@@ -275,6 +340,7 @@ class Config:
             value = _get(self, path)
             if value is not None or not want.endswith("or None"):
                 _check(_safe(ok, value), path, value, want)
+        _check_fidelity(self)  # delta, IS cap, resample rounds, per-agent overrides
         names = [ag.name for ag in self.team.agents]
         _check(bool(names), "team.agents", self.team.agents, "at least one agent")
         _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
@@ -426,6 +492,31 @@ def rollout_leaves(cfg: Config) -> int:
         if total > MAX_EPISODES_PER_STEP:  # stop before the numbers get astronomical
             break
     return cfg.train.prompts_per_step * total
+
+
+def _check_fidelity(cfg: Config) -> None:
+    a = cfg.algorithm
+    if a.delta is not None:
+        hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
+        _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
+    cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
+    _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
+    _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
+    _check_agent_overrides(cfg)
+
+
+def _check_agent_overrides(cfg: Config) -> None:
+    """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy."""
+    for field_name, low in (("learning_rate", 0), ("num_iterations", 1)):
+        values = {ag.name: getattr(ag, field_name) for ag in cfg.team.agents}
+        for name, v in values.items():
+            ok = v is None or (v > 0 if low == 0 else v >= low)
+            _check(ok, f"team.agents[{name}].{field_name}", v, "> 0" if low == 0 else ">= 1")
+        if cfg.team.policies == "shared" and len(set(values.values())) > 1:
+            raise ConfigError(
+                f"team.agents[*].{field_name}: agents {sorted(values)} share one policy "
+                f"(policies='shared') but set different values {values}; give all the same"
+            )
 
 
 def _check(ok: bool, name: str, value: Any, want: str) -> None:
