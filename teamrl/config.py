@@ -224,6 +224,47 @@ class EvalConfig:
 
 
 @dataclass
+class GenerationConfig:
+    backend: Literal["hf", "vllm"] = _f(
+        "hf",
+        "Generation backend: 'hf' samples with teamrl's KV-cache loop on the trainer's own model "
+        "(CPU and GPU); 'vllm' uses vLLM (needs: pip install 'teamrl[vllm]').",
+    )
+    # The vllm_* fields only matter with backend=vllm. Names follow TRL's GRPOConfig.
+    vllm_gpu_memory_utilization: float = _f(
+        0.3,
+        "Fraction of the GPU's memory vLLM may take (weights + KV cache), colocated with the "
+        "trainer in one process: keep it low enough that training fits beside it (TRL's "
+        "default, 0.3). Ignored on CPU.",
+    )
+    vllm_enable_sleep_mode: bool = _f(
+        False,
+        "Put the vLLM engine to sleep (weights offloaded, KV cache freed) between rollout and "
+        "update, and wake it before the next rollout: more GPU memory for training, at the cost "
+        "of a copy each step. GPU only; a no-op on CPU.",
+    )
+    vllm_max_model_length: int | None = _f(
+        None,
+        "Longest prompt + completion (tokens) the vLLM engine serves; None: the model's own "
+        "limit. Lower it when the KV cache does not fit.",
+    )
+    vllm_max_lora_rank: int | None = _f(
+        None,
+        "Largest LoRA rank the vLLM engine accepts; None: model.lora_r. Must be >= model.lora_r.",
+    )
+    vllm_enforce_eager: bool = _f(
+        False,
+        "Run vLLM's model eagerly (no CUDA graphs / torch.compile): slower decode, faster "
+        "start. Always eager on CPU.",
+    )
+    vllm_kv_cache_gb: float | None = _f(
+        None,
+        "KV cache size in GiB; None: vLLM's default (on CPU 4 GiB, or VLLM_CPU_KVCACHE_SPACE). "
+        "On GPU it is taken from vllm_gpu_memory_utilization unless set here.",
+    )
+
+
+@dataclass
 class LogConfig:
     output_dir: str = _f("runs", "Parent folder of run folders.")
     save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
@@ -249,6 +290,9 @@ class Config:
     train: TrainConfig = _f(default_factory=TrainConfig, help="Optimisation.")
     eval: EvalConfig = _f(default_factory=EvalConfig, help="Evaluation.")
     log: LogConfig = _f(default_factory=LogConfig, help="Outputs and checkpoints.")
+    generation: GenerationConfig = _f(
+        default_factory=GenerationConfig, help="Generation backend."
+    )
 
     def validate(self) -> Config:
         a, t = self.algorithm, self.train

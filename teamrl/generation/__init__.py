@@ -1,0 +1,7 @@
+"""Generation backends, below ``Team``: torch (and peft, lazily) only, never the team, the
+envs or the rollouts. See backend.py for the seam."""
+
+from teamrl.generation.backend import Backend, EngineSpec, make_backend
+from teamrl.generation.types import Generation, Request
+
+__all__ = ["Backend", "EngineSpec", "Generation", "Request", "make_backend"]
