@@ -44,7 +44,7 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q tests/vllm -p no:cacheprovider
+	TEAMRL_TEST_CACHE=$(VLLM_VENV)/teamrl-cache TEAMRL_TEST_VLLM=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q tests/vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check teamrl tests benchmarks

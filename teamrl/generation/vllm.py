@@ -101,10 +101,18 @@ def engine_kwargs(cfg: GenerationConfig, spec: EngineSpec) -> dict:
 
 
 def start_engine(kwargs: dict, model_name: str):
-    """``vllm.LLM(**kwargs)``, with the errors a user can hit named."""
+    """``vllm.LLM(**kwargs)`` and a one-token warm-up, with the errors a user can hit named.
+
+    The warm-up makes errors that vLLM only meets at the first forward (an attention shape its
+    CPU kernels lack) surface at start, named, instead of in the middle of a rollout."""
     vllm = _import_vllm()
+    from vllm.inputs import TokensPrompt
+
     try:
-        return vllm.LLM(**kwargs)
+        llm = vllm.LLM(**kwargs)
+        warmup = TokensPrompt(prompt_token_ids=[0])
+        llm.generate([warmup], vllm.SamplingParams(max_tokens=1), use_tqdm=False)
+        return llm
     except torch.OutOfMemoryError as err:
         raise ConfigError(_memory_hint(model_name, err)) from err
     except (ValueError, RuntimeError) as err:
