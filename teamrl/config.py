@@ -290,9 +290,7 @@ class Config:
     train: TrainConfig = _f(default_factory=TrainConfig, help="Optimisation.")
     eval: EvalConfig = _f(default_factory=EvalConfig, help="Evaluation.")
     log: LogConfig = _f(default_factory=LogConfig, help="Outputs and checkpoints.")
-    generation: GenerationConfig = _f(
-        default_factory=GenerationConfig, help="Generation backend."
-    )
+    generation: GenerationConfig = _f(default_factory=GenerationConfig, help="Generation backend.")
 
     def validate(self) -> Config:
         a, t = self.algorithm, self.train

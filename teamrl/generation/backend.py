@@ -19,7 +19,6 @@ from teamrl.config import ConfigError, GenerationConfig
 from teamrl.generation.types import Generation, Request
 
 
-
 @dataclass
 class EngineSpec:
     """What a backend may know about one model object (engine)."""
@@ -40,9 +39,7 @@ class EngineSpec:
 class Backend(Protocol):
     name: str
 
-    def generate(
-        self, requests: list[Request], ignore_eos: bool = False
-    ) -> list[list[Generation]]:
+    def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
         """One batched call: for each request, its n generations (completion ids through EOS,
         the sampler's log-prob of each chosen token, truncated flag)."""
         ...

@@ -285,7 +285,10 @@ class VLLMBackend:
         folder = self._folder / f"{adapter}-{lora_id}"
         folder.mkdir(parents=True)
         state = get_peft_model_state_dict(model, adapter_name=adapter)
-        save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, folder / "adapter_model.safetensors")
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in state.items()},
+            folder / "adapter_model.safetensors",
+        )
         config = model.peft_config[adapter].to_dict()
         config["target_modules"] = sorted(config["target_modules"] or [])
         (folder / "adapter_config.json").write_text(json.dumps(config, default=str))

@@ -18,7 +18,9 @@ def test_missing_vllm_names_the_install(monkeypatch):
         start_engine({}, "smollm2-135m")
 
 
-@pytest.mark.parametrize(("lora_r", "cap", "engine_rank"), [(8, None, 8), (12, None, 16), (4, 32, 32)])
+@pytest.mark.parametrize(
+    ("lora_r", "cap", "engine_rank"), [(8, None, 8), (12, None, 16), (4, 32, 32)]
+)
 def test_engine_lora_rank_is_the_smallest_vllm_rank_that_fits(base_model, lora_r, cap, engine_rank):
     from teamrl.generation.vllm import engine_lora_rank
 

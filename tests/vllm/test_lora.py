@@ -97,7 +97,10 @@ def test_adapter_sync_after_a_step_changes_the_next_generation(lora_engine):
     peft_model.set_adapter("alice")
     with torch.no_grad():
         hf = peft_model.generate(
-            torch.tensor([prompt]), do_sample=False, max_new_tokens=10, eos_token_id=backend.spec.eos_ids
+            torch.tensor([prompt]),
+            do_sample=False,
+            max_new_tokens=10,
+            eos_token_id=backend.spec.eos_ids,
         )[0, len(prompt) :].tolist()
     after = backend.generate(ask)[0][0].completion_ids
     assert after == hf
