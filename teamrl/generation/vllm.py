@@ -23,6 +23,7 @@ Full weights are copied in memory through the worker's ``reload_weights(weights_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -255,8 +256,14 @@ class VLLMBackend:
                 logps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, ids)]
             ended = bool(ids) and not ignore_eos and ids[-1] in self.spec.eos_ids
             gens.append(Generation(list(req.prompt_ids), ids, logps, truncated=not ended))
-        if req.temperature <= 0:
-            gens = [gens[0] for _ in range(req.n)]
+        if req.temperature <= 0:  # one greedy decode stands for all n (deterministic)
+            g = gens[0]
+            gens = [
+                dataclasses.replace(
+                    g, completion_ids=list(g.completion_ids), logprobs=list(g.logprobs)
+                )
+                for _ in range(req.n)
+            ]
         return gens
 
     # --- weight sync ----------------------------------------------------------------------
@@ -294,12 +301,14 @@ class VLLMBackend:
         (folder / "adapter_config.json").write_text(json.dumps(config, default=str))
         request = LoRARequest(f"{adapter}@{lora_id}", lora_id, str(folder))
         engine = self.llm.llm_engine
-        engine.add_lora(request)  # load now: errors surface here, not mid-rollout
-        old = self._lora.get(adapter)
-        self._lora[adapter] = request
+        # Drop the stale version first: the engine's adapter cache holds max_loras adapters,
+        # and adding first would evict the least recently used one (another agent's).
+        old = self._lora.pop(adapter, None)
         if old is not None:
             engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
+        engine.add_lora(request)  # load now: errors surface here, not mid-rollout
+        self._lora[adapter] = request
 
     def _sync_full_weights(self) -> None:
         """Copy the live model's parameters into the engine's model, in memory."""
