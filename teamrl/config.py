@@ -303,6 +303,38 @@ class GenerationConfig:
         "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
         "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
     )
+    # The vllm_* fields only matter with backend=vllm. Names follow TRL's GRPOConfig.
+    vllm_gpu_memory_utilization: float = _f(
+        0.3,
+        "Fraction of the GPU's memory vLLM may take (weights + KV cache), colocated with the "
+        "trainer in one process: keep it low enough that training fits beside it (TRL's "
+        "default, 0.3). Ignored on CPU.",
+    )
+    vllm_enable_sleep_mode: bool = _f(
+        False,
+        "Put the vLLM engine to sleep (weights offloaded, KV cache freed) between rollout and "
+        "update, and wake it before the next rollout: more GPU memory for training, at the cost "
+        "of a copy each step. GPU only; a no-op on CPU.",
+    )
+    vllm_max_model_length: int | None = _f(
+        None,
+        "Longest prompt + completion (tokens) the vLLM engine serves; None: the model's own "
+        "limit. Lower it when the KV cache does not fit.",
+    )
+    vllm_max_lora_rank: int | None = _f(
+        None,
+        "Largest LoRA rank the vLLM engine accepts; None: model.lora_r. Must be >= model.lora_r.",
+    )
+    vllm_enforce_eager: bool = _f(
+        False,
+        "Run vLLM's model eagerly (no CUDA graphs / torch.compile): slower decode, faster "
+        "start. Always eager on CPU.",
+    )
+    vllm_kv_cache_gb: float | None = _f(
+        None,
+        "KV cache size in GiB; None: vLLM's default (on CPU 4 GiB, or VLLM_CPU_KVCACHE_SPACE). "
+        "On GPU it is taken from vllm_gpu_memory_utilization unless set here.",
+    )
 
 
 @dataclass
