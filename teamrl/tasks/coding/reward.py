@@ -12,7 +12,8 @@ entry point), max 4.0:
 
 These are the formulas of LLM_Collab_Code_Generation, with three fixes: calls are found with
 ``ast`` (the reference's regex for discarded calls never matched, so its -0.5 was dead),
-tests run in a sandboxed subprocess (the reference ``exec``s them in the trainer), and the
+tests run in a sandboxed subprocess (the reference ``exec``s them in the trainer) and are
+judged outside the solution's reach (see ``teamrl.tasks.coding.harness``), and the
 prompt's own definitions (helpers, constants) are part of the program, so the tests that call
 them (HumanEval/32, 38, 50) can pass at all.
 
@@ -231,22 +232,28 @@ def leveled_rewards(
         r.syntax += 0.5
         pending.append((r, job, code))
 
-    # L3: run the test units.
+    # L3: run the test units (the verdicts come back on the report channel).
     programs = []
     for _, job, code in pending:
-        program, sources, marker = build_test_program(
-            code,
-            job.test,
-            job.entry_point,
-            per_test_timeout_s=cfg.per_test_timeout_s,
-            max_timeouts=cfg.max_timeouts,
+        programs.append(
+            build_test_program(
+                code,
+                job.test,
+                job.entry_point,
+                context=prompt_context(job.prompt, job.entry_point),
+                per_test_timeout_s=cfg.per_test_timeout_s,
+                max_timeouts=cfg.max_timeouts,
+            )
         )
-        programs.append((program, sources, marker))
     results = run_programs(
-        [p for p, _, _ in programs], [""] * len(programs), cfg.program_timeout_s, runner
+        [p for p, _, _ in programs],
+        [s for _, s, _ in programs],
+        cfg.program_timeout_s,
+        runner,
+        report=True,
     )
-    for (r, _, _), (_, sources, marker), result in zip(pending, programs, results):
-        r.units, r.run_error = unit_results(result, sources, marker)
+    for (r, _, _), (_, _, sources), result in zip(pending, programs, results):
+        r.units, r.run_error = unit_results(result, sources)
         r.tests = 1.0 * r.pass_rate
         # Cooperation bonus.
         main_node = ast.parse(r.main.source).body[0]
