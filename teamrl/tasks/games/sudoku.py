@@ -266,9 +266,10 @@ _TRIPLE = re.compile(r"[(\[]\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*[)\]]")
 
 
 def parse_placements(text: str, last_line_fallback: bool = False) -> list | None:
-    """Placements ``(row, col, value)`` from the action list in ``text``; None if no list."""
+    """Placements ``(row, col, value)`` from the action list in ``text``; None if there is no
+    well-formed list (anything but triples, commas, spaces and brackets in it: issue 11)."""
     segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
-    if segment is None:
+    if segment is None or _TRIPLE.sub("", segment).strip("[](), \t\n"):
         return None
     return [tuple(int(x) for x in m) for m in _TRIPLE.findall(segment)]
 
