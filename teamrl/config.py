@@ -122,6 +122,17 @@ class EnvConfig:
     reward_workers: int = _f(
         1, "Threads that step env copies (and so compute rewards) in parallel."
     )
+    step_timeout: float = _f(
+        300.0,
+        "Seconds one env step (its transition and reward) may take; a step past it ends its "
+        "episode as failed with reward 0, counted as episodes/timeouts. 0: no limit.",
+    )
+    sandbox_isolation: Literal["auto", "namespaces", "userns", "setuid", "rlimits"] = _f(
+        "auto",
+        "How model-written programs are fenced off: 'auto' picks the strongest mode the "
+        "machine allows; 'rlimits' is the weak opt-in mode (the program runs as your user), "
+        "see the README's Sandbox section.",
+    )
 
 
 @dataclass
@@ -354,6 +365,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("env.name", lambda v: bool(v.strip()), "a registered task name"),
     ("env.max_turns", _ge(1), ">= 1"),
     ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
+    ("env.step_timeout", lambda v: 0 <= v < float("inf"), ">= 0 and finite (0: no limit)"),
     ("algorithm.num_generations", _ge(2), ">= 2"),
     ("algorithm.num_iterations", _ge(1), ">= 1"),
     ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),

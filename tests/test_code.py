@@ -243,8 +243,7 @@ def test_fake_runner_batches_and_parses():
     # The tests travel on stdin, read by the harness only after the solution's worker forked.
     assert len(codes) == 2 and timeout == 7.0
     assert all(
-        "candidate([1, 2])" in s and "candidate([1, 2])" not in c
-        for c, s in zip(codes, stdins)
+        "candidate([1, 2])" in s and "candidate([1, 2])" not in c for c, s in zip(codes, stdins)
     )
     assert a.tests == pytest.approx(0.5) and a.score == pytest.approx(1.5 + 0.5 + 1.5)
     assert b.score == pytest.approx(0.4) and b.units == []

@@ -27,4 +27,8 @@ class Recipe:
 
 def common_args(cfg: Any) -> dict[str, Any]:
     """The rollout arguments every recipe takes straight from the env section."""
-    return dict(max_turns=cfg.env.max_turns, reward_workers=cfg.env.reward_workers)
+    return dict(
+        max_turns=cfg.env.max_turns,
+        reward_workers=cfg.env.reward_workers,
+        step_timeout=cfg.env.step_timeout,
+    )
