@@ -168,18 +168,15 @@ class _TrSkip(BaseException):
 class _TrGone(Exception):
     pass
 def _tr_main(source, entry, per_test, max_timeouts):
-    req_r, req_w = _os.pipe()
-    ans_r, ans_w = _os.pipe()
+    (req_r, req_w), (ans_r, ans_w) = _os.pipe(), _os.pipe()
     pid = _os.fork()
-    if pid == 0:
+    if pid == 0:  # the worker: requests in, answers out; exits in every case
         try:
-            _os.close(req_w)
-            _os.close(ans_r)
+            [_os.close(fd) for fd in (req_w, ans_r)]
             _tr_worker(req_r, ans_w, source, entry, per_test)
         finally:
             _os._exit(0)
-    _os.close(req_r)
-    _os.close(ans_w)
+    [_os.close(fd) for fd in (req_r, ans_w)]
     spec = _json.loads(_sys.stdin.read())  # only now: the worker never saw the tests
     state = {"got": None, "has_got": False, "timeouts": 0, "alive": True, "buf": b"",
              "deadline": 0.0}

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from teamrl.tasks.coding.code_text import FunctionCode, find_function, find_imports, prompt_context
 from teamrl.tasks.coding.harness import UnitResult, build_test_program, unit_results
+from teamrl.tasks.options import option
 from teamrl.tasks.run_program import Runner, run_programs
 
 AUX_NAME = "aux"
@@ -43,19 +44,12 @@ AUX_NAME = "aux"
 class LeveledRewardConfig:
     """Knobs of the leveled aux/main code reward."""
 
-    reward_shift: float = field(
-        default=0.0,
-        metadata={"help": "Added to the 0..4 score to give the reward (reference configs: -4)."},
+    reward_shift: float = option(
+        0.0, "Added to the 0..4 score to give the reward (reference configs: -4)."
     )
-    per_test_timeout_s: float = field(
-        default=3.0, metadata={"help": "Time limit of one test unit (SIGALRM in the sandbox)."}
-    )
-    max_timeouts: int = field(
-        default=3, metadata={"help": "After this many unit timeouts the rest are not run."}
-    )
-    program_timeout_s: float = field(
-        default=20.0, metadata={"help": "Wall-clock limit of the whole test program."}
-    )
+    per_test_timeout_s: float = option(3.0, "Time limit of one test unit (SIGALRM in the sandbox).")
+    max_timeouts: int = option(3, "After this many unit timeouts the rest are not run.")
+    program_timeout_s: float = option(20.0, "Wall-clock limit of the whole test program.")
 
     def __post_init__(self) -> None:
         if self.per_test_timeout_s <= 0 or self.program_timeout_s <= 0:
@@ -121,14 +115,8 @@ class LeveledReward:
 
     def components(self) -> dict[str, float]:
         """Floats for ``Step.reward_components``."""
-        return {
-            "definitions": self.definitions,
-            "syntax": self.syntax,
-            "tests": self.tests,
-            "cooperation": self.cooperation,
-            "score": self.score,
-            "pass_rate": self.pass_rate,
-        }
+        names = ("definitions", "syntax", "tests", "cooperation", "score", "pass_rate")
+        return {name: getattr(self, name) for name in names}
 
 
 def _calls_to(node: ast.AST, name: str) -> list[ast.Call]:

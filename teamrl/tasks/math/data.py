@@ -29,9 +29,12 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from teamrl.tasks.options import option
 
 # --------------------------------------------------------------------------------------
 # Upstream loaders
@@ -130,28 +133,26 @@ def _load_aime(
     return rows
 
 
-def load_aime2024(
-    split: str = "train",
-    *,
-    dataset_id: str = "Maxwell-Jia/AIME_2024",
-    name: str | None = None,
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """AIME 2024 I and II (30 problems, integer answers 0-999)."""
-    return _load_aime("aime2024", split, dataset_id, name, limit, cache_dir)
+def _aime_loader(source: str, default_id: str) -> Callable[..., list[dict]]:
+    """The loader of one AIME year: ``load(split, *, dataset_id, name, limit, cache_dir)``."""
+
+    def load(
+        split: str = "train",
+        *,
+        dataset_id: str = default_id,
+        name: str | None = None,
+        limit: int | None = None,
+        cache_dir: str | None = None,
+    ) -> list[dict]:
+        return _load_aime(source, split, dataset_id, name, limit, cache_dir)
+
+    load.__name__ = f"load_{source}"
+    load.__doc__ = f"AIME {source[4:]} I and II (30 problems, integer answers 0-999)."
+    return load
 
 
-def load_aime2025(
-    split: str = "train",
-    *,
-    dataset_id: str = "yentinglin/aime_2025",
-    name: str | None = None,
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """AIME 2025 I and II (30 problems, integer answers 0-999)."""
-    return _load_aime("aime2025", split, dataset_id, name, limit, cache_dir)
+load_aime2024 = _aime_loader("aime2024", "Maxwell-Jia/AIME_2024")
+load_aime2025 = _aime_loader("aime2025", "yentinglin/aime_2025")
 
 
 def load_olympiadbench(
@@ -209,15 +210,10 @@ LOADERS = {
 class ArithmeticConfig:
     """Difficulty knobs of ``arithmetic_problems``."""
 
-    min_ops: int = field(default=1, metadata={"help": "Fewest operations in a problem."})
-    max_ops: int = field(default=3, metadata={"help": "Most operations in a problem."})
-    max_value: int = field(
-        default=20, metadata={"help": "Largest operand (operands are drawn from 1..max_value)."}
-    )
-    word_ratio: float = field(
-        default=0.5,
-        metadata={"help": "Share of word problems (when a template fits the op range)."},
-    )
+    min_ops: int = option(1, "Fewest operations in a problem.")
+    max_ops: int = option(3, "Most operations in a problem.")
+    max_value: int = option(20, "Largest operand (operands are drawn from 1..max_value).")
+    word_ratio: float = option(0.5, "Share of word problems (when a template fits the op range).")
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ops <= self.max_ops:

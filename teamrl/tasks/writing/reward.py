@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from teamrl.tasks.options import option
+
 # --------------------------------------------------------------------------------------
 # Word lists (our own)
 # --------------------------------------------------------------------------------------
@@ -125,51 +127,31 @@ class WritingRewardConfig:
     """Thresholds of the writing reward. The defaults are the TLDR preset; build a task's
     thresholds with ``WritingRewardConfig.tldr()`` or ``WritingRewardConfig.arxiv(variant)``."""
 
-    min_tokens: int = field(
-        default=8, metadata={"help": "L1: fewest whitespace tokens per completion."}
+    min_tokens: int = option(8, "L1: fewest whitespace tokens per completion.")
+    max_tokens: int = option(256, "L1: most whitespace tokens per completion.")
+    structure_reward: float = option(0.5, "L1: reward when both lengths are in range.")
+    length_band: tuple[float, float, float, float] = option(
+        (1.1, 1.6, 3.2, 5.0), "L2: (zero_lo, full_lo, full_hi, zero_hi) of chars(c2)/chars(c1)."
     )
-    max_tokens: int = field(
-        default=256, metadata={"help": "L1: most whitespace tokens per completion."}
+    length_reward: float = option(1.0, "L2: reward on the flat top.")
+    unique_band: tuple[float, float, float, float] = option(
+        (1.3, 2.0, math.inf, math.inf),
+        "L3: (zero_lo, full_lo, full_hi, zero_hi) of uniq(c2)/uniq(c1).",
     )
-    structure_reward: float = field(
-        default=0.5, metadata={"help": "L1: reward when both lengths are in range."}
+    unique_reward: float = option(0.5, "L3: reward on the flat top.")
+    transition_text: str = option(
+        "c2", "L4: where transition words are looked for: 'c2' or 'both' (c1 and c2)."
     )
-    length_band: tuple[float, float, float, float] = field(
-        default=(1.1, 1.6, 3.2, 5.0),
-        metadata={"help": "L2: (zero_lo, full_lo, full_hi, zero_hi) of chars(c2)/chars(c1)."},
+    transition_match: str = option(
+        "substring", "L4: 'substring' (as the paper; 'so' matches 'also') or 'word' (whole words)."
     )
-    length_reward: float = field(default=1.0, metadata={"help": "L2: reward on the flat top."})
-    unique_band: tuple[float, float, float, float] = field(
-        default=(1.3, 2.0, math.inf, math.inf),
-        metadata={"help": "L3: (zero_lo, full_lo, full_hi, zero_hi) of uniq(c2)/uniq(c1)."},
+    transition_base: float = option(0.4, "L4: transition score for one category.")
+    transition_step: float = option(0.05, "L4: added per further category (capped at 1).")
+    transition_weight: float = option(0.4, "L4: weight of the transition score.")
+    jaccard_cap: float = option(
+        0.03, "L4: Jaccard similarity at which the overlap score saturates at 1."
     )
-    unique_reward: float = field(default=0.5, metadata={"help": "L3: reward on the flat top."})
-    transition_text: str = field(
-        default="c2",
-        metadata={"help": "L4: where transition words are looked for: 'c2' or 'both' (c1 and c2)."},
-    )
-    transition_match: str = field(
-        default="substring",
-        metadata={
-            "help": "L4: 'substring' (as the paper; 'so' matches 'also') or 'word' (whole words)."
-        },
-    )
-    transition_base: float = field(
-        default=0.4, metadata={"help": "L4: transition score for one category."}
-    )
-    transition_step: float = field(
-        default=0.05, metadata={"help": "L4: added per further category (capped at 1)."}
-    )
-    transition_weight: float = field(
-        default=0.4, metadata={"help": "L4: weight of the transition score."}
-    )
-    jaccard_cap: float = field(
-        default=0.03,
-        metadata={"help": "L4: Jaccard similarity at which the overlap score saturates at 1."},
-    )
-    jaccard_weight: float = field(
-        default=0.6, metadata={"help": "L4: weight of the overlap score."}
-    )
+    jaccard_weight: float = option(0.6, "L4: weight of the overlap score.")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -321,12 +303,8 @@ class WritingScore:
 
     def components(self) -> dict[str, float]:
         """The four level values, keyed as they are logged (``reward/<name>``)."""
-        return {
-            "structure": self.structure,
-            "length_ratio": self.length_ratio,
-            "unique_words": self.unique_words,
-            "style": self.style,
-        }
+        names = ("structure", "length_ratio", "unique_words", "style")
+        return {name: getattr(self, name) for name in names}
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
