@@ -38,61 +38,47 @@ from teamrl.tasks.options import option
 # --------------------------------------------------------------------------------------
 
 # 12 categories of discourse connectives. Matching is on the lower-cased text.
-# fmt: off
-TRANSITION_WORDS: dict[str, tuple[str, ...]] = {
-    "addition": (
-        "additionally", "furthermore", "moreover", "in addition", "besides", "also",
-        "as well", "on top of that", "not only", "what's more", "along with", "plus",
-    ),
-    "example": (
-        "for example", "for instance", "such as", "to illustrate", "namely", "in particular",
-        "including", "especially", "e.g.", "as an example", "specifically", "to show this",
-    ),
-    "clarification": (
-        "in other words", "that is", "i.e.", "to clarify", "put differently", "simply put",
-        "to be clear", "meaning that", "which means", "to put it another way", "in fact",
-        "actually",
-    ),
-    "cause_effect": (
-        "because", "therefore", "thus", "consequently", "as a result", "hence", "so that",
-        "due to", "since", "which led to", "for this reason", "as a consequence", "so",
-    ),
-    "contrast": (
-        "however", "but", "on the other hand", "in contrast", "yet", "instead", "whereas",
-        "conversely", "by contrast", "unlike", "rather than", "on the contrary",
-    ),
-    "sequence": (
-        "first", "second", "third", "next", "then", "afterwards", "after that", "finally",
-        "lastly", "to begin with", "subsequently", "followed by",
-    ),
-    "emphasis": (
-        "indeed", "certainly", "clearly", "above all", "notably", "most importantly",
-        "especially important", "undoubtedly", "of course", "obviously", "significantly",
-        "crucially",
-    ),
-    "summary": (
-        "in summary", "to summarize", "to summarise", "in short", "overall", "in conclusion",
-        "to sum up", "all in all", "in brief", "ultimately", "in the end", "on the whole",
-    ),
-    "comparison": (
-        "similarly", "likewise", "in the same way", "just as", "compared to", "compared with",
-        "equally", "in comparison", "much like", "as with", "by the same token",
-        "correspondingly",
-    ),
-    "concession": (
-        "although", "though", "even though", "despite", "in spite of", "nevertheless",
-        "nonetheless", "admittedly", "even so", "still", "granted", "regardless",
-    ),
-    "condition": (
-        "if", "unless", "provided that", "as long as", "in case", "assuming", "otherwise",
-        "only if", "even if", "whether or not", "given that", "in the event",
-    ),
-    "time": (
-        "when", "while", "meanwhile", "during", "before", "after", "until", "eventually",
-        "currently", "recently", "at the same time", "later",
-    ),
-}
-# fmt: on
+# One category a line ("name: phrase, phrase, ..."; an indented line goes on the one above).
+_TRANSITIONS = """
+addition: additionally, furthermore, moreover, in addition, besides, also, as well, on top of
+    that, not only, what's more, along with, plus
+example: for example, for instance, such as, to illustrate, namely, in particular, including,
+    especially, e.g., as an example, specifically, to show this
+clarification: in other words, that is, i.e., to clarify, put differently, simply put, to be
+    clear, meaning that, which means, to put it another way, in fact, actually
+cause_effect: because, therefore, thus, consequently, as a result, hence, so that, due to,
+    since, which led to, for this reason, as a consequence, so
+contrast: however, but, on the other hand, in contrast, yet, instead, whereas, conversely, by
+    contrast, unlike, rather than, on the contrary
+sequence: first, second, third, next, then, afterwards, after that, finally, lastly, to begin
+    with, subsequently, followed by
+emphasis: indeed, certainly, clearly, above all, notably, most importantly, especially
+    important, undoubtedly, of course, obviously, significantly, crucially
+summary: in summary, to summarize, to summarise, in short, overall, in conclusion, to sum up,
+    all in all, in brief, ultimately, in the end, on the whole
+comparison: similarly, likewise, in the same way, just as, compared to, compared with, equally,
+    in comparison, much like, as with, by the same token, correspondingly
+concession: although, though, even though, despite, in spite of, nevertheless, nonetheless,
+    admittedly, even so, still, granted, regardless
+condition: if, unless, provided that, as long as, in case, assuming, otherwise, only if, even
+    if, whether or not, given that, in the event
+time: when, while, meanwhile, during, before, after, until, eventually, currently, recently, at
+    the same time, later
+"""
+
+
+def _phrase_table(text: str) -> dict[str, tuple[str, ...]]:
+    entries: list[str] = []
+    for line in text.strip().splitlines():
+        if line.startswith(" "):
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append(line)
+    pairs = (entry.split(":", 1) for entry in entries)
+    return {name: tuple(p.strip() for p in phrases.split(",")) for name, phrases in pairs}
+
+
+TRANSITION_WORDS: dict[str, tuple[str, ...]] = _phrase_table(_TRANSITIONS)
 
 # Function words left out of the Jaccard word sets (not out of L3: the reference reward
 # counts stopwords there too, and we keep its numbers).
