@@ -311,27 +311,21 @@ def score_pair(c1: str, c2: str, cfg: WritingRewardConfig) -> WritingScore:
     out.structure = cfg.structure_reward
     out.levels_passed = 1
 
-    # L2 length ratio in characters.
-    if not c1:  # only possible with min_tokens == 0
-        return _finish(out)
-    ratio = len(c2) / len(c1)
-    metrics["char_ratio"] = ratio
-    l2 = band_score(ratio, cfg.length_band, cfg.length_reward)
-    if l2 is None:
-        return _finish(out)
-    out.length_ratio = l2
-    out.levels_passed = 2
-
-    # L3 unique-word ratio.
-    if u1 == 0:
-        return _finish(out)
-    uratio = u2 / u1
-    metrics["unique_ratio"] = uratio
-    l3 = band_score(uratio, cfg.unique_band, cfg.unique_reward)
-    if l3 is None:
-        return _finish(out)
-    out.unique_words = l3
-    out.levels_passed = 3
+    # L2 length ratio in characters, then L3 unique-word ratio: each a band score of c2/c1
+    # (an empty c1, only possible with min_tokens == 0, or a failed band stops the scoring).
+    levels = (
+        ("length_ratio", "char_ratio", len(c1), len(c2), cfg.length_band, cfg.length_reward),
+        ("unique_words", "unique_ratio", u1, u2, cfg.unique_band, cfg.unique_reward),
+    )
+    for level, (name, metric, first, second, band, top) in enumerate(levels, start=2):
+        if first == 0:
+            return _finish(out)
+        metrics[metric] = ratio = second / first
+        score = band_score(ratio, band, top)
+        if score is None:
+            return _finish(out)
+        setattr(out, name, score)
+        out.levels_passed = level
 
     # L4 style: transition categories and content-word overlap.
     text = c2 if cfg.transition_text == "c2" else c1 + "\n" + c2
