@@ -30,5 +30,5 @@ def common_args(cfg: Any) -> dict[str, Any]:
     return dict(
         max_turns=cfg.env.max_turns,
         reward_workers=cfg.env.reward_workers,
-        step_timeout=cfg.env.step_timeout,
+        step_timeout=getattr(cfg.env, "step_timeout", 0.0),  # duck-typed cfgs may lack it
     )

@@ -30,23 +30,35 @@ An unparseable answer (no action list, or tool code that fails) earns the game's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
 from teamrl.envs.base import Step
 from teamrl.tasks.games.actions import extract_code, format_actions
+from teamrl.tasks.options import option
 from teamrl.tasks.run_program import run_program
 from teamrl.text import clip
 
 
 def reward_field(default: float, help: str) -> Any:
     """One constant of a game's frozen rewards dataclass, with the help string a config shows."""
-    return field(default=default, metadata={"help": help})
+    return option(default, help)
 
 
 def no_action_penalty_field() -> Any:
     """The constant every game has: what an answer with no usable action list earns."""
     return reward_field(-1.0, "reward when no action list can be parsed (or code fails)")
+
+
+def rewards_class(name: str, table: str, module: str) -> type:
+    """A game's frozen rewards dataclass from a table, one constant a line:
+    ``<field> <default> <help...>``; ``no_action_penalty`` (every game has it) comes last."""
+    rows = [line.split(maxsplit=2) for line in table.strip().splitlines()]
+    specs = [(key, float, reward_field(float(value), help)) for key, value, help in rows]
+    specs.append(("no_action_penalty", float, no_action_penalty_field()))
+    cls = make_dataclass(name, specs, frozen=True)
+    cls.__module__ = module
+    return cls
 
 
 def make_rewards(cls: type, overrides: Any, game: str) -> Any:

@@ -17,27 +17,25 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
-@dataclass(frozen=True)
-class PlanPathRewards:
-    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.1, "added for a move off the grid, into an obstacle, or an unknown token"
-    )
-    win_bonus: float = reward_field(10.0, "added when the goal is reached")
-    shaping: float = reward_field(
-        0.1, "lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+PlanPathRewards = rewards_class(
+    "PlanPathRewards",
+    """
+step_penalty      -0.01  added for every move tried (valid or not)
+invalid_penalty   -0.1   added for a move off the grid, into an obstacle, or an unknown token
+win_bonus         10.0   added when the goal is reached
+shaping           0.1    lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance
+""",
+    __name__,
+)
 
 
 def bfs_distances(grid: tuple[str, ...], source: Cell) -> dict[Cell, int]:

@@ -21,29 +21,27 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
-@dataclass(frozen=True)
-class SokobanRewards:
-    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.05, "added for walking into a wall, a blocked push, or an unknown token"
-    )
-    box_on_goal: float = reward_field(1.0, "added when a box enters a goal")
-    box_off_goal: float = reward_field(-0.5, "added when a box leaves a goal")
-    win_bonus: float = reward_field(10.0, "added when all boxes are on goals")
-    shaping: float = reward_field(
-        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+SokobanRewards = rewards_class(
+    "SokobanRewards",
+    """
+step_penalty      -0.01  added for every move tried (valid or not)
+invalid_penalty   -0.05  added for walking into a wall, a blocked push, or an unknown token
+box_on_goal       1.0    added when a box enters a goal
+box_off_goal      -0.5   added when a box leaves a goal
+win_bonus         10.0   added when all boxes are on goals
+shaping           0.1    lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances
+""",
+    __name__,
+)
 
 
 class SokobanState:

@@ -20,28 +20,26 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
 from math import isqrt
 
 from teamrl.tasks.games.actions import extract_action_segment
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
 
 
-@dataclass(frozen=True)
-class SudokuRewards:
-    step_penalty: float = reward_field(-0.01, "added for every placement tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.1, "added for a placement off the board, on a clue, or in conflict"
-    )
-    win_bonus: float = reward_field(10.0, "added when the grid is solved")
-    shaping: float = reward_field(
-        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+SudokuRewards = rewards_class(
+    "SudokuRewards",
+    """
+step_penalty      -0.01  added for every placement tried (valid or not)
+invalid_penalty   -0.1   added for a placement off the board, on a clue, or in conflict
+win_bonus         10.0   added when the grid is solved
+shaping           0.1    lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells
+""",
+    __name__,
+)
 
 
 def box_shape(size: int) -> tuple[int, int]:
