@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
+from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
@@ -127,28 +128,17 @@ class PlanPathState:
 
     def apply(self, actions: list) -> tuple[PlanPathState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
-        rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            delta = MOVES.get(action) if isinstance(action, str) else None
-            nxt = None if delta is None else (s.pos[0] + delta[0], s.pos[1] + delta[1])
-            if nxt is None or not _free(s.grid, nxt):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
-            comps["shaping"] += rw.shaping * (s.dist[s.pos] - s.dist[nxt])
-            s.pos = nxt
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        return apply_actions(self, actions, PlanPathState._move)
+
+    def _move(self, action: Any, comps: dict) -> bool:
+        delta = MOVES.get(action) if isinstance(action, str) else None
+        nxt = None if delta is None else (self.pos[0] + delta[0], self.pos[1] + delta[1])
+        if nxt is None or not _free(self.grid, nxt):
+            return False
+        # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
+        comps["shaping"] += self.rewards.shaping * (self.dist[self.pos] - self.dist[nxt])
+        self.pos = nxt
+        return True
 
     def render(self) -> str:
         rows = []

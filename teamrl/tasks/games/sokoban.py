@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
+from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
@@ -116,41 +117,28 @@ class SokobanState:
 
     def apply(self, actions: list) -> tuple[SokobanState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
+        return apply_actions(self, actions, SokobanState._move, extra=("box_on", "box_off"))
+
+    def _move(self, action: Any, comps: dict) -> bool:
         rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "box_on": 0.0, "box_off": 0.0}
-        comps |= {"shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            delta = MOVES.get(action) if isinstance(action, str) else None
-            if delta is None:
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            nxt = (s.player[0] + delta[0], s.player[1] + delta[1])
-            beyond = (nxt[0] + delta[0], nxt[1] + delta[1])
-            pushing = nxt in s.boxes
-            if not s._open(nxt) or (pushing and (not s._open(beyond) or beyond in s.boxes)):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            if pushing:
-                phi = s.potential()
-                s.boxes = (s.boxes - {nxt}) | {beyond}
-                if beyond in s.goals and nxt not in s.goals:
-                    comps["box_on"] += rw.box_on_goal
-                elif nxt in s.goals and beyond not in s.goals:
-                    comps["box_off"] += rw.box_off_goal
-                comps["shaping"] += rw.shaping * (s.potential() - phi)
-            s.player = nxt
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        delta = MOVES.get(action) if isinstance(action, str) else None
+        if delta is None:
+            return False
+        nxt = (self.player[0] + delta[0], self.player[1] + delta[1])
+        beyond = (nxt[0] + delta[0], nxt[1] + delta[1])
+        pushing = nxt in self.boxes
+        if not self._open(nxt) or (pushing and (not self._open(beyond) or beyond in self.boxes)):
+            return False
+        if pushing:
+            phi = self.potential()
+            self.boxes = (self.boxes - {nxt}) | {beyond}
+            if beyond in self.goals and nxt not in self.goals:
+                comps["box_on"] += rw.box_on_goal
+            elif nxt in self.goals and beyond not in self.goals:
+                comps["box_off"] += rw.box_off_goal
+            comps["shaping"] += rw.shaping * (self.potential() - phi)
+        self.player = nxt
+        return True
 
     def solve(self, max_states: int = 200_000) -> list[str] | None:
         """A shortest move list solving the board (BFS over player and boxes), None if none."""

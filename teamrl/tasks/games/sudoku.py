@@ -21,10 +21,11 @@ from __future__ import annotations
 import random
 import re
 from math import isqrt
+from typing import Any
 
 from teamrl.tasks.games.actions import extract_action_segment
 from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, rewards_class
+from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
@@ -173,27 +174,16 @@ class SudokuState:
 
     def apply(self, actions: list) -> tuple[SudokuState, float, dict]:
         """Simulate placements on a copy; returns (new state, shaped reward, info)."""
-        rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            if not s._valid(action):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            r, c, v = action
-            before = s.grid[r][c] == s.solution[r][c]
-            s.grid[r][c] = v
-            comps["shaping"] += rw.shaping * ((v == s.solution[r][c]) - before)
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        return apply_actions(self, actions, SudokuState._place)
+
+    def _place(self, action: Any, comps: dict) -> bool:
+        if not self._valid(action):
+            return False
+        r, c, v = action
+        before = self.grid[r][c] == self.solution[r][c]
+        self.grid[r][c] = v
+        comps["shaping"] += self.rewards.shaping * ((v == self.solution[r][c]) - before)
+        return True
 
     def render(self) -> str:
         n = self.size
