@@ -158,3 +158,22 @@ def test_ctrl_c_ends_a_two_worker_run_with_a_hung_reward():
             proc.wait()
     assert proc.returncode == 130 and took < 5, (took, err)
     assert err.strip() == "interrupted: the reward was still running"
+
+
+def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch):
+    from teamrl.config import EnvConfig, load_config
+    from teamrl.envs.base import task_from_config
+    from teamrl.tasks import run_program as rp
+
+    seen = {}
+    monkeypatch.setattr("teamrl.sandbox.run_python", lambda code, **kw: seen.update(kw))
+    try:
+        task_from_config(EnvConfig(name="digits", sandbox_isolation="userns"))
+        rp.run_program("print(1)")
+        assert seen["isolation"] == "userns" and rp._pool.cache_info().currsize == 0
+    finally:
+        rp.set_isolation("auto")
+    with pytest.raises(ValueError, match="env.sandbox_isolation"):
+        rp.set_isolation("chroot")
+    with pytest.raises(Exception, match="sandbox_isolation"):
+        load_config(None, ["env.sandbox_isolation=chroot"])
