@@ -20,8 +20,8 @@ from collections import deque
 from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
@@ -197,22 +197,17 @@ def _build(example: dict, rewards: PlanPathRewards) -> PlanPathState:
     return generate_plan_path(seed, size, example.get("density", 0.3), rewards)
 
 
-SPEC = GameSpec(
-    name="plan_path",
-    title="Plan-Path",
-    rules=RULES,
-    action_example="['R', 'R', 'D']",
-    tool_hint="Compute a shortest path from P to G (for example with breadth-first search).",
-    build=_build,
-    parse=parse_moves,
-)
-
+_GAME = """
+name            plan_path
+title           Plan-Path
+action_example  ['R', 'R', 'D']
+tool_hint       Compute a shortest path from P to G (for example with breadth-first search).
+summary         Plan-Path grid navigation
+describe        Plan-Path {size}x{size}
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "plan_path" (tool + plan agents) and "plan_path_single"; the board parameters come first.
-plan_path_task, plan_path_single_task = register_game_tasks(
-    SPEC,
-    PlanPathRewards,
-    {"size": 10, "density": 0.3},
-    summary="Plan-Path grid navigation",
-    describe=lambda size, density: f"Plan-Path {size}x{size}",
+plan_path_task, plan_path_single_task = register_game(
+    _GAME, SPEC, PlanPathRewards, {"size": 10, "density": 0.3}
 )

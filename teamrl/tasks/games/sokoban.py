@@ -24,8 +24,8 @@ from collections import deque
 from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
@@ -270,23 +270,18 @@ def _build(example: dict, rewards: SokobanRewards) -> SokobanState:
     return generate_sokoban(seed, size, n_boxes, rewards)
 
 
-SPEC = GameSpec(
-    name="sokoban",
-    title="Sokoban",
-    rules=RULES,
-    action_example="['U', 'L', 'L']",
-    tool_hint="Search for a move list that pushes every box onto a goal (for example a "
-    "breadth-first search over the player and box positions).",
-    build=_build,
-    parse=parse_moves,
-)
-
+_GAME = """
+name            sokoban
+title           Sokoban
+action_example  ['U', 'L', 'L']
+tool_hint       Search for a move list that pushes every box onto a goal (for example a
+    breadth-first search over the player and box positions).
+summary         Sokoban box pushing
+describe        Sokoban {size}x{size}, {n_boxes} box(es)
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "sokoban" (tool + plan agents) and "sokoban_single"; the board parameters come first.
-sokoban_task, sokoban_single_task = register_game_tasks(
-    SPEC,
-    SokobanRewards,
-    {"size": 6, "n_boxes": 1},
-    summary="Sokoban box pushing",
-    describe=lambda size, n_boxes: f"Sokoban {size}x{size}, {n_boxes} box(es)",
+sokoban_task, sokoban_single_task = register_game(
+    _GAME, SPEC, SokobanRewards, {"size": 6, "n_boxes": 1}
 )

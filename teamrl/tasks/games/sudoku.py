@@ -24,8 +24,8 @@ from math import isqrt
 from typing import Any
 
 from teamrl.tasks.games.actions import extract_action_segment
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_actions, rewards_class
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
@@ -278,23 +278,18 @@ def _build(example: dict, rewards: SudokuRewards) -> SudokuState:
     return generate_sudoku(seed, size, n_empty, rewards)
 
 
-SPEC = GameSpec(
-    name="sudoku",
-    title="Sudoku",
-    rules=RULES,
-    action_example="[(0, 1, 3), (2, 0, 4)]",
-    tool_hint="Solve the grid (for example with backtracking search) and print a placement "
-    "for every empty cell.",
-    build=_build,
-    parse=parse_placements,
-)
-
+_GAME = """
+name            sudoku
+title           Sudoku
+action_example  [(0, 1, 3), (2, 0, 4)]
+tool_hint       Solve the grid (for example with backtracking search) and print a placement
+    for every empty cell.
+summary         Sudoku 4x4 (or 9x9)
+describe        Sudoku {size}x{size}
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_placements)
 
 # Registers "sudoku" (tool + plan agents) and "sudoku_single"; the board parameters come first.
-sudoku_task, sudoku_single_task = register_game_tasks(
-    SPEC,
-    SudokuRewards,
-    {"size": 4, "n_empty": None},
-    summary="Sudoku 4x4 (or 9x9)",
-    describe=lambda size, n_empty: f"Sudoku {size}x{size}",
+sudoku_task, sudoku_single_task = register_game(
+    _GAME, SPEC, SudokuRewards, {"size": 4, "n_empty": None}
 )
