@@ -23,18 +23,15 @@ from teamrl.tasks.options import option
 
 @dataclass(frozen=True)
 class MathCheckConfig:
-    """Limits and tolerances of ``check_equivalence``."""
+    """Limits and tolerances of ``check_equivalence``: bounds on the work a prediction may
+    cause before and while it is parsed, and when two numbers count as equal."""
 
     max_chars: int = option(400, "Predictions longer than this are refused unchecked.")
     max_exponent: int = option(10_000, "Largest |exponent| allowed in a power.")
     max_digits: int = option(20_000, "Largest estimated number of digits of a numeric power.")
-    max_factorial: int = option(
-        1_000, "Largest number allowed in an answer that uses !, binom, etc."
-    )
+    max_factorial: int = option(1_000, "Largest number allowed with !, binom, etc.")
     max_depth: int = option(20, "Deepest bracket nesting allowed in a prediction.")
-    time_limit: float = option(
-        3.0, "Seconds for one whole check (see time_box); <= 0 turns it off."
-    )
+    time_limit: float = option(3.0, "Seconds for one whole check (time_box); <= 0: no limit.")
     rel_tol: float = option(1e-6, "Sympy fallback: |a - b| <= rel_tol * max(1, |gold|) is equal.")
 
 
