@@ -130,6 +130,17 @@ class EnvConfig:
     reward_workers: int = _f(
         1, "Threads that step env copies (and so compute rewards) in parallel."
     )
+    step_timeout: float = _f(
+        300.0,
+        "Seconds one env step (its transition and reward) may take; a step past it ends its "
+        "episode as failed with reward 0, counted as episodes/timeouts. 0: no limit.",
+    )
+    sandbox_isolation: Literal["auto", "namespaces", "userns", "setuid", "rlimits"] = _f(
+        "auto",
+        "How model-written programs are fenced off: 'auto' picks the strongest mode the "
+        "machine allows; 'rlimits' is the weak opt-in mode (the program runs as your user), "
+        "see the README's Sandbox section.",
+    )
 
 
 @dataclass

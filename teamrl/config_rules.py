@@ -98,6 +98,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("env.name", lambda v: bool(v.strip()), "a registered task name"),
     ("env.max_turns", _ge(1), ">= 1"),
     ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
+    ("env.step_timeout", lambda v: 0 <= v < float("inf"), ">= 0 and finite (0: no limit)"),
     ("algorithm.num_generations", _ge(2), ">= 2"),
     ("algorithm.num_iterations", _ge(1), ">= 1"),
     ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),
