@@ -25,6 +25,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.trainer import Trainer
 
     cfg = load_config(args.config, args.overrides)
+    if args.dry_run:  # the placement plan only: no Ray, no model
+        from teamrl.scale.placement import format_plan, parse_cluster
+
+        print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
+        return 0
     trainer = Trainer(cfg, run_dir=args.run_dir)
     history = trainer.train(resume=args.resume)
     if history:
@@ -95,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="Dotted overrides, e.g. train.max_steps=10")
     t.add_argument("--resume", action="store_true", help="Continue from the latest checkpoint.")
     t.add_argument("--run-dir", default=None, help="Run folder (default log.output_dir/run_name).")
+    t.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Print the placement plan (worker groups, resources) and exit: no Ray, no model.",
+    )
+    t.add_argument(
+        "--cluster",
+        default=None,
+        help="With --dry-run: NODESxGPUS[xCPUS], e.g. 2x8, to show the node of every worker.",
+    )
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser(
