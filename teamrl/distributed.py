@@ -37,11 +37,6 @@ class DistContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
-    def shard(self, items: list) -> list:
-        """This rank's share of ``items`` (every world_size-th, from its rank): the whole list
-        in one process."""
-        return items[self.rank :: self.world_size] if self.world_size > 1 else items
-
 
 def init_group(rank: int, world_size: int, init_method: str, device: str) -> DistContext:
     """Join a ``torch.distributed`` process group (NCCL for CUDA devices, else gloo)."""

@@ -321,6 +321,9 @@ class Trainer:
         out = Path(out_dir)
         for name, pol in self.team.policies.items():
             d = out / name
+            if hasattr(pol, "export"):  # a RemotePolicy: its rank 0 writes (teamrl.scale)
+                pol.export(str(d))
+                continue
             if pol.adapter is not None:
                 pol.model.save_pretrained(str(d), selected_adapters=[pol.adapter])
             else:

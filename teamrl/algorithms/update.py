@@ -16,8 +16,9 @@ stepped, they would give ratio 1 against a policy that has already moved, and th
 would never be clipped.
 
 Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of the policy's
-samples and builds the same passes, minibatches and chunks; each chunk is then split across
-ranks (``ctx.shard``) and every loss denominator stays the one of the whole minibatch or
+samples and builds the same passes, minibatches and chunks; each rank then runs its share of
+each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
+sample's old log-probs is the one that uses them), and every loss denominator stays the one of the whole minibatch or
 chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
 gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
 a mean) gives it back: W ranks make the update one process makes, for every loss_type.
@@ -70,6 +71,11 @@ def update_policy(
         size = t.micro_batch_size or len(mb)
         return [mb[i : i + size] for i in range(0, len(mb), size)]
 
+    rank_of = {id(s): i % ctx.world_size for i, s in enumerate(samples)}
+
+    def share(chunk: Minibatch) -> Minibatch:  # this rank's samples (all of them in 1 process)
+        return [s for s in chunk if rank_of[id(s)] == ctx.rank]
+
     # 1. Every pass's minibatches up front, so pass 1's old log-probs can be taken before a step.
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
@@ -88,7 +94,7 @@ def update_policy(
     if sum(len(p) for p in passes) > 1:
         with torch.no_grad():
             for mb in passes[0][1:]:
-                for piece in filter(None, map(ctx.shard, chunks(mb))):
+                for piece in filter(None, map(share, chunks(mb))):
                     keep(piece, token_logprobs(pol.model, collate(piece, pad).to(device))[0])
 
     # 3. The clipped steps.
@@ -100,7 +106,7 @@ def update_policy(
             pol.optimizer.zero_grad(set_to_none=True)
             finite = True
             for chunk in chunks(mb):
-                piece = ctx.shard(chunk)  # this rank's part of the chunk (all of it in 1 process)
+                piece = share(chunk)
                 if not piece:
                     continue
                 whole = (float(sum(len(s.completion_ids) for s in chunk)), len(chunk))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from teamrl.config import Config, ConfigError, to_dict
+from teamrl.models import resolve
 from teamrl.scale.placement import GroupPlan, placement_plan
 from teamrl.scale.worker import PolicyWorker
 from teamrl.team import Team
@@ -87,16 +88,10 @@ class WorkerGroup:
                 num_gpus=plan.gpus_per_worker,
                 max_restarts=0,
                 name=None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, bundle_index=rank),
-            ).remote(
-                to_dict(cfg),
-                list(plan.agents),
-                rank,
-                plan.workers,
-                device,
-                env,
-                max(1, int(plan.cpus_per_worker)),
-            )
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, plan.workers, device, env, max(1, int(plan.cpus_per_worker)))
             for rank in range(plan.workers)
         ]
         self.info = [{"pid": None, "node": None}] * plan.workers
@@ -104,6 +99,17 @@ class WorkerGroup:
         if plan.workers > 1:
             (address,) = self._call("rendezvous", ranks=[0])
             self._call("join", address)
+        self.configure(plan, cfg)
+
+    def configure(self, plan: GroupPlan, cfg: Config) -> None:
+        """Build (or rebuild, for another plan of as many workers) every worker's replica."""
+        if plan.workers != len(self.workers):
+            raise ValueError(
+                f"group {self.plan.name!r} has {len(self.workers)} workers, not {plan.workers}"
+            )
+        self.plan = plan
+        self._call("configure", to_dict(cfg), list(plan.agents))
+        self.info = self._call("describe")
 
     # --- calls ------------------------------------------------------------------------------
 
@@ -267,6 +273,9 @@ def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
     team.worker_groups = []
     try:
         for plan in placement_plan(cfg):
+            # builtin models are built (or converted) into the cache once, here, rather than
+            # by several workers of one node at the same time
+            resolve(plan.model, cfg.seed)
             group = WorkerGroup(plan, cfg)
             team.worker_groups.append(group)
             engine = team.policies[plan.policies[0]].engine

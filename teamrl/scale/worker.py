@@ -13,26 +13,26 @@ import socket
 
 class PolicyWorker:
     def __init__(
-        self,
-        cfg_data: dict,
-        agents: list[str],
-        rank: int,
-        world_size: int,
-        device: str,
-        env: dict[str, str],
-        num_threads: int,
+        self, rank: int, world_size: int, device: str, env: dict[str, str], num_threads: int
     ):
         os.environ.update(env)  # offline hub, model cache: the controller's settings
-        import dataclasses
-
         import torch
 
-        from teamrl.config import Config, from_dict
         from teamrl.distributed import DistContext
+
+        torch.set_num_threads(num_threads)
+        self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
+        self.team = None
+
+    def configure(self, cfg_data: dict, agents: list[str]) -> None:
+        """(Re)build this replica: the group's agents' model(s) and optimizer(s)."""
+        import dataclasses
+
+        from teamrl.config import Config, from_dict
         from teamrl.team import Team
         from teamrl.trainer import make_optimizer, set_seed
 
-        torch.set_num_threads(num_threads)
+        device = self.ctx.device
         cfg = from_dict(Config, cfg_data)
         # This group's agents only ('separate': one agent; 'shared'/'lora': all of them), on
         # this worker's device. Same seed as one process: the same initial weights.
@@ -45,7 +45,6 @@ class PolicyWorker:
         self.team = Team(self.cfg)
         for pol in self.team.policies.values():
             make_optimizer(pol, self.cfg)
-        self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -63,8 +62,8 @@ class PolicyWorker:
 
     def describe(self) -> dict:
         """What the controller needs to know: process, node, and each engine's token ids."""
-        engine = self.team.engines()[0]
-        return {"pid": os.getpid(), "node": _node_ip(), "eos_ids": engine.eos_ids}
+        eos = self.team.engines()[0].eos_ids if self.team is not None else None
+        return {"pid": os.getpid(), "node": _node_ip(), "eos_ids": eos}
 
     # --- work -------------------------------------------------------------------------------
 

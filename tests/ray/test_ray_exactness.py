@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+import torch  # noqa: E402
 from conftest import tiny_overrides  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
@@ -22,96 +23,106 @@ from teamrl.trainer import Trainer  # noqa: E402
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
 
 
-def one_process_step(tmp_path, cfg):
+def one_process_step(tmp_path, cfg, advantages=None):
     """Samples of one rollout (advantages computed once) and each policy's weights before and
     after one update in this process."""
     tr = Trainer(cfg, run_dir=tmp_path)
     result = tr.rollout(tr.data.next(cfg.train.prompts_per_step))
     a = cfg.algorithm
     compute_advantages(result.samples, a.baseline, a.scale_rewards)
-    before = {n: p.state_dict() for n, p in tr.team.policies.items()}
+    for i, s in enumerate(result.samples if advantages else []):
+        s.advantage = advantages[i % len(advantages)]  # a signal whatever the rewards were
+    before = {n: snapshot(p) for n, p in tr.team.policies.items()}
     max_len = {n: 8 for n in tr.team.policies}
     by_policy = {n: [s for s in result.samples if s.policy == n] for n in tr.team.policies}
-    for name, pol in tr.team.policies.items():
-        tr.update(pol, by_policy[name])
-    after = {n: p.state_dict() for n, p in tr.team.policies.items()}
+    norms = {n: tr.update(p, by_policy[n])["grad_norm"] for n, p in tr.team.policies.items()}
+    after = {n: snapshot(p) for n, p in tr.team.policies.items()}
+    after["grad_norm"] = norms
     return by_policy, before, after, max_len
 
 
-def assert_same(got: dict, want: dict, what: str, atol=2e-6):
+def snapshot(pol) -> dict:
+    # a LoRA policy's state_dict holds the live adapter tensors: copy them
+    return {k: v.detach().clone() for k, v in pol.state_dict().items()}
+
+
+def assert_same(got: dict, want: dict, what: str, atol=1e-4):
+    """Equal within float tolerance. AdamW's first step is lr * g / (|g| + 1e-8): where a
+    gradient entry is itself ~1e-8 (sums that cancel), its summation-order noise is amplified
+    to ~1e-5 of a weight at lr = 1e-2; so at most 1% of the entries may differ by > 1e-6, none
+    by more than ``atol`` (lr / 100). Adam hides a gradient's scale: grad_norm checks it."""
     assert got.keys() == want.keys()
-    worst = max(float((got[k] - want[k]).abs().max()) for k in want)
-    assert worst <= atol, f"{what}: max |diff| {worst:.3g}"
+    diffs = torch.cat([(got[k] - want[k]).abs().flatten() for k in want])
+    worst, off = float(diffs.max()), float((diffs > 1e-6).float().mean())
+    assert worst <= atol and (atol == 0 or off <= 1e-2), f"{what}: max {worst:.3g}, off {off:.3g}"
 
 
 def moved(before: dict, after: dict) -> float:
     return max(float((after[k] - before[k]).abs().max()) for k in before)
 
 
-class Groups:
-    """The worker groups of one config with W workers, reset to their initial state on demand."""
+class Replicas:
+    """One worker group of W workers, rebuilt for each config's placement plan in turn (for
+    'separate', one plan per agent: the groups of one step are independent)."""
 
     def __init__(self, cfg, workers: int):
-        d = dataclasses.replace(cfg.distributed, num_workers_per_policy=workers, **_cpu())
-        self.cfg = dataclasses.replace(cfg, distributed=d)
-        self.groups = {}
-        for plan in placement_plan(self.cfg):
-            group = WorkerGroup(plan, self.cfg)
+        self.workers = workers
+        first = placement_plan(self.with_workers(cfg))[0]
+        self.group = WorkerGroup(first, self.with_workers(cfg))
+
+    def with_workers(self, cfg):
+        d = dataclasses.replace(cfg.distributed, num_workers_per_policy=self.workers, **_cpu())
+        return dataclasses.replace(cfg, distributed=d)
+
+    def step(self, cfg, by_policy, max_len, before) -> dict:
+        """Each policy's weights after one update on the workers, built afresh from the seed
+        (their initial weights must be this process's)."""
+        cfg = self.with_workers(cfg)
+        out = {"grad_norm": {}}
+        for plan in placement_plan(cfg):
+            self.group.configure(plan, cfg)
             for name in plan.policies:
-                self.groups[name] = group
-        self.initial = {
-            (n, part): g.state(n, part)
-            for n, g in self.groups.items()
-            for part in ("weights", "optimizer", "scheduler")
-        }
-
-    def reset(self):
-        for (name, part), value in self.initial.items():
-            self.groups[name].load_state(name, part, value)
-
-    def step(self, cfg, by_policy, max_len) -> dict:
-        self.reset()
-        for name, samples in by_policy.items():
-            self.groups[name].update(name, samples, cfg, 0, max_len[name])
-        return {n: g.state(n, "weights") for n, g in self.groups.items()}
-
-    def close(self):
-        for g in set(self.groups.values()):
-            g.shutdown()
+                start = self.group.state(name, "weights")
+                assert_same(start, before[name], f"initial weights of {name}", atol=0)
+                metrics, _ = self.group.update(name, by_policy[name], cfg, 0, max_len[name])
+                out["grad_norm"][name] = metrics["grad_norm"]
+                out[name] = self.group.state(name, "weights")
+        return out
 
 
 def _cpu():
     return {"num_cpus_per_worker": CPU["distributed.num_cpus_per_worker"]}
 
 
-@pytest.fixture(scope="module", params=["shared", "lora", "separate"])
-def groups(request, ray_cluster):  # noqa: F811
-    cfg = load_config(None, tiny_overrides(request.param, 1))
-    made = {w: Groups(cfg, w) for w in (1, 2)}
-    yield request.param, made
-    for g in made.values():
-        g.close()
+@pytest.fixture(scope="module")
+def replicas(ray_cluster):  # noqa: F811
+    cfg = load_config(None, tiny_overrides("shared", 1))
+    made = {w: Replicas(cfg, w) for w in (1, 2)}
+    yield made
+    for r in made.values():
+        r.group.shutdown()
 
 
+def check(got: dict, want: dict, what: str) -> None:
+    """Same weights, and the same gradient norm (the mean over the update's optimizer steps)."""
+    for name, norm in want["grad_norm"].items():
+        assert_same(got[name], want[name], f"{what}, policy {name}")
+        assert got["grad_norm"][name] == pytest.approx(norm, rel=1e-4), f"{what}: grad_norm"
+
+
+@pytest.mark.parametrize("mode", ["shared", "lora", "separate"])
 @pytest.mark.parametrize("algorithm", ["magrpo", "at_grpo"])
-def test_one_step_on_1_and_2_workers_equals_one_process(groups, algorithm, tmp_path):
-    mode, made = groups
+def test_one_step_on_1_and_2_workers_equals_one_process(replicas, mode, algorithm, tmp_path):
     extra = AT_GRPO if algorithm == "at_grpo" else {}
     cfg = load_config(None, tiny_overrides(mode, 1, **extra))
     by_policy, before, after, max_len = one_process_step(tmp_path, cfg)
-    for w, g in made.items():
-        # the same seed gives the workers the weights this process started from
-        for name in before:
-            assert_same(g.initial[(name, "weights")], before[name], f"{mode} init", atol=0)
-        assert_same(g.step(cfg, by_policy, max_len), after, f"{mode}/{algorithm}/{w} workers")
-    assert min(moved(before[n], after[n]) for n in before) > 1e-4  # the step did something
+    for w, r in replicas.items():
+        check(r.step(cfg, by_policy, max_len, before), after, f"{mode}/{algorithm}/{w} workers")
+    assert max(moved(before[n], after[n]) for n in before) > 1e-4  # the step did something
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
-def test_every_loss_type_with_minibatches_chunks_and_passes(groups, loss_type, tmp_path):
-    mode, made = groups
-    if mode != "lora":
-        pytest.skip("every loss_type on one mode (lora) keeps the suite short")
+def test_every_loss_type_with_minibatches_chunks_and_passes(replicas, loss_type, tmp_path):
     extra = {
         "algorithm.loss_type": loss_type,
         "algorithm.num_iterations": 2,  # old log-probs from before the first step, then clipped
@@ -119,21 +130,17 @@ def test_every_loss_type_with_minibatches_chunks_and_passes(groups, loss_type, t
         "train.micro_batch_size": 3,  # chunks of 3 rows, each split over the 2 ranks
         "algorithm.num_generations": 5,
     }
-    cfg = load_config(None, tiny_overrides(mode, 1, **extra))
+    cfg = load_config(None, tiny_overrides("lora", 1, **extra))
     by_policy, before, after, max_len = one_process_step(tmp_path, cfg)
-    got = made[2].step(cfg, by_policy, max_len)
-    assert_same(got, after, f"{loss_type}/2 workers")
-    assert min(moved(before[n], after[n]) for n in before) > 1e-4
+    check(replicas[2].step(cfg, by_policy, max_len, before), after, f"{loss_type}/2 workers")
+    assert max(moved(before[n], after[n]) for n in before) > 1e-4
 
 
-def test_a_rank_without_samples_still_matches(groups, tmp_path):
-    # 2 workers, minibatches of one sample: rank 1 has nothing in half the steps
-    mode, made = groups
-    if mode != "shared":
-        pytest.skip("one mode is enough")
+def test_a_rank_without_samples_still_matches(replicas, tmp_path):
+    # 2 workers, minibatches of one sample: rank 1 has nothing in every step
     extra = {"train.num_mini_batches": 8, "algorithm.num_generations": 2}
-    cfg = load_config(None, tiny_overrides(mode, 1, **extra))
-    by_policy, before, after, max_len = one_process_step(tmp_path, cfg)
-    assert max(len(v) for v in by_policy.values()) == 4  # 2 agents x 2: some minibatches empty
-    assert_same(made[2].step(cfg, by_policy, max_len), after, "single-sample minibatches")
+    cfg = load_config(None, tiny_overrides("shared", 1, **extra))
+    by_policy, before, after, max_len = one_process_step(tmp_path, cfg, [1.0, -0.5, 0.25])
+    assert len(by_policy["shared"]) == 4  # 2 agents x 2 samples: 4 minibatches of 1
+    check(replicas[2].step(cfg, by_policy, max_len, before), after, "single-sample minibatches")
     assert moved(before["shared"], after["shared"]) > 1e-4

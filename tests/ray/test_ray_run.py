@@ -60,7 +60,7 @@ def cli(cfg_path: Path, run_dir: Path, *flags: str) -> subprocess.Popen:
 
 
 def test_a_killed_run_resumes_exactly(ray_cluster, tmp_path):  # noqa: F811
-    cfg = ray_cfg(ray_cluster, "lora", 3, 2)
+    cfg = ray_cfg(ray_cluster, "lora", 3, 1)
     whole = Trainer(cfg, run_dir=tmp_path / "whole")
     try:
         whole.train()
