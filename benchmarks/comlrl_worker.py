@@ -18,6 +18,14 @@ plus each optimiser's ``step`` (the AdamW share of the update).
 Usage (inside the comlrl venv):
     python benchmarks/comlrl_worker.py --model-dir DIR --prompts prompts.json \\
         --steps 3 --warmup 1 --out comlrl.json
+
+``--serve`` makes it a long-lived contender for magrpo_step.py's interleaved rounds (the
+protocol of benchmarks/rounds.py): it prints ``{"ready": true}`` once the trainer is built,
+then runs one dataset item per ``step`` line on stdin and answers its timings as one JSON line.
+CoMLRL's own ``train()`` loop drives the items; the wrapper around ``_train_step_returns``
+blocks on stdin before each item. A step's answer is sent only when the worker is idle again
+(at the next item, or when ``train()`` returns), so CoMLRL's bookkeeping between items never
+overlaps another contender's timed step.
 """
 
 from __future__ import annotations
@@ -72,6 +80,10 @@ class WorkerArgs:
     threads: int = field(
         default=0, metadata={"help": "torch.set_num_threads (0 = torch's default)."}
     )
+    serve: bool = field(
+        default=False,
+        metadata={"help": "Answer 'step' commands on stdin (see the module docstring)."},
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerArgs:
@@ -89,6 +101,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
     p.add_argument("--chat-template", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--serve", action="store_true")
     args = WorkerArgs(**vars(p.parse_args(argv)))
     if args.steps < 1:
         raise ValueError(f"--steps: expected >= 1, got {args.steps}")
@@ -138,7 +151,14 @@ class StepTimer:
     while the installed package stays as it is.
     """
 
-    def __init__(self, trainer: MAGRPOTrainer, max_new_tokens: int, eos_ids: set[int]):
+    def __init__(
+        self,
+        trainer: MAGRPOTrainer,
+        max_new_tokens: int,
+        eos_ids: set[int],
+        before_step=None,
+    ):
+        self.before_step = before_step  # serve mode: wait for the next "step" command
         self.max_new_tokens = max_new_tokens
         self.eos_ids = eos_ids
         self.step_s: list[float] = []
@@ -160,6 +180,8 @@ class StepTimer:
         )
 
         def timed_step(batch_item, **kwargs):
+            if self.before_step:
+                self.before_step(self)
             self._gen = self._upd = self._opt = 0.0
             self._lens, self._ptoks = [], []
             t0 = time.perf_counter()
@@ -214,6 +236,48 @@ class StepTimer:
             self._lens.append(n)
 
 
+class Quit(Exception):
+    """The parent sent ``quit`` (or closed stdin) before the dataset ran out."""
+
+
+class Server:
+    """Serve mode's end of the protocol in benchmarks/rounds.py."""
+
+    def __init__(self):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import rounds  # stdlib only: safe in this venv, and it never imports teamrl
+
+        self.rounds = rounds
+        self.channel = rounds.protocol_stdout()
+        self.answered = 0
+        self.quit = False
+
+    def send(self, obj: dict) -> None:
+        self.rounds.send(self.channel, obj)
+
+    def answer_done(self, timer: StepTimer) -> None:
+        """Send the timings of every finished step not answered yet."""
+        for i in range(self.answered, len(timer.step_s)):
+            keys = ("step_s", "generate_s", "update_s", "optimizer_s")
+            self.send({k: getattr(timer, k)[i] for k in keys})
+        self.answered = len(timer.step_s)
+
+    def before_step(self, timer: StepTimer) -> None:
+        self.answer_done(timer)  # the previous step's answer: the worker is idle from here
+        if sys.stdin.readline().strip() != "step":
+            self.quit = True
+            raise Quit
+
+    def finish(self, timer: StepTimer) -> None:
+        self.answer_done(timer)
+        while not self.quit:  # the dataset ran out: refuse further steps until quit
+            line = sys.stdin.readline().strip()
+            if line in ("quit", ""):
+                break
+            self.send({"error": "comlrl worker: dataset exhausted; pass a larger --steps"})
+        self.send({"peak_rss_gib": peak_rss_gib()})
+
+
 def versions() -> dict[str, str]:
     """Versions of the packages that do the work, and of the interpreter."""
     names = ["comlrl", "torch", "transformers", "datasets", "tokenizers", "numpy"]
@@ -224,6 +288,7 @@ def versions() -> dict[str, str]:
 
 def run(args: WorkerArgs) -> dict:
     """Build the trainer, run ``warmup + steps`` items, and return the result dict."""
+    server = Server() if args.serve else None
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
@@ -282,11 +347,27 @@ def run(args: WorkerArgs) -> dict:
     gen_eos = trainer.agents[0].generation_config.eos_token_id
     eos_ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
     eos_ids.discard(None)
-    timer = StepTimer(trainer, args.max_new_tokens, eos_ids)
+    timer = StepTimer(
+        trainer, args.max_new_tokens, eos_ids, before_step=server.before_step if server else None
+    )
+    if server:
+        server.send(
+            {
+                "ready": True,
+                "load_s": load_s,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+            }
+        )
 
     # CoMLRL forwards train(**kwargs) to generate(); min_new_tokens masks EOS until then.
-    trainer.train(min_new_tokens=args.max_new_tokens)
-    if len(timer.step_s) != n_items:
+    try:
+        trainer.train(min_new_tokens=args.max_new_tokens)
+    except Quit:
+        pass
+    if server:
+        server.finish(timer)
+    elif len(timer.step_s) != n_items:
         raise RuntimeError(f"steps: expected {n_items} dataset items, timed {len(timer.step_s)}")
 
     timed = slice(args.warmup, None)
@@ -294,7 +375,7 @@ def run(args: WorkerArgs) -> dict:
     return {
         "peer": PEER,
         "s_per_step": s_per_step,
-        "median_s_per_step": statistics.median(s_per_step),
+        "median_s_per_step": statistics.median(s_per_step) if s_per_step else None,
         "peak_rss_gib": peak_rss_gib(),
         "generate_s": timer.generate_s[timed],
         "update_s": timer.update_s[timed],
@@ -330,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if not result["s_per_step"]:
+        return
     print(
         f"{PEER}: median {result['median_s_per_step']:.2f} s/step "
         f"(generate {statistics.median(result['generate_s']):.2f} s, "

@@ -1,17 +1,26 @@
-"""One MAGRPO step, side by side: teamrl vs CoMLRL 1.4.3 vs the raw bound.
+"""One MAGRPO step, interleaved: teamrl (lora, shared, separate, vllm) vs CoMLRL 1.4.3 vs raw.
 
-Work per step (identical for every contender): 2 agents, one prompt each, G = 4 samples per
-agent, exactly 64 new tokens per sample (EOS ignored), SmolLM2-135M-Instruct fp32 on CPU, then
-one policy-gradient update of both agents.
+Equal work per step (every contender): 2 agents, one prompt per step (the same prompt for every
+contender in a round), G = 4 samples per agent, exactly 64 new tokens per sample (EOS ignored,
+or masked until 64 in CoMLRL), the model in fp32 on CPU, then one policy-gradient update of
+both agents. benchmarks/README.md gives the full definition.
 
-- raw bound: one model, one batched ``generate`` of the 8 sequences, one forward/backward over
-  them, one fused AdamW step (no rewards, no bookkeeping): the floor for a full fine-tune.
-- teamrl: ``Trainer.train_step`` with policies 'lora' (the default: one base + two adapters,
-  one batched generate), 'shared' (one full model) and 'separate' (two full models, as CoMLRL).
-- CoMLRL 1.4.3 ``MAGRPOTrainer`` (two full models) in its own venv, via comlrl_worker.py.
+Contenders, each a long-lived worker process built once:
+- raw: one model, one batched ``generate`` of the 2 x G sequences, one forward/backward, one
+  fused AdamW step, no rewards or bookkeeping: the floor for a full fine-tune.
+- teamrl lora / shared / separate: ``Trainer.train_step`` with that ``team.policies`` and the
+  builtin sampler.
+- teamrl vllm: ``team.policies=lora`` with ``generation.backend=vllm``, run by the interpreter
+  of ``.venv-vllm`` (``make test-vllm`` builds it); skipped with a note when absent.
+- comlrl 1.4.3: ``MAGRPOTrainer`` in ``benchmarks/.venv-comlrl`` via comlrl_worker.py --serve.
 
-Usage:  python benchmarks/magrpo_step.py [--steps 3] [--skip-comlrl] [--out FILE]
-Prints per-contender medians and ratios, and writes a markdown table.
+After ``--warmup`` untimed rounds, each of ``--rounds`` rounds times one step of every
+contender (order rotated per round), so the steps compared within a round ran under the same
+machine load. The report gives per contender the median s/step with min-max and IQR, the
+generate/update split, and the speed-up vs CoMLRL in every round with the median of those
+per-round ratios (vs the raw bound when CoMLRL is skipped).
+
+Usage:  python benchmarks/magrpo_step.py [--rounds 5] [--skip-comlrl] [--model tiny-llama]
 """
 
 from __future__ import annotations
@@ -22,16 +31,15 @@ import json
 import os
 import platform
 import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-G, NEW_TOKENS = 4, 64
-
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import rounds  # noqa: E402
 
 SHORT_PROMPTS = [
     "Write a short paragraph about the sea.",
@@ -43,13 +51,17 @@ SHORT_PROMPTS = [
     "Write a note thanking a neighbour for help.",
     "Explain how a bicycle stays upright.",
 ]
+TEAMRL = ("lora", "shared", "separate", "vllm")
+ALL = ("raw", *TEAMRL, "comlrl")
+# Opt-in: the vLLM backend with the other policy modes (one more engine each, so more memory).
+EXTRA = ("vllm-shared", "vllm-separate")
 
 
 def prompts(n: int, style: str = "short") -> list[str]:
     """Short one-line prompts (the shared notes' setting) or ~200-token posts ('long')."""
     if style == "short":
         return [SHORT_PROMPTS[i % len(SHORT_PROMPTS)] for i in range(n)]
-    from teamrl.data.writing import offline_texts
+    from teamrl.tasks.writing.data import offline_texts
 
     rows = offline_texts("train")[:n]
     return [f"Summarize the following post.\n\n{r['text']}\n\nSummary:" for r in rows]
@@ -61,217 +73,385 @@ def reward(completions: dict[str, str], example: dict) -> float:
     return (b - a) / 10.0
 
 
-def bench_raw(texts: list[str], steps: int) -> list[float]:
-    import torch
+# ----------------------------------------------------------------------------------- workers
+class RawStep:
+    """The floor: generate the 2 x G rows in one ``generate`` call, one update, nothing else."""
 
-    from teamrl.models import load_model, load_tokenizer
+    def __init__(self, args, texts: list[str]):
+        import torch
 
-    tok = load_tokenizer("smollm2-135m")
-    model = load_model("smollm2-135m")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
-    times = []
-    for i in range(steps + 1):
-        batch = tok(
-            [texts[i % len(texts)]] * G + [texts[(i + 1) % len(texts)]] * G,
-            return_tensors="pt",
-            padding=True,
-        )
+        from teamrl.models import load_model, load_tokenizer
+
+        self.torch, self.args, self.texts, self.i = torch, args, texts, 0
+        self.tok = load_tokenizer(args.model)
+        self.model = load_model(args.model)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6, fused=True)
+
+    def step(self) -> dict[str, float]:
+        torch, g, new = self.torch, self.args.num_generations, self.args.new_tokens
+        i, self.i = self.i, self.i + 1
+        batch = self.tok([self.texts[i]] * (2 * g), return_tensors="pt", padding=True)
         t0 = time.perf_counter()
         with torch.no_grad():
-            seqs = model.generate(
+            seqs = self.model.generate(
                 **batch,
                 do_sample=True,
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                pad_token_id=tok.pad_token_id,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                pad_token_id=self.tok.pad_token_id,
             )
-        attn = torch.cat(
-            [batch["attention_mask"], torch.ones(seqs.shape[0], NEW_TOKENS, dtype=torch.long)],
-            dim=1,
-        )
-        logits = model(input_ids=seqs, attention_mask=attn, logits_to_keep=NEW_TOKENS + 1).logits
+        t1 = time.perf_counter()
+        ones = torch.ones(seqs.shape[0], new, dtype=torch.long)
+        attn = torch.cat([batch["attention_mask"], ones], dim=1)
+        logits = self.model(input_ids=seqs, attention_mask=attn, logits_to_keep=new + 1).logits
         logp = torch.log_softmax(logits[:, :-1].float(), -1)
-        token_logp = logp.gather(-1, seqs[:, -NEW_TOKENS:, None]).squeeze(-1)
+        token_logp = logp.gather(-1, seqs[:, -new:, None]).squeeze(-1)
         loss = -(token_logp.mean(-1) * torch.randn(seqs.shape[0])).mean()
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i:  # the first step warms up
-            times.append(time.perf_counter() - t0)
-    return times
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        t2 = time.perf_counter()
+        return {"step_s": t2 - t0, "generate_s": t1 - t0, "update_s": t2 - t1}
 
 
-def bench_teamrl(texts: list[str], steps: int, policies: str) -> tuple[list[float], dict]:
-    from teamrl.config import load_config
-    from teamrl.envs.base import Task
-    from teamrl.envs.functional import FunctionEnv
-    from teamrl.trainer import Trainer
+class TeamrlStep:
+    """``Trainer.train_step`` with the given policies (and generation backend)."""
 
-    agents = ["helper", "writer"]
-    task = Task(
-        name="bench",
-        make_env=lambda: FunctionEnv(agents, reward),
-        train=[{"prompt": t} for t in texts],
+    def __init__(self, args, texts: list[str], policies: str, backend: str | None):
+        from teamrl.config import load_config
+        from teamrl.envs.base import Task
+        from teamrl.envs.functional import FunctionEnv
+        from teamrl.trainer import Trainer
+
+        self.args = args
+        agents = ["helper", "writer"]
+        task = Task(
+            name="bench",
+            make_env=lambda: FunctionEnv(agents, reward),
+            train=[{"prompt": t} for t in texts],
+        )
+        n = args.new_tokens
+        overrides = [
+            f"model.name_or_path={args.model}",
+            f"team.policies={policies}",
+            "team.chat_template=false",  # CoMLRL sends the raw prompt
+            "team.ignore_eos=true",
+            f"team.agents=[{{name: helper, system: '', max_completion_length: {n}}}, "
+            f"{{name: writer, system: '', max_completion_length: {n}}}]",
+            f"algorithm.num_generations={args.num_generations}",
+            "train.prompts_per_step=1",
+            "train.learning_rate=1e-6",
+            "train.shuffle=false",
+            "log.progress_bar=false",
+        ]
+        if backend:
+            overrides.append(f"generation.backend={backend}")
+        self.trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
+
+    def step(self) -> dict[str, float]:
+        m = self.trainer.train_step()
+        if m["completion_length/mean"] != self.args.new_tokens:
+            raise RuntimeError(
+                f"completion length {m['completion_length/mean']}, expected "
+                f"{self.args.new_tokens}: not the benchmark's work"
+            )
+        return {
+            "step_s": m["time/step"],
+            "generate_s": m["time/generate"],
+            "update_s": m["time/update"],
+        }
+
+
+def serve(args) -> int:
+    """Worker mode: build ``args.worker`` once, then answer step commands (see rounds.py)."""
+    channel = rounds.protocol_stdout()
+    import torch
+    import transformers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    texts = prompts(args.warmup + args.rounds, args.prompts)
+    t0 = time.perf_counter()
+    if args.worker == "raw":
+        contender = RawStep(args, texts)
+    else:
+        # "lora", "shared", "separate"; "vllm" is lora on vLLM, "vllm-shared" shared on vLLM...
+        backend = "vllm" if args.worker.startswith("vllm") else None
+        policies = args.worker.removeprefix("vllm").removeprefix("-") or "lora"
+        contender = TeamrlStep(args, texts, policies, backend)
+    rounds.send(
+        channel,
+        {
+            "ready": True,
+            "load_s": time.perf_counter() - t0,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(),
+        },
     )
-    overrides = [
-        "model.name_or_path=smollm2-135m",
-        f"team.policies={policies}",
-        "team.chat_template=false",  # CoMLRL sends the raw prompt
-        "team.ignore_eos=true",
-        "team.agents=[{name: helper, system: '', max_completion_length: 64}, "
-        "{name: writer, system: '', max_completion_length: 64}]",
-        f"algorithm.num_generations={G}",
-        "train.prompts_per_step=1",
-        "train.learning_rate=1e-6",
-        "train.shuffle=false",
-        "log.progress_bar=false",
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        rounds.send(channel, contender.step())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rounds.send(channel, {"peak_rss_gib": rss})
+    return 0
+
+
+# ------------------------------------------------------------------------------------ parent
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()}
+
+
+def worker_cmd(args, kind: str, python: str) -> list[str]:
+    common = [
+        "--rounds",
+        str(args.rounds),
+        "--warmup",
+        str(args.warmup),
+        "--model",
+        args.model,
+        "--new-tokens",
+        str(args.new_tokens),
+        "--num-generations",
+        str(args.num_generations),
+        "--prompts",
+        args.prompts,
+        "--threads",
+        str(args.threads),
     ]
-    trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
-    times, parts = [], {"generate": [], "update": []}
-    for i in range(steps + 1):
-        m = trainer.train_step()
-        assert m["completion_length/mean"] == NEW_TOKENS, m["completion_length/mean"]
-        if i:
-            times.append(m["time/step"])
-            parts["generate"].append(m["time/generate"])
-            parts["update"].append(m["time/update"])
-    return times, {k: statistics.median(v) for k, v in parts.items()}
+    return [python, str(Path(__file__).resolve()), "--worker", kind, *common]
 
 
-def bench_comlrl(texts: list[str], steps: int) -> dict | None:
-    py = HERE / ".venv-comlrl" / "bin" / "python"
-    if not py.exists():
-        subprocess.run(["bash", str(HERE / "setup_comlrl.sh")], check=True)
+def comlrl_cmd(args, python: str, tmp: Path) -> list[str]:
     from teamrl.models import resolve
 
-    folder = resolve("smollm2-135m")
-    with tempfile.TemporaryDirectory() as tmp:
-        pfile, out = Path(tmp) / "prompts.json", Path(tmp) / "out.json"
-        pfile.write_text(json.dumps(texts))
-        cmd = [
-            str(py),
-            str(HERE / "comlrl_worker.py"),
-            "--model-dir",
-            folder,
-            "--prompts",
-            str(pfile),
-            "--steps",
-            str(steps),
-            "--warmup",
-            "1",
-            "--num-generations",
-            str(G),
-            "--max-new-tokens",
-            str(NEW_TOKENS),
-            "--out",
-            str(out),
-        ]
-        subprocess.run(cmd, check=True)
-        return json.loads(out.read_text())
+    pfile = tmp / "prompts.json"
+    pfile.write_text(json.dumps(prompts(args.warmup + args.rounds, args.prompts)))
+    return [
+        python,
+        str(HERE / "comlrl_worker.py"),
+        "--serve",
+        "--model-dir",
+        resolve(args.model),
+        "--prompts",
+        str(pfile),
+        "--steps",
+        str(args.warmup + args.rounds),
+        "--warmup",
+        "0",
+        "--num-generations",
+        str(args.num_generations),
+        "--max-new-tokens",
+        str(args.new_tokens),
+        "--threads",
+        str(args.threads),
+        "--out",
+        str(tmp / "c.json"),
+    ]
 
 
-def _child(kind: str, steps: int, style: str) -> None:
-    """Run one contender in this process and print its JSON (fresh process = fair RSS)."""
-    texts = prompts(2 * (steps + 1), style)
-    parts: dict = {}
-    if kind == "raw":
-        times = bench_raw(texts, steps)
-    else:
-        times, parts = bench_teamrl(texts, steps, kind.split(":")[1])
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"times": times, "parts": parts, "peak_rss_gib": rss}))
+def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
+    """Start every wanted contender; those that cannot run are returned as notes instead."""
+    wanted = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    for c in wanted:
+        if c not in ALL + EXTRA:
+            choices = ", ".join(ALL + EXTRA)
+            raise SystemExit(f"--contenders: unknown {c!r}; choose from {choices}")
+    if args.skip_comlrl and "comlrl" in wanted:
+        wanted.remove("comlrl")
+    if args.skip_vllm:
+        wanted = [c for c in wanted if not c.startswith("vllm")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    started, notes = {}, {}
+    for kind in wanted:
+        env_k = dict(env)
+        name = "comlrl 1.4.3" if kind == "comlrl" else kind if kind == "raw" else f"teamrl {kind}"
+        if kind == "comlrl":
+            py = HERE / ".venv-comlrl" / "bin" / "python"
+            if not py.exists():
+                import subprocess
+
+                subprocess.run(["bash", str(HERE / "setup_comlrl.sh")], check=True)
+            env_k.pop("PYTHONPATH")  # the worker never imports teamrl
+            cmd = comlrl_cmd(args, str(py), tmp)
+        elif kind.startswith("vllm"):
+            py = Path(args.vllm_python)
+            if not py.exists():
+                notes[name] = f"skipped: no {py} (build it with `make test-vllm`)"
+                continue
+            env_k["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine
+            cmd = worker_cmd(args, kind, str(py))
+        else:
+            cmd = worker_cmd(args, kind, sys.executable)
+        print(f"starting {name} ...", flush=True)
+        try:
+            started[name] = rounds.WorkerProcess(name, cmd, tmp / f"{kind}.log", env=env_k)
+        except RuntimeError as err:
+            if not kind.startswith("vllm"):
+                raise
+            notes[name] = "skipped: " + str(err).splitlines()[-1][:300]
+    return started, notes
+
+
+def short(name: str) -> str:
+    """'teamrl lora' -> 'lora', 'comlrl 1.4.3' -> 'comlrl'."""
+    return name.removeprefix("teamrl ").split()[0]
+
+
+def spread(s: dict) -> tuple[str, str, str]:
+    return (
+        f"{s['median']:.2f}",
+        f"{s['min']:.2f}–{s['max']:.2f}",
+        f"{s['q1']:.2f}–{s['q3']:.2f} ({s['iqr']:.2f})",
+    )
+
+
+def markdown(result: dict) -> str:
+    m, rep, ref = result["meta"], result["report"], result["reference"] or "(none)"
+    lines = [
+        f"MAGRPO step, 2 agents x G={m['num_generations']} x {m['new_tokens']} tokens, "
+        f"{m['model']} fp32, {m['prompts']} prompts. {m['date']} UTC; {m['machine']['cores']} "
+        f"cores ({m['machine']['cpu']}); torch {m['torch']}; load average "
+        f"{m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
+        f"{m['rounds']} interleaved rounds ({m['order']} order) after {m['warmup']} warm-up.",
+        "",
+        f"| contender | s/step median | min–max | IQR (Q1–Q3) | generate s | update s | "
+        f"peak RSS GiB | speed-up vs {ref} (median of per-round) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rep.items():
+        med, rng, iqr = spread(row["step_s"])
+        gen = f"{row['generate_s']['median']:.2f}" if "generate_s" in row else ""
+        upd = f"{row['update_s']['median']:.2f}" if "update_s" in row else ""
+        rss = result["peak_rss_gib"].get(name)
+        ratio = f"{row['ratio_vs_reference']:.2f}x" if "ratio_vs_reference" in row else ""
+        ratio = "1.00x" if name == ref else ratio
+        rss_s = f"{rss:.1f}" if rss else ""
+        lines.append(f"| {name} | {med} | {rng} | {iqr} | {gen} | {upd} | {rss_s} | {ratio} |")
+    names = list(rep)
+    lines += [
+        "",
+        "Per round (s/step; speed-up vs " + ref + " in brackets):",
+        "",
+        "| round | order | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for r, order in enumerate(result["orders"]):
+        cells = []
+        for name in names:
+            s = result["steps"][name][r]["step_s"]
+            ratio = rep[name].get("ratios")
+            cells.append(f"{s:.2f}" + (f" ({ratio[r]:.2f}x)" if ratio else ""))
+        lines.append(
+            f"| {r + 1} | {' '.join(short(n) for n in order)} | " + " | ".join(cells) + " |"
+        )
+    for name, note in result["notes"].items():
+        lines.append(f"\n{name}: {note}")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--skip-comlrl", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds (>= 5 for a report)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    ap.add_argument("--model", default="smollm2-135m", help="teamrl model name (tiny-llama...)")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--prompts", choices=["short", "long"], default="short")
-    ap.add_argument("--out", default=None, help="default: results/magrpo_step_<prompts>.md")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--order", choices=["rotate", "fixed"], default="rotate")
+    ap.add_argument("--contenders", default=",".join(ALL), help=f"subset of {','.join(ALL)}")
+    ap.add_argument("--skip-comlrl", action="store_true")
+    ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: default)")
+    ap.add_argument("--out", default=None, help="output stem (default results/magrpo_step_<p>)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rounds < 1 or args.warmup < 0:
+        raise SystemExit(f"--rounds >= 1 and --warmup >= 0, got {args.rounds}, {args.warmup}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
+    if args.worker:
+        return serve(args)
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    if args.child:
-        _child(args.child, args.steps, args.prompts)
-        return 0
-
-    rows: dict[str, dict] = {}
-    for kind in ("raw", "teamrl:lora", "teamrl:shared", "teamrl:separate"):
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--child",
-                kind,
-                "--steps",
-                str(args.steps),
-                "--prompts",
-                args.prompts,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-        rows[kind] = {
-            "median": statistics.median(res["times"]),
-            "rss": res["peak_rss_gib"],
-            **{f"{k}_s": v for k, v in res["parts"].items()},
-        }
-        print(
-            f"{kind:<16} {rows[kind]['median']:6.2f} s/step  {res['peak_rss_gib']:.1f} GiB",
-            flush=True,
-        )
-    if not args.skip_comlrl:
-        c = bench_comlrl(prompts(2 * (args.steps + 1), args.prompts), args.steps)
-        rows["comlrl 1.4.3"] = {
-            "median": c["median_s_per_step"],
-            "rss": c["peak_rss_gib"],
-            "generate_s": statistics.median(c["generate_s"]),
-            "update_s": statistics.median(c["update_s"]),
-        }
-        print(f"{'comlrl 1.4.3':<16} {c['median_s_per_step']:6.2f} s/step", flush=True)
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            ln.split(":", 1)[1].strip()
-            for ln in open("/proc/cpuinfo")
-            if ln.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
     import torch
 
-    header = (
-        f"MAGRPO step, 2 agents x G={G} x {NEW_TOKENS} tokens, SmolLM2-135M fp32. "
-        f"{dt.date.today()}, {os.cpu_count()} cores ({cpu}), torch {torch.__version__}, "
-        f"{args.prompts} prompts, median of {args.steps} steps after 1 warm-up."
-    )
-    lines = [
-        header,
-        "",
-        "| run | s/step | generate s | update s | peak RSS (GiB) | vs raw bound | CoMLRL / this |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    raw = rows["raw"]["median"]
-    comlrl = rows.get("comlrl 1.4.3", {}).get("median")
-    for name, r in rows.items():
-        speedup = f"{comlrl / r['median']:.2f}x" if comlrl else "n/a"
-        gen, upd = (f"{r[k]:.2f}" if k in r else "" for k in ("generate_s", "update_s"))
-        lines.append(
-            f"| {name} | {r['median']:.2f} | {gen} | {upd} | {r['rss']:.1f} | "
-            f"{r['median'] / raw:.2f} | {speedup} |"
+    meta = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "torch": torch.__version__,
+        "loadavg_start": os.getloadavg(),
+        **{
+            k: getattr(args, k)
+            for k in (
+                "model",
+                "new_tokens",
+                "num_generations",
+                "prompts",
+                "rounds",
+                "warmup",
+                "order",
+                "threads",
+            )
+        },
+    }
+    tmp = Path(tempfile.mkdtemp(prefix="magrpo-bench-"))
+    contenders, notes = start_contenders(args, tmp)
+    round_load = []
+
+    def on_step(r, name, t):
+        tag = "warm-up" if r < 0 else f"round {r + 1}"
+        print(
+            f"  {tag:<8} {name:<16} {t['step_s']:7.2f} s  (generate {t['generate_s']:.2f}, "
+            f"update {t['update_s']:.2f})",
+            flush=True,
         )
-    table = "\n".join(lines)
-    print("\n" + table)
-    out_path = Path(args.out or HERE / "results" / f"magrpo_step_{args.prompts}.md")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(table + "\n")
+
+    try:
+        res = rounds.run_rounds(
+            contenders,
+            args.rounds,
+            args.warmup,
+            args.order,
+            on_step,
+            lambda r, order: round_load.append(os.getloadavg()[0]),
+        )
+    finally:
+        finals = {name: c.close() for name, c in contenders.items()}
+    reference = "comlrl 1.4.3" if "comlrl 1.4.3" in contenders else "raw"
+    if reference not in contenders:
+        reference = None
+    if args.rounds < 5:
+        notes["rounds"] = f"only {args.rounds} rounds: a smoke run, not a measurement (use >= 5)."
+    result = {
+        "meta": {
+            **meta,
+            "loadavg_end": os.getloadavg(),
+            "loadavg_per_round": round_load,
+            "workers": {n: c.ready for n, c in contenders.items()},
+        },
+        "reference": reference,
+        "orders": res["orders"],
+        "steps": res["steps"],
+        "report": rounds.report(res["steps"], reference),
+        "peak_rss_gib": {n: f.get("peak_rss_gib") for n, f in finals.items()},
+        "notes": notes,
+    }
+    text = markdown(result)
+    print("\n" + text)
+    stem = Path(args.out) if args.out else HERE / "results" / f"magrpo_step_{args.prompts}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {stem.with_suffix('.md')} and .json")
     return 0
 
 

@@ -1,4 +1,9 @@
-"""Command line: ``teamrl train | eval | envs | plot``."""
+"""Command line: ``teamrl train | eval | envs | plot``.
+
+A user mistake (a bad config value, a missing file, a missing optional package) ends with one
+line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
+model loads (``teamrl.preflight``). Any other exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from pathlib import Path
 
 
 def _quiet_hf() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The user's HF_HUB_OFFLINE (or its absence) is respected: builtin models are read from disk
+    # and never touch the hub; a hub id is fetched when the hub is on and reachable.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import transformers
 
@@ -20,17 +26,64 @@ def _quiet_hf() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace):
+    """Config, task and run folder of ``train``/``eval``, every check that needs no model done.
+
+    --import modules run first (their @register_task), then the config is read and validated,
+    the task is built (from an entry point if it comes from an installed package), and the
+    preflight checks run.
+    """
     from teamrl.config import load_config
+    from teamrl.envs.base import task_from_config
+    from teamrl.plugins import ensure_task, import_tasks
+    from teamrl.preflight import preflight
+    from teamrl.trainer import set_seed
+
+    import_tasks(args.imports)
+    cfg = load_config(args.config, args.overrides)
+    ensure_task(cfg.env.name)
+    set_seed(cfg.seed)  # as the Trainer does before it builds a task itself
+    task = task_from_config(cfg.env)
+    preflight(cfg, task, check_memory=(args.command == "train"))
+    run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.log.output_dir) / cfg.run_name
+    return cfg, task, run_dir
+
+
+def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
+    """Before the model loads: a used folder without --resume, a resume with nothing to resume,
+    and a resume of a run that is already finished each get their one line."""
+    from teamrl.config import ConfigError
+
+    if not resume:
+        if (run_dir / "metrics.jsonl").exists() and not cfg.log.overwrite:
+            raise ConfigError(
+                f"{run_dir} already holds a run: pass --resume to continue it, "
+                "log.overwrite=true to start afresh, or another run_name"
+            )
+        return
+    steps = [
+        int(p.name.split("-", 1)[1])
+        for p in (run_dir / "checkpoints").glob("step-*")
+        if p.name.split("-", 1)[1].isdigit()
+    ]
+    if not steps:
+        raise ConfigError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+    if max(steps) >= cfg.train.max_steps:
+        raise ConfigError(
+            f"--resume: the run in {run_dir} is already at step {max(steps)} and "
+            f"train.max_steps={cfg.train.max_steps}; raise train.max_steps to continue it"
+        )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.trainer import Trainer
 
-    cfg = load_config(args.config, args.overrides)
-    if args.dry_run:  # the placement plan only: no Ray, no model
-        from teamrl.scale.placement import format_plan, parse_cluster
+    if args.dry_run:
+        return _dry_run(args)
 
-        print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
-        return 0
-    trainer = Trainer(cfg, run_dir=args.run_dir)
+    cfg, task, run_dir = _prepare(args)
+    check_run_folder(cfg, run_dir, args.resume)
+    trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
     history = trainer.train(resume=args.resume)
     if history:
         first, last = history[0], history[-1]
@@ -43,19 +96,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from teamrl.config import load_config
+    from teamrl.config import ConfigError
     from teamrl.evaluation import evaluate_trainer, markdown_table, write_report
     from teamrl.trainer import Trainer
 
-    cfg = load_config(args.config, args.overrides)
-    trainer = Trainer(cfg, run_dir=args.run_dir)
-    ks = tuple(int(k) for k in args.ks.split(","))
+    cfg, task, run_dir = _prepare(args)
+    if args.checkpoint and not Path(args.checkpoint).is_dir():
+        raise ConfigError(f"--checkpoint {args.checkpoint}: no such folder")
+    trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
     meta = {"config": str(args.config), "model": cfg.model.name_or_path}
 
     reports = {}
 
     def add_column(label: str) -> None:
-        report = evaluate_trainer(trainer, args.split, args.num_samples, ks, args.limit)
+        report = evaluate_trainer(trainer, args.split, args.num_samples, args.ks, args.limit)
         reports[f"{trainer.task.name} ({label})"] = report | meta | {"checkpoint": label}
 
     # The untrained model first (the baseline column), then the checkpoint loaded into the
@@ -75,7 +129,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_envs(args: argparse.Namespace) -> int:
     from teamrl.envs.base import registered_tasks
+    from teamrl.plugins import import_tasks, load_entry_point_tasks
 
+    import_tasks(args.imports)
+    for line in load_entry_point_tasks(strict=False):  # list the others; name the broken ones
+        print(f"teamrl: warning: {line}", file=sys.stderr)
     tasks = registered_tasks()
     width = max(len(n) for n in tasks)
     for name, desc in tasks.items():
@@ -90,15 +148,68 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpConfig(argparse.Action):
+    """``--help-config``: print every config field (per-agent ones too) and exit, like --help."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from teamrl.config import describe
+
+        print("\n".join(describe()))
+        parser.exit(0)
+
+
+def _ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"expected ints >= 1, got {text!r}")
+    return ks
+
+
+def _add_help_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    _add_help_config(p)
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="Import a module (name or .py path) that registers tasks; repeatable.",
+    )
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """The placement plan of ``train --dry-run``: the config only, no task, Ray or model."""
+    from teamrl.config import load_config
+    from teamrl.plugins import import_tasks
+    from teamrl.scale.placement import format_plan, parse_cluster
+
+    import_tasks(args.imports)
+    cfg = load_config(args.config, args.overrides)
+    print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="teamrl", description=__doc__)
-    p.add_argument("--help-config", action="store_true", help="List every config field and exit.")
+    p = argparse.ArgumentParser(prog="teamrl", description=__doc__.split("\n")[0])
+    _add_help_config(p)
     sub = p.add_subparsers(dest="command")
 
     t = sub.add_parser("train", help="Train a team: teamrl train CONFIG.yaml [key=value ...]")
-    t.add_argument("config", help="YAML config (see configs/).")
+    t.add_argument("config", help="YAML config, or the name of a shipped one (teamrl/configs/).")
     t.add_argument("overrides", nargs="*", help="Dotted overrides, e.g. train.max_steps=10")
-    t.add_argument("--resume", action="store_true", help="Continue from the latest checkpoint.")
+    t.add_argument(
+        "--resume", action="store_true", help="Continue from the latest checkpoint (anywhere)."
+    )
     t.add_argument("--run-dir", default=None, help="Run folder (default log.output_dir/run_name).")
     t.add_argument(
         "--dry-run",
@@ -110,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="With --dry-run: NODESxGPUS[xCPUS], e.g. 2x8, to show the node of every worker.",
     )
+    _add_common(t)
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser(
@@ -129,42 +241,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--split", default="test", choices=["test", "eval", "train"])
     e.add_argument("--num-samples", type=int, default=4, help="Sampled episodes per problem.")
-    e.add_argument("--ks", default="1,2,4", help="Comma-separated k for pass@k.")
+    e.add_argument("--ks", type=_ks, default=(1, 2, 4), help="Comma-separated k for pass@k.")
     e.add_argument("--limit", type=int, default=None, help="Evaluate the first N problems only.")
     e.add_argument("--output-dir", default=None, help="Where eval.json and eval.md go.")
     e.add_argument("--run-dir", default=None)
+    _add_common(e)
     e.set_defaults(fn=cmd_eval)
 
-    sub.add_parser("envs", help="List registered tasks.").set_defaults(fn=cmd_envs)
+    en = sub.add_parser("envs", help="List registered tasks (builtin, --import, entry points).")
+    _add_common(en)
+    en.set_defaults(fn=cmd_envs)
 
     pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
     pl.add_argument("run_dir")
     pl.add_argument("--output", default=None)
     pl.set_defaults(fn=cmd_plot)
+    p.set_defaults(commands={"train": t, "eval": e})
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Options may sit anywhere among the overrides (``train X --resume a=1 b=2``):
+    ``train``/``eval`` are parsed intermixed, which argparse cannot do through subparsers."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = parser.get_default("commands")
+    if argv and argv[0] in commands:
+        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+        args.command = argv[0]
+        return args
     args = parser.parse_args(argv)
-    if args.help_config:
-        from teamrl.config import describe
-
-        print("\n".join(describe()))
-        return 0
     if not getattr(args, "fn", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)
+        parser.exit(2)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     _quiet_hf()
     from teamrl.config import ConfigError
 
     try:
         return args.fn(args)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except (FileExistsError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ConfigError, FileExistsError, FileNotFoundError) as err:
+        message = str(err).replace("\r", " ").replace("\n", " ")  # one line, always
+        print(f"teamrl: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -9,6 +9,8 @@ default lives here, in one place. Names follow TRL where the idea is the same
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -230,6 +232,12 @@ class GenerationConfig:
         "Generation backend: 'hf' samples with teamrl's KV-cache loop on the trainer's own model "
         "(CPU and GPU); 'vllm' uses vLLM (needs: pip install 'teamrl[vllm]').",
     )
+    fast_decode: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "hf backend only: decode with a preallocated (static) KV cache and a compiled decode step "
+        "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
+        "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
+    )
 
 
 @dataclass
@@ -298,85 +306,167 @@ class Config:
     )
 
     def validate(self) -> Config:
-        a, t = self.algorithm, self.train
-        _check(a.num_generations >= 2, "algorithm.num_generations", a.num_generations, ">= 2")
-        _check(a.num_iterations >= 1, "algorithm.num_iterations", a.num_iterations, ">= 1")
-        if a.discount is not None:
-            _check(0.0 <= a.discount <= 1.0, "algorithm.discount", a.discount, "in [0, 1]")
-        _check(a.epsilon > 0, "algorithm.epsilon", a.epsilon, "> 0")
-        _check(a.beta >= 0, "algorithm.beta", a.beta, ">= 0")
-        if a.epsilon_high is not None:
-            _check(a.epsilon_high > 0, "algorithm.epsilon_high", a.epsilon_high, "> 0 or None")
-        _check(self.model.lora_r >= 1, "model.lora_r", self.model.lora_r, ">= 1")
-        _check(self.env.max_turns >= 1, "env.max_turns", self.env.max_turns, ">= 1")
-        check_max_turns(self.env)
-        _check(self.env.reward_workers >= 1, "env.reward_workers", self.env.reward_workers, ">= 1")
-        _check(t.max_steps >= 0, "train.max_steps", t.max_steps, ">= 0")
-        _check(t.prompts_per_step >= 1, "train.prompts_per_step", t.prompts_per_step, ">= 1")
-        _check(t.num_mini_batches >= 1, "train.num_mini_batches", t.num_mini_batches, ">= 1")
-        _check(t.learning_rate > 0, "train.learning_rate", t.learning_rate, "> 0")
-        if t.micro_batch_size is not None:
-            _check(
-                t.micro_batch_size >= 0,
-                "train.micro_batch_size",
-                t.micro_batch_size,
-                ">= 0 (0 or None = the whole minibatch)",
-            )
-        _check(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, ">= 0")
-        _check(0.0 <= t.min_lr_ratio <= 1.0, "train.min_lr_ratio", t.min_lr_ratio, "in [0, 1]")
-        if t.max_grad_norm is not None:
-            _check(t.max_grad_norm > 0, "train.max_grad_norm", t.max_grad_norm, "> 0 or None")
-        _check(self.eval.eval_steps >= 0, "eval.eval_steps", self.eval.eval_steps, ">= 0")
-        _check(self.eval.num_examples >= 1, "eval.num_examples", self.eval.num_examples, ">= 1")
-        _check(self.log.save_steps >= 0, "log.save_steps", self.log.save_steps, ">= 0")
-        d = self.distributed
-        _check(
-            d.num_workers_per_policy >= 1,
-            "distributed.num_workers_per_policy",
-            d.num_workers_per_policy,
-            ">= 1",
-        )
-        _check(
-            d.num_gpus_per_worker >= 0,
-            "distributed.num_gpus_per_worker",
-            d.num_gpus_per_worker,
-            ">= 0",
-        )
-        _check(
-            d.num_cpus_per_worker > 0,
-            "distributed.num_cpus_per_worker",
-            d.num_cpus_per_worker,
-            "> 0",
-        )
-        _check(bool(self.team.agents), "team.agents", self.team.agents, "at least one agent")
+        """Every field's range, from the table ``RULES`` (and ``AGENT_RULES`` per agent), then
+        the checks that relate several fields. Each error names the field path and the value."""
+        for path, ok, want in RULES:
+            value = _get(self, path)
+            if value is not None or not want.endswith("or None"):
+                _check(_safe(ok, value), path, value, want)
         names = [ag.name for ag in self.team.agents]
+        _check(bool(names), "team.agents", self.team.agents, "at least one agent")
         _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
         for i, ag in enumerate(self.team.agents):
-            where = f"team.agents[{i}]"
-            _check(ag.temperature >= 0, f"{where}.temperature", ag.temperature, ">= 0")
+            for field_name, ok, want in AGENT_RULES:
+                value = getattr(ag, field_name)
+                _check(_safe(ok, value), f"team.agents[{i}].{field_name}", value, want)
             # Greedy samples of one prompt are identical: every group would be flat.
             _check(
-                ag.temperature > 0 or t.max_steps == 0,
-                f"{where}.temperature",
+                ag.temperature > 0 or self.train.max_steps == 0,
+                f"team.agents[{i}].temperature",
                 ag.temperature,
-                f"> 0 when training (num_generations={a.num_generations} greedy samples are "
-                "identical, so no group would have a learning signal); eval.greedy sets "
-                "greedy evaluation",
-            )
-            _check(0 < ag.top_p <= 1, f"{where}.top_p", ag.top_p, "in (0, 1]")
-            _check(ag.top_k >= 0, f"{where}.top_k", ag.top_k, ">= 0 (0 = off)")
-            _check(
-                ag.max_completion_length >= 1,
-                f"{where}.max_completion_length",
-                ag.max_completion_length,
-                ">= 1",
+                f"> 0 when training (num_generations={self.algorithm.num_generations} greedy "
+                "samples are identical, so no group would have a learning signal); eval.greedy "
+                "sets greedy evaluation",
             )
             if ag.model is not None and self.team.policies != "separate":
                 raise ConfigError(
-                    f"{where}.model: per-agent models need team.policies='separate', "
+                    f"team.agents[{i}].model: per-agent models need team.policies='separate', "
                     f"got policies={self.team.policies!r}"
                 )
+        order = self.env.turn_order
+        if order is not None:
+            _check(
+                sorted(order) == sorted(names),
+                "env.turn_order",
+                order,
+                f"each agent of team.agents ({', '.join(names)}) exactly once",
+            )
+        check_max_turns(self.env)
+        leaves = rollout_leaves(self)
+        _check(
+            leaves <= MAX_EPISODES_PER_STEP,
+            "algorithm.num_generations",
+            self.algorithm.num_generations,
+            f"a rollout tree of at most {MAX_EPISODES_PER_STEP:,} env steps per step (this "
+            f"config makes {leaves:,}: prompts_per_step x tree size over env.max_turns, "
+            "G^agents per node with joint_mode='cross')",
+        )
         return self
+
+
+# --- the range of every field, in one place ---------------------------------------------------
+# (dotted path, predicate, what is expected). A field whose rule ends in "or None" may be None.
+# Floats are already finite here (``_coerce`` refuses nan and inf); ints are Python ints.
+
+MAX_EPISODES_PER_STEP = 10**6  # env steps of one rollout; more never finishes a step on a host
+SEED_LIMIT = 2**32  # numpy's seed range (torch's is wider)
+
+
+def _ge(low: float) -> Any:
+    return lambda v: v >= low
+
+
+def _gt(low: float) -> Any:
+    return lambda v: v > low
+
+
+def _safe_name(v: str) -> bool:
+    # a folder name under log.output_dir: never empty, never a path, never '.' or '..'
+    return bool(v.strip()) and v not in (".", "..") and not set(v) & {"/", "\\", "\0"}
+
+
+RULES: list[tuple[str, Any, str]] = [
+    ("run_name", _safe_name, "a non-empty folder name without '/', '\\' or '..'"),
+    ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
+    ("model.name_or_path", lambda v: bool(v.strip()), "a non-empty model name or path"),
+    ("model.lora_r", _ge(1), ">= 1"),
+    ("model.lora_alpha", _gt(0), "> 0"),
+    ("model.lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    (
+        "model.lora_target_modules",
+        lambda v: bool(v) and all(m.strip() for m in v),
+        "a non-empty list of module names",
+    ),
+    ("model.device", lambda v: _device_ok(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
+    ("env.name", lambda v: bool(v.strip()), "a registered task name"),
+    ("env.max_turns", _ge(1), ">= 1"),
+    ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
+    ("algorithm.num_generations", _ge(2), ">= 2"),
+    ("algorithm.num_iterations", _ge(1), ">= 1"),
+    ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),
+    ("algorithm.epsilon", _gt(0), "> 0"),
+    ("algorithm.epsilon_high", _gt(0), "> 0 or None"),
+    ("algorithm.selection_temperature", _gt(0), "> 0"),
+    ("algorithm.beta", _ge(0), ">= 0"),
+    ("train.max_steps", _ge(0), ">= 0"),
+    ("train.prompts_per_step", _ge(1), ">= 1"),
+    ("train.num_mini_batches", _ge(1), ">= 1"),
+    ("train.micro_batch_size", _ge(0), ">= 0 (0 or None = the whole minibatch) or None"),
+    ("train.learning_rate", _gt(0), "a finite float > 0"),
+    ("train.weight_decay", _ge(0), ">= 0"),
+    ("train.adam_beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.adam_beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.warmup_steps", _ge(0), ">= 0"),
+    ("train.min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("train.max_grad_norm", _gt(0), "> 0 or None"),
+    ("eval.eval_steps", _ge(0), ">= 0"),
+    ("eval.num_examples", _ge(1), ">= 1"),
+    ("log.output_dir", lambda v: bool(v.strip()), "a non-empty folder"),
+    ("log.save_steps", _ge(0), ">= 0"),
+    ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),
+    ("log.num_completions_to_log", _ge(0), ">= 0"),
+    ("log.wandb_project", lambda v: bool(v.strip()), "a non-empty project name"),
+    ("distributed.address", lambda v: bool(v.strip()), "'local', 'auto' or a head 'host:port'"),
+    ("distributed.num_workers_per_policy", _ge(1), ">= 1"),
+    ("distributed.num_gpus_per_worker", _ge(0), ">= 0"),
+    ("distributed.num_cpus_per_worker", _gt(0), "> 0"),
+]
+
+AGENT_RULES: list[tuple[str, Any, str]] = [
+    ("name", lambda v: bool(v.strip()), "a non-empty agent name"),
+    ("temperature", _ge(0), ">= 0"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("top_k", _ge(0), ">= 0 (0 = off)"),
+    ("max_completion_length", _ge(1), ">= 1"),
+]
+
+
+def _get(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _safe(ok: Any, value: Any) -> bool:
+    try:
+        return bool(ok(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _device_ok(name: str) -> bool:
+    return bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name))
+
+
+def rollout_leaves(cfg: Config) -> int:
+    """Env steps of one rollout in the worst case (no early stop): what bounds a step's time.
+
+    MAGRPO grows per prompt a tree whose nodes have G joint actions ('aligned') or G^N
+    ('cross'), over max_turns levels: sum_t b^t * b env steps with b the branching. AT-GRPO and
+    GRPO step K branches per (turn, agent) and prompt: K * N * max_turns.
+    """
+    a, n, turns = cfg.algorithm, max(1, len(cfg.team.agents)), cfg.env.max_turns
+    g = a.num_generations
+    if a.name != "magrpo":
+        return cfg.train.prompts_per_step * g * n * turns
+    branch = g**n if a.joint_mode == "cross" else g
+    total, level = 0, 1
+    for _ in range(turns):
+        level *= branch
+        total += level
+        if total > MAX_EPISODES_PER_STEP:  # stop before the numbers get astronomical
+            break
+    return cfg.train.prompts_per_step * total
 
 
 def _check(ok: bool, name: str, value: Any, want: str) -> None:
@@ -403,7 +493,7 @@ def from_dict(cls: type, data: dict, where: str = "") -> Any:
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         path = f"{where}.{unknown[0]}" if where else unknown[0]
         raise ConfigError(f"{path}: unknown key; valid keys here: {', '.join(sorted(fields))}")
@@ -467,14 +557,21 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected an int, got {value!r}")
         return value
     if tp is float:
+        number = value
         if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise ConfigError(f"{path}: expected a float, got {value!r}")
-        return float(value)
+        try:
+            number = float(number)
+        except OverflowError:  # an int too large for a float
+            number = math.inf
+        if not math.isfinite(number):  # .inf / .nan would train NaN weights
+            raise ConfigError(f"{path}: expected a finite float, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
@@ -487,27 +584,75 @@ def to_dict(cfg: Any) -> dict:
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` overrides; values are parsed as YAML (``3``, ``true``, ``[a, b]``)."""
+    """Apply ``a.b.c=value`` overrides; values are parsed as YAML (``3``, ``true``, ``[a, b]``).
+
+    A numeric part indexes a list (``team.agents.1.temperature=0.5``). Every mistake is a
+    ConfigError naming the override: a missing ``=``, an empty key part, a value that is not
+    YAML, an index out of range (with the list's length), or a path through a non-section.
+    """
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected key=value")
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. train.max_steps=10")
         key, raw = item.split("=", 1)
-        node = data
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            if part.isdigit() and isinstance(node, list):
-                node = node[int(part)]
-                continue
-            node = node.setdefault(part, {})
-            if not isinstance(node, (dict, list)):
-                raise ConfigError(f"override {key}: {part!r} is not a section")
-        last = parts[-1]
-        value = yaml.safe_load(raw) if raw != "" else ""
-        if isinstance(node, list):
-            node[int(last)] = value
-        else:
-            node[last] = value
+        key = key.strip()
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError(f"override {item!r}: malformed key {key!r}")
+        value = parse_value(raw, key)
+        node: Any = data
+        for depth, part in enumerate(parts):
+            where = ".".join(parts[: depth + 1])
+            last = depth == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit():
+                    raise ConfigError(f"override {key}: {where} indexes a list; expected a number")
+                index = int(part)
+                if index >= len(node):
+                    parent = ".".join(parts[:depth])
+                    raise ConfigError(
+                        f"override {key}: index {index} out of range ({parent} has "
+                        f"{len(node)} entries; indices 0..{len(node) - 1})"
+                        if node
+                        else f"override {key}: index {index} out of range ({parent} is empty; "
+                        f"set the whole list, e.g. {parent}=[...])"
+                    )
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                    continue
+                if node.get(part) is None:  # absent, or a `key:` left empty in the YAML
+                    if part.isdigit():  # a list field (team.agents) left at its default
+                        parent = ".".join(parts[:depth]) or "config"
+                        raise ConfigError(
+                            f"override {key}: index {part} out of range ({parent} is not set; "
+                            f"set the whole list, e.g. {parent}=[...])"
+                        )
+                    node[part] = {}
+                node = node[part]
+            else:
+                parent = ".".join(parts[:depth])
+                raise ConfigError(f"override {key}: {parent} is {node!r}, not a section or a list")
     return data
+
+
+def parse_value(raw: str, key: str) -> Any:
+    """An override's value as YAML; a malformed one is a ConfigError naming key and value."""
+    if raw == "":
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        reason = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(
+            f"override {key}: cannot parse value {raw!r} as YAML ({reason}); quote strings "
+            "that contain YAML syntax"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"override {key}: value nested too deeply") from None
 
 
 BUILTIN_CONFIGS = Path(__file__).parent / "configs"
@@ -530,13 +675,34 @@ def resolve_config_path(path: str | Path) -> Path:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     data: dict = {}
     if path is not None:
-        path = resolve_config_path(path)
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a YAML mapping at the top level")
+        data = read_yaml(resolve_config_path(path))
     data = apply_overrides(data, list(overrides or []))
     return from_dict(Config, data).validate()
+
+
+def read_yaml(path: Path) -> dict:
+    """A YAML mapping from ``path``; any problem is a ConfigError naming the file (and the line
+    and column of a syntax error)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read config file ({err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        reason = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{path}{where}: invalid YAML: {reason}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}"
+        )
+    return data
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:
@@ -544,21 +710,50 @@ def dump_config(cfg: Config, path: str | Path) -> None:
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[str]:
-    """One line per field: dotted name, default, help (for ``--help-config``)."""
+    """One entry per field: dotted name, default, help (for ``--help-config``).
+
+    A list of sections (``team.agents``) is described by one entry's fields under
+    ``team.agents.<i>.``, the path an override uses (``team.agents.0.temperature=0.7``).
+    """
     lines = []
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         name = f"{prefix}{f.name}"
-        hint = typing.get_type_hints(cls)[f.name]
+        hint = hints[f.name]
+        help_text = f.metadata.get("help", "")
         if dataclasses.is_dataclass(hint):
-            lines.append(f"[{name}]  {f.metadata.get('help', '')}")
+            lines.append(f"[{name}]  {help_text}")
             lines.extend(describe(hint, name + "."))
             continue
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else "REQUIRED"
-            )
-        )
-        lines.append(f"  {name} = {default!r}\n      {f.metadata.get('help', '')}")
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
+        if item is not None and dataclasses.is_dataclass(item):
+            lines.append(f"  {name} = {_default(f)!r}\n      {help_text}")
+            lines.append(f"[{name}.<i>]  One entry of {name} (<i> = 0, 1, ...).")
+            lines.extend(describe(item, f"{name}.<i>."))
+            continue
+        lines.append(f"  {name} = {_default(f)!r}\n      {help_text}")
     return lines
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "REQUIRED"
+
+
+def field_paths(cls: type = Config, prefix: str = "") -> dict[str, Any]:
+    """{dotted path: type hint} of every leaf field (list entries as ``<i>``): for fuzzing."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(field_paths(hint, f"{prefix}{f.name}."))
+            continue
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
+        if item is not None and dataclasses.is_dataclass(item):
+            out.update(field_paths(item, f"{prefix}{f.name}.<i>."))
+        out[f"{prefix}{f.name}"] = hint
+    return out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,34 +31,43 @@ class RunLogger:
         self.metrics_path = run_dir / "metrics.jsonl"
         self.samples_path = run_dir / "samples.jsonl"
         self._tb = self._wandb = None
+        self._wandb_args: dict | None = None
         self.active = ctx is None or ctx.is_main
         if not self.active:
             return
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
             except ImportError as err:
                 raise ImportError("log.tensorboard=true needs: pip install tensorboard") from err
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
         if wandb:
-            try:
-                import wandb as wb
-            except ImportError as err:
-                raise ImportError("log.wandb=true needs: pip install wandb") from err
-            self._wandb = wb.init(
-                project=wandb_project,
-                name=run_name,
-                config=config,
-                dir=str(run_dir),
-                resume="allow",
-                id=run_name,
-            )
+            if importlib.util.find_spec("wandb") is None:
+                raise ImportError("log.wandb=true needs: pip install wandb")
+            # Started at the first log line, once truncate_after has said whether this is a
+            # fresh run (a new wandb run) or a resume (the same wandb run continues).
+            self._wandb_args = {
+                "project": wandb_project,
+                "name": run_name,
+                "config": config,
+                "dir": str(run_dir),
+            }
+
+    def _start_wandb(self, fresh: bool) -> None:
+        import wandb as wb
+
+        assert self._wandb_args is not None
+        self._wandb = wb.init(
+            **self._wandb_args, id=wandb_run_id(self.run_dir, fresh), resume="allow"
+        )
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop lines written after the checkpoint so the files match a clean run."""
+        """On resume, drop lines written after the checkpoint so the files match a clean run.
+        ``step < 0`` is a fresh start: the run folder gets a new wandb run."""
         if not self.active:
             return
+        if self._wandb_args is not None and self._wandb is None:
+            self._start_wandb(fresh=step < 0)
         for path in (self.metrics_path, self.samples_path):
             if not path.exists():
                 continue
@@ -78,6 +89,8 @@ class RunLogger:
             if k != "step" and isinstance(v, (int, float)) and v is not None:
                 if self._tb is not None:
                     self._tb.add_scalar(k, v, step)
+        if self._wandb_args is not None and self._wandb is None:
+            self._start_wandb(fresh=False)
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in clean.items() if k != "step"}, step=step)
 
@@ -93,6 +106,21 @@ class RunLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def wandb_run_id(run_dir: Path, fresh: bool) -> str:
+    """The wandb run id of a run folder: made once and kept in ``run_dir/wandb_id``.
+
+    Two folders never share an id (a run name does not make one: two runs named ``run`` would
+    merge), a resume of the same folder continues the same wandb run, and a fresh start in a
+    used folder (``log.overwrite=true``) gets a new one.
+    """
+    path = Path(run_dir) / "wandb_id"
+    if not fresh and path.exists() and path.read_text().strip():
+        return path.read_text().strip()
+    run_id = uuid.uuid4().hex[:16]
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 def _jsonable(v: Any) -> Any:

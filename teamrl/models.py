@@ -78,17 +78,55 @@ def resolve(name_or_path: str, seed: int = 0) -> str:
     return name_or_path
 
 
+def model_config(name_or_path: str, seed: int = 0):
+    """The transformers config of a model, without loading its weights (for checks that run
+    before the model loads: LoRA target modules, the memory estimate)."""
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig, name_or_path, resolve(name_or_path, seed=seed))
+
+
+def hub_offline() -> bool:
+    """Whether the user switched the Hugging Face hub off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    flags = (os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+
+
 def _from_pretrained(cls, name_or_path: str, folder: str, **kwargs):
-    # transformers' own error for a typo or a missing folder talks about repo ids and network
-    # access; say which config field holds the bad value, and keep its reason.
+    # Builtins and local folders are read from disk only: they never touch the hub, whatever
+    # the user's environment says. A hub id follows the user's environment (cache, offline).
+    local = name_or_path in BUILTINS or Path(folder).is_dir()
+    if local:
+        kwargs["local_files_only"] = True
     try:
         return cls.from_pretrained(folder, **kwargs)
-    except OSError as err:
-        raise ConfigError(
-            f"model.name_or_path: cannot load {name_or_path!r}: not a builtin "
-            f"({', '.join(BUILTINS)}), a local model folder, or a Hugging Face id that is cached "
-            f"or downloadable ({err})"
-        ) from err
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:  # ValueError: a folder whose config.json is not a model's
+        raise ConfigError(_load_error(name_or_path, local, err)) from err
+
+
+def _load_error(name_or_path: str, local: bool, err: Exception) -> str:
+    """One line that says why a model could not be found, naming the field and the value."""
+    reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    where = f"model.name_or_path: cannot load {name_or_path!r}"
+    if local:
+        return f"{where}: the local folder holds no loadable model ({reason})"
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        return (
+            f"{where}: no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a "
+            "Hugging Face id"
+        )
+    if hub_offline():
+        return (
+            f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
+            "Face id is not in the local cache while the hub is offline (HF_HUB_OFFLINE is set): "
+            "download it once with the hub reachable, or use a local folder"
+        )
+    return (
+        f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
+        f"Face id is not in the local cache and could not be fetched from the hub ({reason})"
+    )
 
 
 def _fix_padding(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

@@ -217,8 +217,10 @@ class Team:
         try:
             user = acfg.prompt.format_map({**(example or {}), "observation": observation})
         except (KeyError, IndexError, ValueError) as err:
+            fields = ", ".join(sorted(map(str, example or {})))  # preflight names the row index
             raise ConfigError(
-                f"team.agents[{agent}].prompt: cannot fill template {acfg.prompt!r}: {err!r}"
+                f"team.agents[{agent}].prompt: cannot fill template {acfg.prompt!r}: {err!r} "
+                f"(the dataset row's fields: {fields or 'none'})"
             ) from err
         tok = self.engine_of(agent).tokenizer
         system = self.systems[agent]

@@ -35,6 +35,7 @@ from teamrl.distributed import DistContext
 from teamrl.envs.base import Task, task_from_config
 from teamrl.envs.sequential import SequentialTurns
 from teamrl.logging import RunLogger, sample_rows
+from teamrl.preflight import preflight as run_preflight
 from teamrl.recipes import recipe_for
 from teamrl.rollout.common import RolloutResult
 from teamrl.sample import Sample
@@ -90,7 +91,10 @@ class Trainer:
         task: Task | None = None,
         run_dir: str | Path | None = None,
         ctx: DistContext | None = None,
+        preflight: bool = True,
     ):
+        """``preflight``: run every check that needs no model (teamrl.preflight) before loading
+        one; the CLI runs them itself and passes False."""
         self.cfg = cfg
         self.recipe = recipe_for(cfg.algorithm.name)
         set_seed(cfg.seed)
@@ -108,6 +112,8 @@ class Trainer:
                 f"team.agents: names {names} must match the agents of task "
                 f"{self.task.name!r}, in order: {env_agents}"
             )
+        if preflight:
+            run_preflight(cfg, self.task)
         for w in advantage_warnings(cfg.algorithm.baseline, cfg.algorithm.scale_rewards):
             warnings.warn(w, stacklevel=2)
         if cfg.distributed.backend == "ray":  # the models live on Ray worker groups

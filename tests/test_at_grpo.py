@@ -65,7 +65,8 @@ class CounterEnv:
             reward=float(self.total),
             local_rewards={agent: float(text)},
             terminations={a: done for a in self.agents},
-            infos={"success": done, "reward_components": {"total": float(self.total)}},
+            success=done,
+            reward_components={"total": float(self.total)},
         )
 
 
@@ -306,8 +307,8 @@ def test_sample_selection_follows_the_softmax():
 def test_tool_candidates_earn_the_team_reward_on_the_game_env():
     """Tool/plan games: each tool candidate is scored by finishing the turn on its own copy, so
     alpha changes the tool agent's rewards (the reference gave the tool no team term here)."""
-    from teamrl.envs.games.common import ToolPlanEnv
-    from teamrl.envs.games.plan_path import SPEC, PlanPathRewards
+    from teamrl.tasks.games.episode import ToolPlanEnv
+    from teamrl.tasks.games.plan_path import SPEC, PlanPathRewards
 
     class Result(SimpleNamespace):
         pass

@@ -1,6 +1,6 @@
 """Coding tasks: the leveled aux/main reward, feedback, loaders, stdin/stdout judging, envs.
 
-Model-written code runs in the real sandbox (``teamrl.rewards.sandbox``) for the key cases;
+Model-written code runs in the real sandbox (``teamrl.sandbox``) for the key cases;
 fake runners (which never execute anything) check the plumbing around it.
 """
 
@@ -15,34 +15,38 @@ from collections import OrderedDict
 
 import pytest
 
-from teamrl.data.code import (
+from teamrl.envs.base import clone, make_task, registered_tasks
+from teamrl.sandbox import ExecResult
+from teamrl.tasks.coding.code_text import extract_code, find_function
+from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
+from teamrl.tasks.coding.contest_data import (
     decode_lcb_tests,
-    function_task_splits,
     load_apps,
     load_code_contests,
+    load_livecodebench,
+)
+from teamrl.tasks.coding.data import (
+    function_task_splits,
     load_coophumaneval,
     load_humaneval,
-    load_livecodebench,
     load_mbpp,
 )
-from teamrl.envs.base import clone, make_task, registered_tasks
-from teamrl.envs.coding import AuxMainCodingEnv, CodeContestConfig, CoderTesterEnv
-from teamrl.rewards.code import (
+from teamrl.tasks.coding.feedback import feedback
+from teamrl.tasks.coding.harness import check_units
+from teamrl.tasks.coding.helper_main import AuxMainCodingEnv
+from teamrl.tasks.coding.reward import (
     AuxMainJob,
     LeveledRewardConfig,
-    check_units,
-    extract_code,
-    feedback,
-    find_function,
     is_thin_wrapper,
-    judge_tester,
     leveled_reward,
     leveled_rewards,
+)
+from teamrl.tasks.coding.stdio import (
+    judge_tester,
     outputs_match,
     parse_test_cases,
     stdio_pass_ratio,
 )
-from teamrl.rewards.sandbox import ExecResult
 
 # --------------------------------------------------------------------------------------
 # A hand-made function task: 4 test units (``assert True`` is not one)
@@ -454,7 +458,7 @@ def test_apps_rows_without_tests_are_skipped_and_logged(tmp_path, caplog):
         _apps_row(5, a=5, b=6),
     ]
     _write_jsonl(tmp_path / "apps", "train.jsonl", rows)
-    with caplog.at_level("WARNING", logger="teamrl.data.code"):
+    with caplog.at_level("WARNING", logger="teamrl.tasks.coding.data"):
         kept = load_apps("train", str(tmp_path / "apps"))
     assert [r["id"] for r in kept] == ["apps/train/0", "apps/train/5"]
     assert "skipped 4 unusable (no tests: 4)" in caplog.text
@@ -716,8 +720,8 @@ def test_aux_main_env_contract():
     branch = clone(env)
     s = env.step({"helper": AUX, "main": MAIN_HALF})
     assert s.reward == pytest.approx(2.0 - 4.0)
-    assert s.infos["reward_components"]["tests"] == pytest.approx(0.5)
-    assert not s.done and s.infos["success"] is False
+    assert s.reward_components["tests"] == pytest.approx(0.5)
+    assert not s.done and s.success is False
     # Multi-turn: feedback reports the one visible unit only (see the leak test below).
     assert "Visible tests passed: 1 of 1 (3 more tests are hidden)." in s.observations["main"]
     s = env.step({"helper": AUX, "main": MAIN_HALF})
@@ -725,7 +729,7 @@ def test_aux_main_env_contract():
     # The clone taken before the first step is independent; the maximum score terminates.
     s = branch.step({"helper": AUX, "main": MAIN_FULL})
     assert s.terminations == {"helper": True, "main": True} and s.reward == pytest.approx(0.0)
-    assert s.infos["success"] is True
+    assert s.success is True
     with pytest.raises(ValueError, match="feedback"):
         AuxMainCodingEnv(feedback_mode="nope")
 
@@ -763,11 +767,11 @@ def test_feedback_never_shows_the_tests_that_decide_success():
     # tests, and success (judged on the hidden units) is False. The episode stops on what the
     # agents can see, not on the hidden outcome (that would be an oracle stop).
     s = clone(env).step({"helper": AUX, "main": MAIN_VISIBLE_ONLY})
-    assert s.infos["success"] is False and s.infos["visible_tests"] == 1
+    assert s.success is False and s.infos["visible_tests"] == 1
     assert "All visible checks passed." in s.observations["main"] and s.terminations["main"]
     # Only the visible unit fails: its assert is shown, and success holds.
     s = clone(env).step({"helper": AUX, "main": MAIN_FAILS_VISIBLE})
-    assert s.infos["success"] is True and not s.done
+    assert s.success is True and not s.done
     main_obs = s.observations["main"]
     assert "assert candidate([]) == 0" in main_obs and "Got: 1" in main_obs
     passed = AuxMainCodingEnv(max_turns=2, feedback_mode="passed")
@@ -789,8 +793,8 @@ def test_hidden_run_errors_stay_hidden():
     env = AuxMainCodingEnv(max_turns=2, runner=dies_after_unit_0)
     env.reset(ROW)
     s = env.step({"helper": AUX, "main": MAIN_FULL})
-    assert s.infos["success"] is False
-    assert s.infos["reward_components"]["pass_rate"] == pytest.approx(0.25)
+    assert s.success is False
+    assert s.reward_components["pass_rate"] == pytest.approx(0.25)
     assert "MemoryError" not in s.observations["main"]
     assert "stopped before" not in s.observations["main"]
 
@@ -799,20 +803,20 @@ def test_single_turn_success_is_every_unit():
     env = AuxMainCodingEnv(max_turns=1)
     env.reset(ROW)
     s = clone(env).step({"helper": AUX, "main": MAIN_FAILS_VISIBLE})
-    assert s.infos["visible_tests"] == 0 and s.infos["success"] is False
+    assert s.infos["visible_tests"] == 0 and s.success is False
     assert not any(s.terminations.values()) and all(s.truncations.values())
     s = clone(env).step({"helper": AUX, "main": MAIN_FULL})
-    assert s.infos["success"] is True and all(s.terminations.values())
+    assert s.success is True and all(s.terminations.values())
     # The same success definition as a multi-turn run, when asked for.
     env = AuxMainCodingEnv(max_turns=1, feedback_tests=1)
     env.reset(ROW)
-    assert env.step({"helper": AUX, "main": MAIN_FAILS_VISIBLE}).infos["success"] is True
+    assert env.step({"helper": AUX, "main": MAIN_FAILS_VISIBLE}).success is True
     # A problem with one unit keeps it hidden.
     one = {**ROW, "test": "def check(candidate):\n    assert candidate([3]) == 9\n"}
     env = AuxMainCodingEnv(max_turns=2, feedback_tests=3)
     env.reset(one)
     s = env.step({"helper": AUX, "main": MAIN_HALF})
-    assert s.infos["visible_tests"] == 0 and s.infos["success"] is True
+    assert s.infos["visible_tests"] == 0 and s.success is True
     assert "candidate([3])" not in s.observations["main"]
     with pytest.raises(ValueError, match="feedback_tests"):
         AuxMainCodingEnv(feedback_tests=-1)
@@ -883,7 +887,7 @@ def test_coder_tester_turns_rewards_and_agreement():
             "<input>\n2 2\n</input>\n<output>\n5\n</output>"
         }
     )
-    comps = s.infos["reward_components"]
+    comps = s.reward_components
     assert comps["tester_correctness"] == pytest.approx(0.5)
     assert comps["tester_discrimination"] == 1.0
     assert s.local_rewards == {"tester": pytest.approx(1.5)} and not s.done
@@ -893,17 +897,17 @@ def test_coder_tester_turns_rewards_and_agreement():
     assert s.reward == pytest.approx(1.0) and "Test 1 (passed)" in s.observations["tester"]
     s = env.step({"tester": "<input>\n1 2\n</input>\n<output>\n3\n</output>"})
     assert s.terminations == {"coder": True, "tester": True}
-    assert s.infos["reward_components"]["agreement"] == 1.0
-    assert s.infos["success"] is False  # GT test 3 fails: agreement is not success
+    assert s.reward_components["agreement"] == 1.0
+    assert s.success is False  # GT test 3 fails: agreement is not success
     # The branch cloned after turn 1's coder step is untouched and runs out of turns.
     b = CoderTesterEnv(CodeContestConfig(max_turns=1))
     b.reset(SUM_ROW)
     b.step({"coder": ADD})
     s = b.step({"tester": "<input>\n1 1\n</input>\n<output>\n3\n</output>"})
     assert s.truncations == {"coder": True, "tester": True} and not any(s.terminations.values())
-    assert s.infos["success"] is True and s.local_rewards["tester"] == 0.0
+    assert s.success is True and s.local_rewards["tester"] == 0.0
     s = branch.step({"tester": "nothing parseable"})
-    assert s.infos["reward_components"]["tester_cases"] == 0.0 and s.local_rewards["tester"] == 0
+    assert s.reward_components["tester_cases"] == 0.0 and s.local_rewards["tester"] == 0
 
 
 TESTER_TWO_CASES = (
@@ -915,13 +919,13 @@ def test_coder_tester_reports_success_on_every_step():
     env = CoderTesterEnv(CodeContestConfig(max_turns=4, max_tests=2))
     env.reset(SUM_ROW)
     s = env.step({"coder": SMALL_ONLY})  # right on the first 2 GT tests, wrong on the third
-    assert s.infos["success"] is False and s.reward == pytest.approx(1.0)
+    assert s.success is False and s.reward == pytest.approx(1.0)
     s = env.step({"tester": TESTER_TWO_CASES})  # no agreement, turns left: the episode goes on
-    assert not s.done and s.infos["success"] is False
+    assert not s.done and s.success is False
     s = env.step({"coder": ADD})
-    assert s.infos["success"] is True
+    assert s.success is True
     s = env.step({"tester": TESTER_TWO_CASES})
-    assert not s.done and s.infos["success"] is True
+    assert not s.done and s.success is True
 
 
 def test_coder_tester_simultaneous_mode():
@@ -944,20 +948,20 @@ def test_coder_tester_simultaneous_mode():
     assert s.reward == seq_tester.reward == 0.0
     assert s.local_rewards == {**seq_coder.local_rewards, **seq_tester.local_rewards}
     assert s.local_rewards == {"coder": 0.0, "tester": pytest.approx(1.5)}
-    assert s.infos["reward_components"] == seq_tester.infos["reward_components"]
-    assert s.infos["success"] is False and not s.done and s.infos["turn"] == 1
+    assert s.reward_components == seq_tester.reward_components
+    assert s.success is False and not s.done and s.infos["turn"] == 1
     assert s.observations == seq_tester.observations | {"tester": s.observations["tester"]}
     assert "Test 1 (FAILED)" in s.observations["coder"]
     tester_obs = s.observations["tester"]
     assert "from the last turn" in tester_obs and MUL.strip() in tester_obs
     # Turn 2: a right program that passes the tester's (right) case: agreement ends it.
     s = env.step({"coder": ADD, "tester": "<input>\n1 2\n</input>\n<output>\n3\n</output>"})
-    assert s.terminations == {"coder": True, "tester": True} and s.infos["success"] is True
+    assert s.terminations == {"coder": True, "tester": True} and s.success is True
     assert s.reward == 1.0 and s.local_rewards == {"coder": 1.0, "tester": 1.0}
     # No agreement in the last turn: truncated, with the outcome still reported.
     s = branch.step({"coder": MUL, "tester": "nothing"})
     s = branch.step({"coder": MUL, "tester": "nothing"})
-    assert s.truncations == {"coder": True, "tester": True} and s.infos["success"] is False
+    assert s.truncations == {"coder": True, "tester": True} and s.success is False
     with pytest.raises(ValueError, match="code_contest.mode"):
         CodeContestConfig(mode="parallel")
 
@@ -974,7 +978,7 @@ def test_coder_tester_without_reference_uses_episode_program():
         }
     )
     assert s.infos["judge"] == "ground_truth_lookup"
-    assert s.infos["reward_components"]["tester_correctness"] == pytest.approx(0.5)
+    assert s.reward_components["tester_correctness"] == pytest.approx(0.5)
     env.step({"coder": ADD})  # passes every GT test: it becomes the judge
     s = env.step(
         {
@@ -983,7 +987,7 @@ def test_coder_tester_without_reference_uses_episode_program():
         }
     )
     assert s.infos["judge"] == "episode_program"
-    assert s.infos["reward_components"]["tester_correctness"] == pytest.approx(0.5)
+    assert s.reward_components["tester_correctness"] == pytest.approx(0.5)
 
 
 def test_code_contest_task_splits(tmp_path):

@@ -7,7 +7,15 @@ import re
 
 import pytest
 
-from teamrl.config import AlgorithmConfig, ConfigError, TrainConfig, load_config
+from teamrl.config import (
+    AlgorithmConfig,
+    ConfigError,
+    TrainConfig,
+    describe,
+    field_paths,
+    load_config,
+    rollout_leaves,
+)
 from teamrl.envs.base import make_task, task_from_config
 from teamrl.models import resolve
 
@@ -35,6 +43,22 @@ def load(*overrides: str):
         ("train.max_grad_norm=0", "train.max_grad_norm"),
         ("train.max_grad_norm=-1.0", "train.max_grad_norm"),
         ("team.agents.0.temperature=0", "team.agents[0].temperature"),
+        ("model.lora_dropout=1.0", "model.lora_dropout"),
+        ("model.lora_dropout=-0.1", "model.lora_dropout"),
+        ("model.lora_alpha=0", "model.lora_alpha"),
+        ("train.adam_beta1=1.0", "train.adam_beta1"),
+        ("train.adam_beta2=-0.1", "train.adam_beta2"),
+        ("train.weight_decay=-1", "train.weight_decay"),
+        ("train.learning_rate=0", "train.learning_rate"),
+        ("log.save_total_limit=0", "log.save_total_limit"),
+        ("log.num_completions_to_log=-1", "log.num_completions_to_log"),
+        ("seed=-1", "seed"),
+        ("seed=4294967296", "seed"),
+        ("algorithm.selection_temperature=0", "algorithm.selection_temperature"),
+        ("env.reward_workers=0", "env.reward_workers"),
+        ("team.agents.1.max_completion_length=0", "team.agents[1].max_completion_length"),
+        ("team.agents.0.top_p=1.5", "team.agents[0].top_p"),
+        ("model.device='gpu'", "model.device"),
     ],
 )
 def test_out_of_range_values_name_the_field_and_value(override, field):
@@ -116,3 +140,98 @@ def test_env_max_turns_and_env_kwargs_max_turns_must_agree():
     same.env.kwargs["max_turns"] = 4
     with pytest.raises(ConfigError, match=r"env\.kwargs\.max_turns=4 .*env\.max_turns=3"):
         task_from_config(same.env)
+
+
+# --- values that are not numbers, names that are paths, lists that do not fit -----------------
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "nan", "1e400"])
+def test_every_float_field_refuses_non_finite_values(value):
+    floats = [p for p, tp in field_paths().items() if tp in (float, float | None)]
+    assert "train.learning_rate" in floats and "team.agents.<i>.temperature" in floats
+    for path in floats:
+        key = path.replace("<i>", "0")
+        shown = key.replace("team.agents.0", "team.agents[0]")
+        with pytest.raises(ConfigError, match=rf"^{re.escape(shown)}: expected a finite float"):
+            load(f"{key}={value}")
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "../../../x", "a/b", "/tmp/x", "a\\b"])
+def test_run_name_is_a_plain_folder_name(name):
+    with pytest.raises(ConfigError, match=r"^run_name: expected a non-empty folder name"):
+        load(f"run_name={name!r}")
+    assert load("run_name=my-run_2.v1").run_name == "my-run_2.v1"
+
+
+def test_seed_range_and_save_total_limit_none():
+    assert load(f"seed={2**32 - 1}").seed == 2**32 - 1
+    assert load("log.save_total_limit=null").log.save_total_limit is None
+    with pytest.raises(ConfigError, match=r"^seed: expected an int in \[0, 2\*\*32\)"):
+        load(f"seed={2**70}")
+
+
+def test_turn_order_must_list_every_agent_once():
+    assert load("env.turn_order=[bob, alice]").env.turn_order == ["bob", "alice"]
+    for order in ("[alice]", "[alice, alice]", "[alice, bob, carol]"):
+        with pytest.raises(
+            ConfigError, match=r"^env\.turn_order: expected each agent .*alice, bob"
+        ):
+            load(f"env.turn_order={order}")
+
+
+def test_the_rollout_tree_is_bounded():
+    # cross: G^N joint actions per node, over max_turns levels: 10^2 + 10^4 + 10^6 > 10^6
+    assert rollout_leaves(load("algorithm.joint_mode=cross", "algorithm.num_generations=10")) == 100
+    cfg = load("algorithm.joint_mode=cross", "algorithm.num_generations=10", "env.max_turns=2")
+    assert rollout_leaves(cfg) == 100 + 100**2
+    with pytest.raises(ConfigError, match=r"^algorithm\.num_generations: expected a rollout tree"):
+        load("algorithm.joint_mode=cross", "algorithm.num_generations=10", "env.max_turns=3")
+    # AT-GRPO: K branches per (turn, agent) and prompt
+    at = load("algorithm.name=at_grpo", "algorithm.num_generations=8", "env.max_turns=3")
+    assert rollout_leaves(at) == 1 * 8 * 2 * 3
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("team.agents.2.name=x", "index 2 out of range (team.agents has 2 entries; indices 0..1)"),
+        ("team.agents.x.name=y", "team.agents.x indexes a list; expected a number"),
+        ("train.max_steps=[1", "cannot parse value '[1' as YAML"),
+        ("train.max_steps={a: 1", "cannot parse value '{a: 1' as YAML"),
+        ("a..b=1", "malformed key 'a..b'"),
+        ("train.max_steps", "expected key=value"),
+        ("run_name.x.y=1", "run_name is 'run', not a section or a list"),
+    ],
+)
+def test_malformed_overrides_name_the_key(override, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [AGENTS, "run_name=run", override])
+    assert words in str(err.value)
+
+
+def test_an_index_into_an_unset_list_says_to_set_the_whole_list():
+    with pytest.raises(ConfigError, match=r"index 0 out of range \(team\.agents is not set"):
+        load_config(None, ["team.agents.0.name=x"])
+
+
+def test_yaml_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_steps: [1, 2\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(bad))}, line 3, column 1: invalid"):
+        load_config(bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=r"expected a YAML mapping at the top level, got list"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"cannot read config file"):
+        load_config(tmp_path)  # a folder
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config(empty, [AGENTS]).run_name == "run"
+
+
+def test_describe_lists_per_agent_fields_with_help_and_defaults():
+    text = "\n".join(describe())
+    assert "[team.agents.<i>]" in text
+    assert "  team.agents.<i>.name = 'REQUIRED'\n      Role name" in text
+    assert "  team.agents.<i>.max_completion_length = 64\n      Maximum new tokens" in text
+    assert "  team.agents.<i>.response_prefix = ''" in text

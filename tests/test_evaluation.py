@@ -14,7 +14,7 @@ from teamrl.generation import Generation
 
 
 @dataclass
-class FakeResult:  # the fields of teamrl.rewards.sandbox.ExecResult the games read
+class FakeResult:  # the fields of teamrl.sandbox.ExecResult the games read
     stdout: str
     stderr: str
     returncode: int
@@ -94,7 +94,8 @@ class WinEnv:
             reward=float(win),
             terminations={"solver": True},
             local_rewards={"solver": float(win)},
-            infos={"success": win, "reward_components": {"win": float(win)}},
+            success=win,
+            reward_components={"win": float(win)},
         )
 
 
@@ -160,7 +161,7 @@ def test_evaluate_trainer_counts_independent_episodes(algorithm):
 
 
 def test_cli_eval_reports_checkpoint_and_untrained_baseline(tmp_path, monkeypatch):
-    import teamrl.envs.games.common as games
+    import teamrl.tasks.games.episode as games
     from teamrl.cli import main as cli_main
     from teamrl.config import load_config
     from teamrl.trainer import Trainer

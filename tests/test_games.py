@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from teamrl.envs.base import clone, make_task
-from teamrl.envs.games import (
+from teamrl.tasks.games import (
     PlanPathState,
     SokobanState,
     SudokuState,
@@ -25,14 +25,14 @@ from teamrl.envs.games import (
     solve_sudoku,
     split_seeds,
 )
-from teamrl.envs.games.common import board_split
-from teamrl.envs.games.plan_path import plan_path_single_task, plan_path_task
-from teamrl.envs.games.sokoban import sokoban_single_task, sokoban_task
-from teamrl.envs.games.sudoku import sudoku_single_task, sudoku_task
+from teamrl.tasks.games.plan_path import plan_path_single_task, plan_path_task
+from teamrl.tasks.games.seeds import board_split
+from teamrl.tasks.games.sokoban import sokoban_single_task, sokoban_task
+from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
 
 # ---------------------------------------------------------------------------------------------
 # A fake code runner: runs the (trusted, test-written) code in-process, same result fields as
-# teamrl.rewards.sandbox.ExecResult.
+# teamrl.sandbox.ExecResult.
 
 
 @dataclass
@@ -342,9 +342,9 @@ def test_tool_step_simulates_on_copy_and_plan_sees_it():
     assert runner.calls == [code]
     # D, D, R each +0.1 shaping; U into '#' invalid -0.1; 4 steps -0.04
     assert step.local_rewards == {"tool": pytest.approx(0.16)} and step.reward == 0.0
-    assert step.infos["pending"]  # team reward known only after the plan agent acts
+    assert step.pending  # team reward known only after the plan agent acts
     assert env.state.pos == (0, 0)  # the real state is unchanged
-    assert not step.done and step.infos["success"] is False
+    assert not step.done and step.success is False
     plan_obs = step.observations["plan"]
     assert code in plan_obs and "['D', 'D', 'R', 'U']" in plan_obs and "1 invalid" in plan_obs
     with pytest.raises(ValueError, match="'plan' only"):
@@ -353,8 +353,8 @@ def test_tool_step_simulates_on_copy_and_plan_sees_it():
     # team = the real transition; locals: the tool's simulation, the plan agent's gain over it
     assert step.reward == pytest.approx(10.36)
     assert step.local_rewards == {"tool": pytest.approx(0.16), "plan": pytest.approx(10.2)}
-    assert step.infos["success"] and all(step.terminations.values())
-    assert step.infos["reward_components"]["plan_win"] == 10.0
+    assert step.success and all(step.terminations.values())
+    assert step.reward_components["plan_win"] == 10.0
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step({"tool": "print([])"})
 
@@ -363,7 +363,7 @@ def test_failing_tool_code_and_missing_plan_list():
     env = _pp_env(FakeRunner(), max_turns=2)
     step = env.step({"tool": "```python\nprint(1 / 0)\n```"})
     assert step.local_rewards["tool"] == -1.0
-    assert step.infos["reward_components"]["tool_exec_ok"] == 0.0
+    assert step.reward_components["tool_exec_ok"] == 0.0
     assert (
         "FAILED" in step.observations["plan"] and "ZeroDivisionError" in step.observations["plan"]
     )
@@ -393,7 +393,7 @@ def test_clone_independence():
     env.step({"tool": "print(['D', 'D', 'R', 'R'])"})
     for branch in (clone(env), copy.deepcopy(env)):
         step = branch.step({"plan": "#### ['D', 'D', 'R', 'R']"})
-        assert step.infos["success"] and branch.state.is_solved()
+        assert step.success and branch.state.is_solved()
     assert env.state.pos == (0, 0) and env.tool is not None and env.history == []
     step = env.step({"plan": "#### ['D']"})  # the original continues on its own
     assert env.state.pos == (1, 0) and not step.done
@@ -409,18 +409,18 @@ def test_two_agent_sudoku_and_sokoban_with_real_sandbox():
     todo = [p for p in cells if not env.state.grid[p[0]][p[1]]]
     step = env.step({"tool": f"```python\nprint({todo!r})\n```"})
     assert step.local_rewards["tool"] == pytest.approx(10.0 + len(todo) * (0.1 - 0.01))
-    assert step.infos["reward_components"]["tool_solved"] == 1.0 and not env.state.is_solved()
+    assert step.reward_components["tool_solved"] == 1.0 and not env.state.is_solved()
     step = env.step({"plan": f"#### {todo}"})
-    assert step.infos["success"]
+    assert step.success
 
     task = sokoban_task(n_train=1, n_eval=1, n_test=1)
     env = task.make_env()
     env.reset(task.train[0])
     moves = env.state.solve()
     step = env.step({"tool": f"print({moves!r})"})
-    assert step.infos["reward_components"]["tool_solved"] == 1.0
+    assert step.reward_components["tool_solved"] == 1.0
     assert str(moves) in step.observations["plan"]
-    assert env.step({"plan": f"#### {moves}"}).infos["success"]
+    assert env.step({"plan": f"#### {moves}"}).success
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,13 +439,23 @@ def test_single_agent_env_multi_turn():
     moves = env.state.solve()
     end, expected, _ = env.state.apply(moves)
     step = env.step({"solver": f"#### {moves}"})
-    assert step.reward == pytest.approx(expected) and step.infos["success"]
+    assert step.reward == pytest.approx(expected) and step.success
     assert step.local_rewards == {"solver": step.reward} and all(step.terminations.values())
 
     task = plan_path_single_task(size=5, n_train=1, n_eval=1, n_test=1)
     env = task.make_env()
     env.reset(task.eval[0])
     step = env.step({"solver": f"#### {env.state.shortest_path()}"})
-    assert step.infos["success"]
+    assert step.success
     task = sudoku_single_task(n_train=1, n_eval=1, n_test=1)
     assert task.make_env().reset(task.train[0])["solver"].count("\n") > 5
+
+
+def test_game_steps_set_the_protocol_fields():
+    env = _pp_env(FakeRunner())
+    tool = env.step({"tool": "```python\nprint(['D', 'D', 'R', 'R'])\n```"})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components["tool_exec_ok"] == 1.0
+    plan = env.step({"plan": "#### ['D', 'D', 'R', 'R']"})
+    assert plan.pending is False and plan.success is True  # D, D, R, R reaches G
+    assert plan.reward_components["plan_n_actions"] == 4.0

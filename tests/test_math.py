@@ -15,8 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import teamrl.rewards.math as rmath
-from teamrl.data.math import (
+import teamrl.tasks.math.equivalence as rmath
+from teamrl.envs.base import make_task
+from teamrl.generation import Generation
+from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.sandbox import ExecResult
+from teamrl.tasks.math.answers import extract_answer, extract_boxed
+from teamrl.tasks.math.data import (
     ArithmeticConfig,
     arithmetic_problems,
     load_aime2024,
@@ -24,8 +29,7 @@ from teamrl.data.math import (
     load_gsm8k,
     load_olympiadbench,
 )
-from teamrl.envs.base import make_task
-from teamrl.envs.math import (
+from teamrl.tasks.math.env import (
     MathEnv,
     MathEnvConfig,
     SandboxRunner,
@@ -34,16 +38,8 @@ from teamrl.envs.math import (
     extract_code,
     program_answer,
 )
-from teamrl.generation import Generation
-from teamrl.rewards.math import (
-    MathCheckConfig,
-    check_equivalence,
-    extract_answer,
-    extract_boxed,
-    is_equivalent,
-)
-from teamrl.rewards.sandbox import ExecResult
-from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.tasks.math.equivalence import check_equivalence, is_equivalent
+from teamrl.tasks.math.guards import MathCheckConfig
 
 # --------------------------------------------------------------------------------------
 # Extraction
@@ -82,12 +78,24 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-def test_extraction_is_fast_on_many_unclosed_boxes():
+def test_extraction_is_linear_on_many_unclosed_boxes(monkeypatch):
+    """No wall clock (speed is for benchmarks): count the work. Each balanced-brace scan may
+    stop where the last unclosed box began, so the spans scanned never overlap and their total
+    is at most the text's length: linear, even for ``\\boxed{`` repeated 20,000 times."""
+    import teamrl.tasks.math.answers as answers
+
+    scanned = []
+    real = answers.brace_group
+
+    def counting(text, start, limit=None):
+        scanned.append((limit if limit is not None else len(text)) - start)
+        return real(text, start, limit)
+
+    monkeypatch.setattr(answers, "brace_group", counting)
     text = r"\boxed{1} " + r"\boxed{" * 20_000
-    start = time.perf_counter()
     assert extract_boxed(text) == "1"
+    assert len(scanned) == 20_001 and sum(scanned) <= len(text)
     assert extract_answer("x" * 100_000 + text) == "1"
-    assert time.perf_counter() - start < 0.5
 
 
 # --------------------------------------------------------------------------------------
@@ -176,10 +184,12 @@ def test_sympy_fallback_when_math_verify_raises_or_is_missing(monkeypatch):
     ],
 )
 def test_pathological_predictions_are_refused_quickly(pred):
+    # "refused" means the screen stopped it before any evaluation; the clock only guards
+    # against a hang (speed itself is not a unit-test matter).
     start = time.perf_counter()
     verdict = check_equivalence(pred, "5")
-    assert time.perf_counter() - start < 0.5
     assert (verdict.equivalent, verdict.method) == (False, "refused")
+    assert time.perf_counter() - start < 10
 
 
 def test_symbolic_towers_are_not_refused():
@@ -561,8 +571,8 @@ def test_sequential_env_contract():
     step = env.step({"tool": _fence("print(6 * 8)")})
     assert runner.calls == ["print(6 * 8)"]
     assert (step.reward, step.local_rewards, step.done) == (0.0, {"tool": 0.0}, False)
-    assert step.infos["pending"] is True
-    assert step.infos["reward_components"] == {
+    assert step.pending is True
+    assert step.reward_components == {
         "tool/local": 0.0,
         "tool/exec_ok": 1.0,
         "tool/correct": 0.0,
@@ -575,14 +585,14 @@ def test_sequential_env_contract():
     step = env.step({"reasoner": r"6 times 7 is \boxed{42}."})
     # the closing step carries both agents' turn-local terms (the tool's for a lookahead)
     assert (step.reward, step.local_rewards) == (1.0, {"tool": 0.0, "reasoner": 1.0})
-    assert "pending" not in step.infos
+    assert step.pending is False
     assert step.terminations == {"tool": False, "reasoner": False}
     assert step.truncations == {"tool": False, "reasoner": False}
-    assert step.infos["success"] is True
+    assert step.success is True
     assert step.infos["answers"] == {"tool": "48", "reasoner": "42"}
     assert step.infos["turn_local_rewards"] == {"tool": 0.0, "reasoner": 1.0}
     assert step.infos["mixed_rewards"] == {"tool": 0.5, "reasoner": 1.5}  # 0.5 * 1 + local
-    assert step.infos["reward_components"] == {
+    assert step.reward_components == {
         "reasoner/local": 1.0,
         "reasoner/correct": 1.0,
         "reasoner/answered": 1.0,
@@ -600,7 +610,7 @@ def test_sequential_env_contract():
     assert step.terminations == {"tool": True, "reasoner": True}
     assert step.truncations == {"tool": False, "reasoner": False}
     assert (step.reward, step.done, step.infos["turn"]) == (1.0, True, 2)
-    assert step.infos["reward_components"]["agree"] == 1.0
+    assert step.reward_components["agree"] == 1.0
     with pytest.raises(RuntimeError, match="over"):
         env.step({"tool": _fence("print(6 * 7)")})
 
@@ -618,13 +628,13 @@ def test_simultaneous_env_contract():
     assert (step.reward, step.local_rewards) == (0.0, {"tool": -1.0, "reasoner": 0.0})
     assert step.infos["tool_status"] == "failed (exit code 1)"
     assert "ZeroDivisionError" in step.observations["reasoner"]  # shown from the next turn
-    assert step.infos["success"] is False and not step.done
+    assert step.success is False and not step.done
 
     # turn 2: no code block (-1, runner not called)
     step = env.step({"tool": "It is 42.", "reasoner": r"The answer is \boxed{42}."})
     assert len(runner.calls) == 1
     assert (step.reward, step.local_rewards) == (1.0, {"tool": -1.0, "reasoner": 1.0})
-    assert step.infos["reward_components"] == {
+    assert step.reward_components == {
         "tool/local": -1.0,
         "tool/exec_ok": 0.0,
         "tool/correct": 0.0,
@@ -636,7 +646,7 @@ def test_simultaneous_env_contract():
     }
     assert step.terminations == {"tool": False, "reasoner": False}
     assert step.truncations == {"tool": True, "reasoner": True}  # max_turns reached
-    assert step.infos["success"] is True
+    assert step.success is True
 
 
 def test_stop_on_correct_timeouts_and_require_boxed():
@@ -677,7 +687,7 @@ def test_pending_tool_step_lets_a_lookahead_pay_the_team_reward():
     for code, reasoner in (("print(6 * 8)", r"\boxed{42}"), ("print(1 / 0)", r"\boxed{41}")):
         branch = copy.deepcopy(env)
         tool_step = branch.step({"tool": _fence(code)})
-        assert tool_step.infos["pending"] is True and tool_step.reward == 0.0
+        assert tool_step.pending is True and tool_step.reward == 0.0
         own_local = tool_step.local_rewards["tool"]
         closing = branch.step({"reasoner": reasoner})  # the lookahead's one reasoner sample
         assert closing.local_rewards["tool"] == own_local
@@ -799,3 +809,14 @@ def test_tool_with_the_real_sandbox():
         {"tool": -1.0},
         "failed (exit code 3)",
     )
+
+
+def test_math_steps_set_the_protocol_fields():
+    env = MathEnv(runner=FakeRunner(RESULTS))
+    env.reset(EXAMPLE)
+    tool = env.step({"tool": _fence("print(6 * 8)")})
+    assert tool.pending is True and tool.success is False
+    assert tool.reward_components == {"tool/local": 0.0, "tool/exec_ok": 1.0, "tool/correct": 0.0}
+    closing = env.step({"reasoner": r"so \boxed{42}"})
+    assert closing.pending is False and closing.success is True
+    assert closing.reward_components["team"] == 1.0

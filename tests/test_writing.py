@@ -2,7 +2,7 @@
 
 Hand-made completions are built from vowel-free words ("kq", "kkxz", ...) so that no
 transition phrase and no stopword can match by accident; every expected score below is
-worked out by hand from the formulas in teamrl/rewards/writing.py.
+worked out by hand from the formulas in teamrl/tasks/writing/reward.py.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import json
 
 import pytest
 
-from teamrl.data.writing import load_arxiv, load_tldr, offline_texts
 from teamrl.envs.base import clone, make_task, registered_tasks
-from teamrl.rewards.writing import (
-    ArxivRewardConfig,
-    TLDRRewardConfig,
+from teamrl.tasks.writing.data import load_arxiv, load_tldr, offline_texts
+from teamrl.tasks.writing.reward import (
+    WritingRewardConfig,
     arxiv_reward,
     band_score,
     jaccard,
@@ -24,9 +23,9 @@ from teamrl.rewards.writing import (
     transition_categories,
 )
 
-TLDR = TLDRRewardConfig()
-PAPER = ArxivRewardConfig.for_variant("paper")
-CURRENT = ArxivRewardConfig.for_variant("current")
+TLDR = WritingRewardConfig.tldr()
+PAPER = WritingRewardConfig.arxiv("paper")
+CURRENT = WritingRewardConfig.arxiv("current")
 
 
 def W(tag: str, n: int) -> list[str]:
@@ -208,11 +207,11 @@ def test_comlrl_callable_and_config_errors():
     with pytest.raises(ValueError, match="differ in length"):
         tldr_reward([c1], [c2, c2])
     with pytest.raises(ValueError, match="variant"):
-        ArxivRewardConfig.for_variant("head")
+        WritingRewardConfig.arxiv("head")
     with pytest.raises(ValueError, match="transition_match"):
-        TLDRRewardConfig(transition_match="regex")
+        WritingRewardConfig.tldr(transition_match="regex")
     with pytest.raises(ValueError, match="length_band"):
-        TLDRRewardConfig(length_band=(2.0, 1.0, 3.0, 4.0))
+        WritingRewardConfig.tldr(length_band=(2.0, 1.0, 3.0, 4.0))
 
 
 # --------------------------------------------------------------------------------------
@@ -355,7 +354,7 @@ def test_tasks_registered_and_tldr_env_contract():
     branch = clone(env)
     step = env.step({"concise": c1, "detailed": c2})
     assert step.reward == pytest.approx(2.6)
-    assert step.infos["reward_components"] == pytest.approx(
+    assert step.reward_components == pytest.approx(
         {"structure": 0.5, "length_ratio": 1.0, "unique_words": 0.5, "style": 0.6}
     )
     assert step.terminations == {"concise": True, "detailed": True} and step.done
@@ -385,3 +384,26 @@ def test_arxiv_env_variants_and_limit():
     assert rewards == pytest.approx({"paper": 1.66, "current": 2.16})
     word = make_task("arxiv", reward={"transition_match": "word"}).make_env()
     assert word.reward_config.transition_match == "word"
+
+
+def test_one_reward_config_with_a_preset_per_task():
+    # TLDR's thresholds are the defaults; arXiv differs in five fields, variant sets L2.
+    assert WritingRewardConfig.tldr() == WritingRewardConfig()
+    paper = WritingRewardConfig.arxiv("paper")
+    assert (paper.min_tokens, paper.max_tokens) == (128, 256)
+    assert paper.length_band == (0.8, 1.0, 1.3, 1.5)
+    assert paper.unique_band == (0.5, 0.7, 1.3, 1.7)
+    assert (paper.transition_text, paper.jaccard_cap) == ("both", 0.23)
+    assert WritingRewardConfig.arxiv("current").length_band == (0.8, 1.3, 1.6, 2.0)
+    assert WritingRewardConfig.arxiv("current", jaccard_cap=0.5).jaccard_cap == 0.5
+
+
+def test_writing_step_sets_the_protocol_fields():
+    env = make_task("tldr").make_env()
+    env.reset({"text": "A post about a lost cat."})
+    c1, c2 = fit(W("k", 8), 40), fit(W("k", 8) + W("kk", 8), 80)
+    step = env.step({"concise": c1, "detailed": c2})
+    assert step.reward_components == pytest.approx(
+        {"structure": 0.5, "length_ratio": 1.0, "unique_words": 0.5, "style": 0.6}
+    )
+    assert step.success is None and step.pending is False  # writing has no notion of success

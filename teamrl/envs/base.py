@@ -31,7 +31,11 @@ class Step:
 
     ``reward`` is the team reward, shared by every agent (MAGRPO's joint reward).
     ``local_rewards`` are optional per-agent terms (AT-GRPO uses ``alpha * team + local``).
-    ``infos["reward_components"]``, a dict of floats, is logged as ``reward/<name>``.
+    ``success`` says whether the task is solved (``None``: the task has no such notion; pass@k
+    and accuracy need it). ``pending`` marks a step whose turn is not finished (a sequential
+    agent acted before the others): its reward is defined only when the turn completes.
+    ``reward_components``, floats, are logged as ``reward/<name>``. ``lookahead`` is set by the
+    AT-GRPO rollout on a step scored on a copy of the state. ``infos`` holds free-form extras.
     """
 
     observations: dict[str, str]
@@ -44,20 +48,6 @@ class Step:
     pending: bool = False  # the turn is not finished: its reward comes when the turn completes
     reward_components: dict[str, float] = field(default_factory=dict)  # logged as reward/<name>
     lookahead: bool = False  # set by the rollout: the reward is an estimate from a copy
-
-    def __post_init__(self) -> None:
-        # TEMPORARY bridge while the envs and the rollouts move from infos keys to fields:
-        # both views agree. Removed when both sides use the fields.
-        for key, empty in (
-            ("success", None),
-            ("pending", False),
-            ("reward_components", {}),
-            ("lookahead", False),
-        ):
-            if getattr(self, key) == empty and key in self.infos:
-                setattr(self, key, self.infos[key])
-            elif getattr(self, key) != empty:
-                self.infos[key] = getattr(self, key)
 
     @property
     def done(self) -> bool:
@@ -154,8 +144,7 @@ def _import_builtin_tasks() -> None:
     import importlib
     import pkgutil
 
-    import teamrl.envs as pkg
+    import teamrl.tasks as pkg
 
-    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.envs."):
-        if mod.name != "teamrl.envs.base":
-            importlib.import_module(mod.name)
+    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.tasks."):
+        importlib.import_module(mod.name)

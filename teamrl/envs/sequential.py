@@ -2,7 +2,7 @@
 
 Each agent sees what the agents before it committed in the same turn. The wrapped env's reward
 is only defined once every agent has acted, so the step of a non-final agent returns
-``pending=True`` and no reward; the AT-GRPO rollout then scores each of that agent's
+``Step.pending = True`` and no reward; the AT-GRPO rollout then scores each of that agent's
 candidates by completing the turn on a copy with one sampled action of each later agent
 (a one-sample Monte-Carlo lookahead), so every candidate is rewarded on its own successor.
 """

@@ -177,11 +177,17 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, spec: EngineSpec):
+    def __init__(self, spec: EngineSpec, fast_decode: str = "off"):
         self.spec = spec
+        on_cuda = str(spec.device).startswith("cuda")
+        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda)
 
     def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
         s = self.spec
+        if self.fast:  # static KV cache + compiled decode; declines (eager loop) where unsupported
+            from teamrl.generation import fast_decode
+
+            return fast_decode.generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos)
         return generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos)
 
     def weights_changed(self, adapter: str | None) -> None:

@@ -1,0 +1,216 @@
+"""Interleaved timing rounds: the scheduler, the statistics, and the worker-process protocol.
+
+Plain Python (no torch), so the benchmark's parent process, its workers in other venvs and the
+tests can all import it.
+
+Why rounds: on a shared machine the load changes from minute to minute. Timing contender A for
+five minutes and then contender B compares two machines, not two programs. Here every contender
+is built once (a long-lived object or process), then each round times ONE step of every
+contender back to back, so the steps of a round run within a minute of each other under nearly
+the same load. The per-round ratio (reference s / contender s) cancels most of a slow round, and
+the median over rounds discards the odd disturbed one.
+
+Worker protocol (one JSON object per line): the worker prints ``{"ready": true, ...}`` once
+built; then for each ``step`` line on its stdin it runs one step and prints
+``{"step_s": .., "generate_s": .., "update_s": ..}``; ``quit`` makes it print its final
+``{"peak_rss_gib": ..}`` and exit. A worker prints nothing else on stdout (``protocol_stdout``
+sends stray prints to stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+TIMINGS = ("step_s", "generate_s", "update_s")
+
+
+class Contender(Protocol):
+    def step(self) -> dict[str, float]:
+        """Run one timed step; return at least ``step_s`` (and the generate/update split)."""
+
+
+def round_order(names: list[str], r: int, order: str = "rotate") -> list[str]:
+    """The order of round ``r``: fixed (A B C every round) or rotated (A B C, B C A, C A B...).
+
+    Rotation spreads any position effect (the first step after an idle pause, caches warmed by
+    the previous contender) evenly over the contenders.
+    """
+    if order == "fixed" or not names:
+        return list(names)
+    if order != "rotate":
+        raise ValueError(f"--order: expected 'rotate' or 'fixed', got {order!r}")
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def run_rounds(
+    contenders: dict[str, Contender],
+    rounds: int,
+    warmup: int = 1,
+    order: str = "rotate",
+    on_step: Callable[[int, str, dict], None] | None = None,
+    on_round: Callable[[int, list[str]], None] | None = None,
+) -> dict:
+    """``warmup`` untimed rounds, then ``rounds`` timed rounds of one step per contender.
+
+    Returns {"orders": [[name, ...] per timed round], "steps": {name: [timings per round]}}.
+    ``on_step(round, name, timings)`` is called after each step (round < 0: warm-up);
+    ``on_round(round, order)`` before each timed round.
+    """
+    names = list(contenders)
+    for w in range(warmup):
+        for name in names:
+            timings = contenders[name].step()
+            if on_step:
+                on_step(w - warmup, name, timings)
+    steps: dict[str, list[dict]] = {name: [] for name in names}
+    orders = []
+    for r in range(rounds):
+        this = round_order(names, r, order)
+        orders.append(this)
+        if on_round:
+            on_round(r, this)
+        for name in this:
+            timings = contenders[name].step()
+            steps[name].append(timings)
+            if on_step:
+                on_step(r, name, timings)
+    return {"orders": orders, "steps": steps}
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(Q1, median, Q3) by linear interpolation between order statistics (numpy's default).
+
+    The p-quantile of sorted x_0..x_{n-1} sits at position h = p (n - 1):
+    x_floor(h) + (h - floor(h)) (x_ceil(h) - x_floor(h)).
+    """
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("quartiles of an empty list")
+
+    def at(p: float) -> float:
+        h = p * (len(xs) - 1)
+        lo = int(h)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+    return at(0.25), at(0.5), at(0.75)
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    """Median with its spread: min, max, Q1, Q3 and IQR = Q3 - Q1."""
+    q1, med, q3 = quartiles(values)
+    return {
+        "median": med,
+        "min": min(values),
+        "max": max(values),
+        "q1": q1,
+        "q3": q3,
+        "iqr": q3 - q1,
+        "n": len(values),
+    }
+
+
+def per_round_ratios(reference: list[float], contender: list[float]) -> list[float]:
+    """Speed-up of the contender in each round: reference s/step / contender s/step."""
+    if len(reference) != len(contender):
+        raise ValueError(f"rounds differ: {len(reference)} vs {len(contender)}")
+    return [ref / c for ref, c in zip(reference, contender)]
+
+
+def report(steps: dict[str, list[dict]], reference: str | None) -> dict[str, dict]:
+    """Per contender: step/generate/update summaries and the per-round ratios to ``reference``.
+
+    ``ratio_vs_reference`` is the median of the per-round ratios (not the ratio of medians):
+    each ratio compares two steps taken under the same load.
+    """
+    out = {}
+    ref = [t["step_s"] for t in steps[reference]] if reference in steps else None
+    for name, timings in steps.items():
+        row = {
+            key: summarize([t[key] for t in timings])
+            for key in TIMINGS
+            if timings and all(key in t for t in timings)
+        }
+        if ref is not None and name != reference:
+            ratios = per_round_ratios(ref, [t["step_s"] for t in timings])
+            row["ratios"] = ratios
+            row["ratio_vs_reference"] = statistics.median(ratios)
+        out[name] = row
+    return out
+
+
+def protocol_stdout():
+    """The worker's protocol channel: the real stdout; fd 1 is pointed at stderr for the rest.
+
+    Libraries that print (progress bars, warnings) then cannot corrupt the JSON lines.
+    """
+    sys.stdout.flush()
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    return channel
+
+
+def send(channel, obj: dict) -> None:
+    channel.write(json.dumps(obj) + "\n")
+    channel.flush()
+
+
+class WorkerProcess:
+    """A contender that lives in its own process (any interpreter) and speaks the protocol."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, env: dict | None = None):
+        self.name, self.log = name, log
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+            bufsize=1,
+        )
+        self.ready = self._read()  # blocks until built (or raises with the log's tail)
+        self.final: dict = {}
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            raise RuntimeError(
+                f"{self.name}: worker exited ({self.proc.returncode}); last log lines:\n"
+                + tail(self.log)
+            )
+        return json.loads(line)
+
+    def step(self) -> dict[str, float]:
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> dict:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.final = self._read()
+            except (BrokenPipeError, RuntimeError, json.JSONDecodeError):
+                pass
+            self.proc.wait(timeout=120)
+        self._log.close()
+        return self.final
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""

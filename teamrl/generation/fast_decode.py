@@ -1,0 +1,240 @@
+"""The builtin sampler's fast path: a preallocated (static) KV cache and a capturable decode step.
+
+Same contract and same sampling as ``teamrl.generation.hf.generate`` (the reference loop);
+only the cache layout differs:
+
+- The reference loop keeps a growing cache: each decode step concatenates one column to every
+  layer's keys and values, so step t copies O(t) memory and every shape changes every step.
+- Here every layer's keys and values live in one tensor of shape (rows, kv heads, L, head dim)
+  allocated once (transformers' ``StaticCache``), with L = prompt width + budget rounded up to a
+  multiple of ``CACHE_BUCKET``. Step t writes column ``width + t`` in place. The 2-D attention
+  mask is fixed for the whole call (prompt padding, then ones): the causal rule (key index <=
+  query index, from the cache's own counter) hides the columns not yet written, so
+  softmax gives them weight exactly 0. Every decode step therefore has the same shapes and the
+  same tensor addresses, which is what CUDA graphs (``torch.compile(mode="reduce-overhead")``)
+  need to replay one captured step instead of launching hundreds of small kernels.
+
+Prefill is unchanged (dynamic cache over the distinct prompts, as in the reference); its keys and
+values are then copied once into the static cache, row ``i`` from the prompt that row continues.
+
+Equality with the reference. Prefill is bit-identical. A decode step attends over L keys instead
+of ``width + t + 1``; the extra keys get weight 0, but the softmax and the weighted sum reduce
+over a longer axis, so logits may differ in the last bits. Greedy decoding (temperature 0) gives
+the same tokens unless two logits tie within float rounding, and the log-probs (0 under greedy;
+the sampler's log-probs when sampling) agree within float tolerance. Sampling consumes the RNG
+exactly as the reference does: ``sample_tokens`` draws one ``torch.multinomial`` over the same
+(rows, vocab) shape per step, and the loop stops at the same step. With the same seed the tokens
+are the same unless a last-bit difference in a probability moves a draw across a bucket edge
+(never seen on the tiny models in float32; in bf16 on GPU expect rare divergences).
+
+Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduce-overhead"``
+(CUDA graphs) on CUDA and runs it eagerly elsewhere; compiling on CPU is allowed
+(``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
+grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which patches layer forwards per
+call; such calls always run eagerly (a compiled step would recompile on every call).
+Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
+``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
+default, counted across models) and then runs the step eagerly, so a caller with many shapes
+raises that limit (benchmarks/gpu_generation.py sets 64).
+
+``supported(model, requests)`` says whether this path can serve a call; ``generate`` falls back
+to the reference loop when it cannot (a sliding-window or hybrid cache layout; per-row adapters
+on a LoRA model the grouped forward does not handle, i.e. PEFT's ``adapter_names`` route).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from teamrl.generation import hf as reference
+from teamrl.generation.hf import sample_tokens
+from teamrl.generation.types import Generation, Request
+from teamrl.tensors import left_pad
+
+CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
+
+
+def decline_reason(model: torch.nn.Module, requests: list[Request]) -> str | None:
+    """Why the fast path cannot serve this call, or None when it can."""
+    from transformers.cache_utils import StaticCache, StaticLayer
+
+    config = model.config.get_text_config(decoder=True)
+    layers = StaticCache(config=config, max_cache_len=1).layers
+    if not all(type(layer) is StaticLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers})
+        return f"cache layout {kinds}: only full-attention layers are supported"
+    if any(r.adapter is not None for r in requests):
+        from teamrl.generation import multi_lora
+
+        if not multi_lora.supported(model):
+            return "per-row adapters need the grouped multi-LoRA forward (plain LoRA linears)"
+    return None
+
+
+def supported(model: torch.nn.Module, requests: list[Request]) -> bool:
+    """True when ``generate`` runs the static-cache path for this call (else the reference)."""
+    return decline_reason(model, requests) is None
+
+
+@dataclass
+class _State:
+    """Per model: the reusable static cache and the (compiled) decode step."""
+
+    cache: object | None = None
+    cache_key: tuple | None = None
+    compiled: object | None = None
+
+
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def release(model: torch.nn.Module) -> None:
+    """Drop the model's reusable static cache and compiled step (frees their memory).
+
+    The cache is kept between calls so that CUDA graphs replay at the same addresses; a trainer
+    short of GPU memory for the update can release it after each rollout at the cost of a new
+    allocation (and, when compiled, a new capture) at the next call.
+    """
+    _STATES.pop(model, None)
+
+
+def _decode_step(model, input_ids, attention_mask, position_ids, cache):
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[:, -1]
+
+
+def _static_cache(model, state: _State, rows: int, length: int, sample_kv: torch.Tensor):
+    """A zeroed StaticCache of ``rows`` x ``length``, reused when the shape repeats."""
+    from transformers.cache_utils import StaticCache
+
+    key = (rows, length, sample_kv.dtype, sample_kv.device)
+    if state.cache_key != key:
+        state.cache = StaticCache(
+            config=model.config.get_text_config(decoder=True), max_cache_len=length
+        )
+        state.cache_key = key
+    else:
+        state.cache.reset()
+    return state.cache
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    requests: list[Request],
+    eos_ids: list[int],
+    pad_id: int,
+    ignore_eos: bool = False,
+    compile: bool | None = None,
+) -> list[list[Generation]]:
+    """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
+
+    ``compile``: None = compile the decode step with CUDA graphs on CUDA only; True/False force.
+    Falls back to the reference loop when ``supported(model, requests)`` is False.
+    """
+    rows = [(r, k) for r in requests for k in range(r.n)]
+    if not rows:
+        return []
+    if not supported(model, requests):
+        return reference.generate(model, requests, eos_ids, pad_id, ignore_eos)
+    device = next(model.parameters()).device
+    # Prefill each distinct (prompt, adapter) once, exactly as the reference loop does.
+    distinct: dict[tuple, int] = {}
+    row_prefix = [
+        distinct.setdefault((tuple(r.prompt_ids), r.adapter), len(distinct)) for r, _ in rows
+    ]
+    ids, attn = left_pad([list(p) for p, _ in distinct], pad_id)
+    ids, attn = ids.to(device), attn.to(device)
+    expand = torch.tensor(row_prefix, device=device)
+    temp = torch.tensor([r.temperature for r, _ in rows], device=device)
+    top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
+    top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
+    budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
+    eos = torch.tensor(eos_ids, device=device)
+    row_adapters = [r.adapter for r, _ in rows]
+    uses_lora = any(a is not None for a in row_adapters)
+    if compile is None:
+        compile = device.type == "cuda"
+    compile = compile and not uses_lora
+    state = _STATES.setdefault(model, _State())
+    was_training = model.training
+    model.eval()
+    try:
+        with reference._adapters(model, [a for _, a in distinct]) as kw:
+            position = (attn.cumsum(-1) - 1).clamp_min(0)
+            out = model(
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=position,
+                use_cache=True,
+                logits_to_keep=1,
+                **kw,
+            )
+        n_rows, max_new, width = len(rows), int(budget.max()), ids.shape[1]
+        length = -(-(width + max_new) // CACHE_BUCKET) * CACHE_BUCKET
+        prefill = out.past_key_values
+        cache = _static_cache(model, state, n_rows, length, prefill.layers[0].keys)
+        for src, dst in zip(prefill.layers, cache.layers):
+            # update() allocates on first use, writes columns 0..width-1, advances the counter.
+            dst.update(src.keys.index_select(0, expand), src.values.index_select(0, expand))
+        logits, last_pos = out.logits[expand, -1], position[expand, -1]
+        del out, prefill
+        # Fixed for the whole call: the prompt's padding, then ones (causality hides the rest).
+        mask = torch.ones((n_rows, length), dtype=attn.dtype, device=device)
+        mask[:, :width] = attn[expand]
+
+        step = _decode_step
+        if compile:
+            if state.compiled is None:
+                state.compiled = torch.compile(_decode_step, mode="reduce-overhead")
+            step = state.compiled
+
+        tokens = torch.full((n_rows, max_new), pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros((n_rows, max_new), device=device)
+        done = torch.zeros(n_rows, dtype=torch.bool, device=device)
+        lengths = torch.zeros(n_rows, dtype=torch.long, device=device)
+        with reference._adapters(model, row_adapters):
+            for t in range(max_new):
+                tok, lp = sample_tokens(logits, temp, top_p, top_k)
+                active = ~done
+                tokens[:, t] = torch.where(active, tok, torch.full_like(tok, pad_id))
+                logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
+                lengths += active.long()
+                hit_eos = torch.isin(tok, eos) & (not ignore_eos)
+                done = done | (active & (hit_eos | (lengths >= budget)))
+                if bool(done.all()):
+                    break
+                last_pos = last_pos + 1
+                if compile:
+                    torch.compiler.cudagraph_mark_step_begin()
+                logits = step(model, tokens[:, t : t + 1], mask, last_pos.unsqueeze(-1), cache)
+                if compile:
+                    logits = logits.clone()  # the next replay overwrites the graph's output
+    finally:
+        model.train(was_training)
+
+    tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
+    results: list[list[Generation]] = [[] for _ in requests]
+    owner = {id(r): i for i, r in enumerate(requests)}
+    for row, (req, _) in enumerate(rows):
+        n = int(lengths[row])
+        comp = tokens[row, :n].tolist()
+        ended = bool(n) and comp[-1] in eos_ids and not ignore_eos
+        results[owner[id(req)]].append(
+            Generation(
+                prompt_ids=list(req.prompt_ids),
+                completion_ids=comp,
+                logprobs=logps[row, :n].tolist(),
+                truncated=not ended,
+            )
+        )
+    return results

@@ -1,0 +1,131 @@
+"""User tasks from outside the package: ``--import`` and the ``teamrl.tasks`` entry points.
+
+A task is registered by running its ``@register_task`` decorator, that is, by importing the
+module that defines it. Two ways in:
+
+- ``teamrl train CONFIG --import my_tasks`` (a module on ``sys.path`` or the current folder,
+  or a ``.py`` file path; repeatable) imports it before the config is resolved;
+- an installed package declares its tasks in the ``teamrl.tasks`` entry-point group,
+  ``name = "package.module"`` or ``name = "package.module:builder"``. The group is read only
+  when the CLI needs tasks, and an entry point is loaded only when its task is asked for (or
+  when ``teamrl envs`` lists them), so one broken plugin does not stop every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from teamrl.config import ConfigError
+
+GROUP = "teamrl.tasks"
+
+
+def import_tasks(specs: list[str] | None) -> None:
+    """Import each ``--import`` spec (module name or .py path) so its tasks register."""
+    for spec in specs or []:
+        if spec.endswith(".py") or "/" in spec or "\\" in spec:
+            _import_file(spec)
+        else:
+            _import_module(spec)
+
+
+def _import_module(name: str) -> None:
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like `python -m`: the current folder's modules
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            raise ConfigError(
+                f"--import {name}: no module named {err.name!r} (give a module on sys.path or in "
+                "the current folder, or a path to a .py file)"
+            ) from None
+        raise ConfigError(f"--import {name}: {_where(err)}") from err
+    except Exception as err:
+        raise ConfigError(f"--import {name}: {_where(err)}") from err
+
+
+def _import_file(path: str) -> None:
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ConfigError(f"--import {path}: no such file")
+    # A stable module name per file, so importing it twice (two flags, or a resume in the same
+    # process) runs its decorators once.
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:8]
+    name = f"teamrl_user_{file.stem}_{digest}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"--import {path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise ConfigError(f"--import {path}: {_where(err)}") from err
+
+
+def _where(err: BaseException) -> str:
+    """``SyntaxError at my_tasks.py:3: invalid syntax``: the error and the user's line."""
+    if isinstance(err, SyntaxError):
+        return f"SyntaxError at {Path(err.filename or '?').name}:{err.lineno}: {err.msg}"
+    frames = traceback.extract_tb(err.__traceback__)
+    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+
+def entry_points() -> list[Any]:
+    return list(importlib.metadata.entry_points(group=GROUP))
+
+
+def load_entry_point_tasks(only: str | None = None, strict: bool = True) -> list[str]:
+    """Load the ``teamrl.tasks`` entry points (only the one named ``only`` when given).
+
+    An entry point that names a module registers its tasks by being imported; one that names a
+    builder function is registered under the entry point's name (its docstring's first line is
+    the description). Returns one line per broken entry point; raises on the first one instead
+    when ``strict``.
+    """
+    from teamrl.envs.base import register_task, registered_tasks
+
+    broken = []
+    for ep in entry_points():
+        if only is not None and ep.name != only:
+            continue
+        try:
+            obj = ep.load()
+        except Exception as err:
+            dist = getattr(getattr(ep, "dist", None), "name", None)
+            line = (
+                f"entry point {ep.name} = {ep.value} (group {GROUP}"
+                f"{', package ' + dist if dist else ''}) cannot be loaded: {_where(err)}"
+            )
+            if strict:
+                raise ConfigError(line) from err
+            broken.append(line)
+            continue
+        if callable(obj) and ep.name not in registered_tasks():
+            doc = (obj.__doc__ or "").strip().splitlines()
+            register_task(ep.name, doc[0] if doc else f"from {ep.value}")(obj)
+    return broken
+
+
+def ensure_task(name: str) -> None:
+    """Make task ``name`` available: load its entry point if it is not registered yet."""
+    from teamrl.envs.base import registered_tasks
+
+    if name not in registered_tasks():
+        load_entry_point_tasks(only=name, strict=True)

@@ -1,0 +1,405 @@
+"""Checks that need no model weights, run before anything heavy loads.
+
+``preflight(cfg, task)`` is what ``teamrl train`` and ``teamrl eval`` call between reading the
+config and building the trainer, so a user mistake costs a second and one line, not a model
+load and a traceback:
+
+- optional loggers (``log.tensorboard``, ``log.wandb``) are installed;
+- ``model.device`` exists on this machine;
+- the task has training data, and every row has the fields the agents' prompt templates use;
+- each model resolves (builtin, local folder, or a hub id in the cache or reachable) and every
+  ``model.lora_target_modules`` entry names a module of it (read from its config alone);
+- one step's memory, estimated from the config, fits in the memory that is free.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from teamrl.config import Config, ConfigError
+
+GiB = 1024**3
+
+
+def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
+    """Every check that needs no model. Raises ConfigError with a one-line message."""
+    check_loggers(cfg)
+    check_device(cfg)
+    if task is not None:
+        check_task(cfg, task)
+    models = {name: _meta_model_of(cfg, name) for name in model_names(cfg)}
+    check_lengths(cfg, models)
+    if uses_lora(cfg):
+        for name, model in models.items():
+            check_lora_targets(cfg.model.lora_target_modules, model, name)
+    # Under Ray the models live on the workers, which Ray places where their resources are free.
+    if check_memory and cfg.distributed.backend == "none":
+        est = estimate_memory(cfg, models, prompt_tokens(cfg, task))
+        check_fits(est, available_memory(cfg.model.device))
+
+
+# --- loggers and device ---------------------------------------------------------------------
+
+
+def check_loggers(cfg: Config) -> None:
+    for flag, module, package in (
+        ("tensorboard", "tensorboard", "tensorboard"),
+        ("wandb", "wandb", "wandb"),
+    ):
+        if getattr(cfg.log, flag) and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"log.{flag}=true but {package} is not installed: pip install {package} "
+                f"(or set log.{flag}=false)"
+            )
+
+
+def check_device(cfg: Config) -> None:
+    import torch
+
+    device = cfg.model.device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"model.device={device} but torch.cuda.is_available() is False "
+                "(use model.device=auto or cpu)"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(
+                f"model.device={device} but this machine has {count} CUDA device(s) "
+                f"(cuda:0..cuda:{count - 1})"
+            )
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("model.device=mps but torch.backends.mps.is_available() is False")
+
+
+# --- the task's data ------------------------------------------------------------------------
+
+
+def check_task(cfg: Config, task: Any) -> None:
+    """A training split with rows, and every row holds the fields the prompt templates use."""
+    if len(task.train) == 0:
+        raise ConfigError(
+            f"env.name={cfg.env.name}: the task's training split is empty (env.kwargs="
+            f"{cfg.env.kwargs!r})"
+        )
+    for split_name in ("train", "eval"):
+        rows = getattr(task, split_name, ()) or ()
+        for i, agent in enumerate(cfg.team.agents):
+            fields = template_fields(agent.prompt, f"team.agents[{i}].prompt")
+            fields.discard("observation")
+            for j, row in enumerate(rows):
+                missing = sorted(f for f in fields if not _has(row, f))
+                if missing:
+                    raise ConfigError(
+                        f"team.agents[{i}].prompt uses {{{missing[0]}}}, but row {j} of the "
+                        f"{split_name} split of task {task.name!r} has no field {missing[0]!r} "
+                        f"(its fields: {', '.join(sorted(map(str, row)))})"
+                    )
+    env = task.make_env()
+    for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
+        reset(env, task.train[j], j, task)
+
+
+def reset(env: Any, row: Any, index: int, task: Any) -> dict:
+    """``env.reset(row)``, where a KeyError for a field the row lacks names the row and field."""
+    try:
+        return env.reset(row)
+    except KeyError as err:
+        key = err.args[0] if err.args else None
+        if key is None or _has(row, key):
+            raise  # not a missing field of the row: a bug in the env
+        raise ConfigError(
+            f"row {index} of the train split of task {task.name!r} has no field {key!r}, which "
+            f"its env reads (its fields: {', '.join(sorted(map(str, row)))})"
+        ) from None
+
+
+def template_fields(template: str, where: str) -> set[str]:
+    """The top-level names a ``str.format`` template reads (``{question}``, ``{ex[a]}`` -> ex)."""
+    try:
+        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as err:  # an unmatched brace
+        raise ConfigError(f"{where}: malformed template {template!r} ({err})") from None
+    out = set()
+    for name in names:
+        head = name.split(".")[0].split("[")[0]
+        if head == "" or head.isdigit():
+            raise ConfigError(
+                f"{where}: positional field {{{name}}} in template {template!r}; name a field, "
+                "e.g. {observation} or {question}"
+            )
+        out.add(head)
+    return out
+
+
+def _has(row: Any, key: str) -> bool:
+    try:
+        return key in row
+    except TypeError:
+        return False
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+def uses_lora(cfg: Config) -> bool:
+    return cfg.team.policies == "lora" or cfg.model.use_peft
+
+
+def model_names(cfg: Config) -> list[str]:
+    """The distinct base models the team loads."""
+    names = [cfg.model.name_or_path]
+    if cfg.team.policies == "separate":
+        names = [a.model or cfg.model.name_or_path for a in cfg.team.agents]
+    return list(dict.fromkeys(names))
+
+
+def model_config_of(cfg: Config, name: str) -> Any:
+    from teamrl.models import model_config
+
+    return model_config(name, seed=cfg.seed)
+
+
+def _meta_model_of(cfg: Config, name: str) -> Any:
+    model_cfg = model_config_of(cfg, name)
+    try:
+        return meta_model(model_cfg)
+    except ValueError as err:  # e.g. an encoder-only or unknown architecture
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(
+            f"model.name_or_path: {name!r} is not a causal language model transformers can "
+            f"build ({reason})"
+        ) from err
+
+
+def meta_model(model_cfg: Any) -> Any:
+    """The model a transformers config describes, built on the meta device: its modules and
+    parameter shapes, with no memory and no weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(model_cfg)
+
+
+def check_lengths(cfg: Config, models: dict[str, Any]) -> None:
+    """A completion budget longer than the model's context can never be generated."""
+    for i, agent in enumerate(cfg.team.agents):
+        separate = cfg.team.policies == "separate"
+        name = (agent.model if separate else None) or cfg.model.name_or_path
+        limit = getattr(models[name].config.get_text_config(), "max_position_embeddings", None)
+        if limit and agent.max_completion_length >= limit:
+            raise ConfigError(
+                f"team.agents[{i}].max_completion_length: expected < {limit} (the context "
+                f"length of {name!r}), got {agent.max_completion_length}"
+            )
+
+
+def check_lora_targets(targets: list[str], model: Any, model_name: str) -> None:
+    """Each target must match a module as PEFT matches them: the name, or a dotted suffix.
+    (PEFT itself only fails when no target matches; a typo in one of several would silently
+    leave that layer untrained.)"""
+    import torch
+
+    names = [n for n, _ in model.named_modules() if n]
+    for target in targets:
+        if not any(n == target or n.endswith("." + target) for n in names):
+            linear = sorted(
+                {
+                    n.rsplit(".", 1)[-1]
+                    for n, m in model.named_modules()
+                    if isinstance(m, torch.nn.Linear)
+                }
+            )
+            raise ConfigError(
+                f"model.lora_target_modules: {target!r} matches no module of {model_name!r}; "
+                f"its linear layers are: {', '.join(linear)}"
+            )
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Estimate:
+    """Bytes of one training step, by part."""
+
+    weights: float
+    optimizer: float  # gradients and the two AdamW moments of the trainable parameters
+    generation: float  # KV cache and prefill logits of the largest generate call
+    training: float  # activations and logits of one micro-batch's forward and backward
+    rows: int  # sequences in the largest generate call
+    seq: int  # tokens per sequence (prompt budget + completions)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.optimizer + max(self.generation, self.training)
+
+    def describe(self) -> str:
+        return (
+            f"{self.total / GiB:.1f} GiB (weights {self.weights / GiB:.2f}, optimizer and "
+            f"gradients {self.optimizer / GiB:.2f}, generation {self.generation / GiB:.2f} for "
+            f"{self.rows:,} sequences of {self.seq:,} tokens, training forward "
+            f"{self.training / GiB:.2f})"
+        )
+
+
+def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Estimate:
+    """A step's peak memory from the config alone: a low-end estimate (what the step needs at
+    least), so a config is refused only when it cannot fit.
+
+    weights: params * dtype bytes per model copy ('separate': one per agent); LoRA adds
+    r * (in + out) per linear layer and adapter. Trainable parameters (all of a full
+    fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies);
+    beta > 0 without LoRA adds a frozen reference copy.
+
+    generation: rows = prompts_per_step * agents * G (AT-GRPO/GRPO: K), times the tree's
+    branching at the deepest MAGRPO level. Every row holds its own KV cache,
+    rows * seq * 2 * layers * kv_heads * head_dim * bytes, with seq = prompt budget +
+    max_turns * max_completion_length; plus fp32 logits rows * vocab * 4 twice per token.
+
+    training: one micro-batch of m samples (a policy's samples / num_mini_batches, or
+    micro_batch_size). Its distinct prompts (m / G: a group shares one) and its completions
+    keep about (4 * hidden + 3 * intermediate) activations per layer and token (hidden per
+    layer under gradient checkpointing); each sample copies its prompt's KV cache (without
+    checkpointing), and each completion token keeps two fp32 vocab rows (logits, log-softmax).
+    """
+    a, t = cfg.algorithm, cfg.train
+    n_agents = len(cfg.team.agents)
+    nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}[cfg.model.dtype]
+    lora = uses_lora(cfg)
+    shapes = {name: _shape(model) for name, model in models.items()}
+
+    weights = optimizer = 0.0
+    copies = (
+        [cfg.model.name_or_path]
+        if cfg.team.policies != "separate"
+        else [ag.model or cfg.model.name_or_path for ag in cfg.team.agents]
+    )
+    adapters_per_copy = n_agents if cfg.team.policies == "lora" else 1
+    for name in copies:
+        s = shapes[name]
+        weights += s["params"] * nbytes
+        if lora:
+            adapter = s["lora_in_out"] * cfg.model.lora_r * adapters_per_copy
+            weights += adapter * nbytes
+            optimizer += 3 * adapter * nbytes
+        else:
+            optimizer += 3 * s["params"] * nbytes
+            if a.beta > 0:
+                weights += s["params"] * nbytes
+
+    turns, g = cfg.env.max_turns, a.num_generations
+    completion = max(ag.max_completion_length for ag in cfg.team.agents)
+    seq = prompt_len + turns * completion
+    if a.name == "magrpo":
+        branch = g**n_agents if a.joint_mode == "cross" else g
+        rows = t.prompts_per_step * n_agents * g * branch ** (turns - 1)
+        samples = t.prompts_per_step * n_agents * g * _geometric(branch, turns)
+    else:
+        rows = t.prompts_per_step * n_agents * g
+        samples = rows * turns
+    big = max(shapes.values(), key=lambda s: s["params"])
+    generation = rows * seq * 2 * big["layers"] * big["kv_dim"] * nbytes + rows * big["vocab"] * 8
+
+    per_policy = samples if cfg.team.policies == "shared" else math.ceil(samples / n_agents)
+    minibatch = math.ceil(per_policy / t.num_mini_batches)
+    micro = min(t.micro_batch_size or minibatch, minibatch)
+    prompt_tokens_ = math.ceil(micro / g) * (seq - completion)
+    tokens = prompt_tokens_ + micro * completion
+    kv_token = 2 * big["layers"] * big["kv_dim"] * nbytes
+    if cfg.model.gradient_checkpointing:
+        per_token, prompt_kv = big["layers"] * big["hidden"] * nbytes, 0
+    else:  # each sample gets its own (differentiable) copy of its prompt's KV cache
+        per_token = big["layers"] * (4 * big["hidden"] + 3 * big["inter"]) * nbytes
+        prompt_kv = micro * (seq - completion) * kv_token
+    logits = micro * completion * big["vocab"] * 4 * 2
+    training = tokens * per_token + prompt_kv + logits
+    return Estimate(weights, optimizer, generation, training, rows, seq)
+
+
+def _geometric(branch: int, turns: int) -> int:
+    return sum(branch**k for k in range(turns))
+
+
+def _shape(model: Any) -> dict[str, int]:
+    import torch
+
+    params = sum(p.numel() for p in model.parameters())
+    lora_in_out = sum(
+        m.in_features + m.out_features
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    c = model.config.get_text_config()
+    hidden = c.hidden_size
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or hidden // heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    return {
+        "params": params,
+        "lora_in_out": lora_in_out,
+        "layers": c.num_hidden_layers,
+        "hidden": hidden,
+        "inter": getattr(c, "intermediate_size", None) or 4 * hidden,
+        "kv_dim": kv_heads * head_dim,
+        "vocab": c.vocab_size,
+    }
+
+
+PROMPT_BUDGET = 256  # tokens, when the task's prompts cannot be measured
+
+
+def prompt_tokens(cfg: Config, task: Any) -> int:
+    """The prompt budget: the longest first-turn prompt of a few training rows, at 3 characters
+    per token (English BPE averages about 4; code and grids take more tokens), or
+    PROMPT_BUDGET without a task."""
+    if task is None or len(task.train) == 0:
+        return PROMPT_BUDGET
+    env = task.make_env()
+    longest = 0
+    for j in range(min(8, len(task.train))):
+        row = task.train[j]
+        obs = reset(env, row, j, task)
+        for agent in cfg.team.agents:
+            system = agent.system if agent.system is not None else task.agents.get(agent.name, "")
+            try:
+                user = agent.prompt.format_map({**row, "observation": obs.get(agent.name, "")})
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+                continue  # a template the checks above cannot read; the rollout reports it
+            longest = max(longest, len(system) + len(user) + len(agent.response_prefix))
+    return longest // 3 + 16  # + the chat template's role markers
+
+
+def available_memory(device: str) -> tuple[float, str]:
+    """(free bytes, where) on the device a run uses: CUDA's free memory, else the host's."""
+    import torch
+
+    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
+        free, _ = torch.cuda.mem_get_info(index)
+        return float(free), f"cuda:{index}"
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().available), "host RAM"
+    except ImportError:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return float(info["MemAvailable"].strip().split()[0]) * 1024, "host RAM"
+
+
+def check_fits(est: Estimate, available: tuple[float, str]) -> None:
+    free, where = available
+    if est.total > free:
+        raise ConfigError(
+            f"this config needs an estimated {est.describe()} per step, but only "
+            f"{free / GiB:.1f} GiB is free on {where}: lower algorithm.num_generations, "
+            "train.prompts_per_step or max_completion_length, or set train.micro_batch_size"
+        )

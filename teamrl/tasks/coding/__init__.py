@@ -1,0 +1,1 @@
+"""Coding tasks: helper + main functions (MAGRPO) and coder + unit tester (AT-GRPO)."""

@@ -1,0 +1,1 @@
+"""Math tasks: a tool agent (Python) and a reasoner (\\boxed{}) solve one problem."""

@@ -1,0 +1,75 @@
+"""The one adapter between the task families and the process sandbox.
+
+Every task that runs model-written code (coding's helper/main and coder/tester, the math
+tool agent, the games' tool agent) goes through this module, so the sandbox's API is spelt
+out in one place. The sandbox itself (``teamrl.sandbox``) is imported lazily: a task
+module stays light to import, and tests replace these callables with fakes.
+
+``run_program(code, limits)``
+    one program, no stdin, in a fresh sandbox (``run_python``); ``limits`` holds keyword
+    arguments of the sandbox's ``Limits`` (None: its defaults).
+``run_programs(codes, stdins, timeout_s, runner=None)``
+    a batch in the shared ``SandboxPool`` (or through ``runner``, a fake in tests), one
+    result per program, in order.
+``failure_text(result)``
+    a one-line reason why a run did not finish cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+from teamrl.text import clip
+
+Runner = Callable[[Sequence[str], Sequence[str], float], list[Any]]
+"""``runner(codes, stdins, timeout_s) -> list[ExecResult]``, one result per code, in order."""
+
+
+def run_program(code: str, limits: dict | None = None) -> Any:
+    """Run one program in the sandbox (an ``ExecResult``); ``limits``: ``Limits`` kwargs."""
+    from teamrl.sandbox import Limits, run_python  # imported here: keep imports light
+
+    if limits is None:
+        return run_python(code)
+    return run_python(code, limits=Limits(**limits))
+
+
+@lru_cache(maxsize=1)
+def _pool() -> Any:
+    from teamrl.sandbox import SandboxPool
+
+    return SandboxPool()
+
+
+def sandbox_runner(codes: Sequence[str], stdins: Sequence[str], timeout_s: float) -> list[Any]:
+    """The default runner: every program in the shared ``SandboxPool`` with a wall-clock limit."""
+    from teamrl.sandbox import Limits
+
+    # The CPU limit is set no lower than the wall clock, so the wall clock is what binds.
+    limits = Limits(wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s)))
+    return _pool().map(list(codes), stdins=list(stdins), limits=limits)
+
+
+def run_programs(
+    codes: list[str], stdins: list[str], timeout_s: float, runner: Runner | None = None
+) -> list:
+    """Run a batch through ``runner`` (default: ``sandbox_runner``); one result per program."""
+    if not codes:
+        return []
+    results = list((runner or sandbox_runner)(codes, stdins, timeout_s))
+    if len(results) != len(codes):
+        raise RuntimeError(f"runner returned {len(results)} results for {len(codes)} programs")
+    return results
+
+
+def failure_text(result: Any) -> str:
+    """A one-line reason why a run did not finish cleanly."""
+    if result.timed_out:
+        return "timed out"
+    if result.killed:
+        return f"killed ({result.killed})"
+    lines = [ln for ln in (result.stderr or "").strip().splitlines() if ln.strip()]
+    return clip(lines[-1], 300, marker="") if lines else f"exit code {result.returncode}"

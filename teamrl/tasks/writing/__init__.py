@@ -1,0 +1,1 @@
+"""Writing tasks: two agents write complementary texts (TLDR, arXiv)."""

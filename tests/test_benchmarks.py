@@ -1,0 +1,118 @@
+"""The interleaved benchmark's scheduler, statistics and worker protocol (no timing asserted)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import rounds  # noqa: E402
+
+
+class Fake:
+    """A contender whose step 'takes' the next of its scripted times; calls go to a shared log."""
+
+    def __init__(self, name: str, times: list[float], log: list[str]):
+        self.name, self.times, self.log = name, list(times), log
+
+    def step(self) -> dict[str, float]:
+        self.log.append(self.name)
+        s = self.times.pop(0)
+        return {"step_s": s, "generate_s": 0.75 * s, "update_s": 0.25 * s}
+
+
+def test_rounds_rotate_the_order_after_an_untimed_warmup():
+    log: list[str] = []
+    fakes = {n: Fake(n, [1.0] * 4, log) for n in "ABC"}
+    res = rounds.run_rounds(fakes, rounds=3, warmup=1, order="rotate")
+    assert log == list("ABCABCBCACAB")
+    assert res["orders"] == [list("ABC"), list("BCA"), list("CAB")]
+    assert {n: len(v) for n, v in res["steps"].items()} == {"A": 3, "B": 3, "C": 3}
+
+
+def test_fixed_order_and_bad_order():
+    log: list[str] = []
+    rounds.run_rounds({n: Fake(n, [1.0] * 2, log) for n in "AB"}, rounds=2, warmup=0, order="fixed")
+    assert log == list("ABAB")
+    with pytest.raises(ValueError, match="--order"):
+        rounds.round_order(["A"], 0, "random")
+
+
+def test_quartiles_interpolate_between_order_statistics():
+    assert rounds.quartiles([5, 1, 4, 2, 3]) == (2, 3, 4)
+    # sorted 1 2 3 4: Q1 at position 0.75 -> 1.75, median at 1.5 -> 2.5, Q3 at 2.25 -> 3.25
+    assert rounds.quartiles([4.0, 1.0, 3.0, 2.0]) == (1.75, 2.5, 3.25)
+    assert rounds.summarize([7.0]) == {
+        "median": 7.0,
+        "min": 7.0,
+        "max": 7.0,
+        "q1": 7.0,
+        "q3": 7.0,
+        "iqr": 0.0,
+        "n": 1,
+    }
+
+
+def test_report_gives_spread_split_and_the_median_of_per_round_ratios():
+    log: list[str] = []
+    # Round 4 is disturbed for both (30 s and 10 s): the per-round ratio stays sane there.
+    ref = Fake("comlrl", [99, 10, 12, 8, 30, 10], log)
+    team = Fake("lora", [99, 5, 4, 4, 10, 5], log)
+    res = rounds.run_rounds({"comlrl": ref, "lora": team}, rounds=5, warmup=1)
+    rep = rounds.report(res["steps"], reference="comlrl")
+    assert rep["lora"]["ratios"] == [2.0, 3.0, 2.0, 3.0, 2.0]
+    assert rep["lora"]["ratio_vs_reference"] == 2.0
+    # lora sorted 4 4 5 5 10: Q1 = x1 = 4, median 5, Q3 = x3 = 5
+    assert rep["lora"]["step_s"] == {
+        "median": 5,
+        "min": 4,
+        "max": 10,
+        "q1": 4,
+        "q3": 5,
+        "iqr": 1,
+        "n": 5,
+    }
+    # comlrl sorted 8 10 10 12 30
+    s = rep["comlrl"]["step_s"]
+    assert (s["median"], s["q1"], s["q3"], s["min"], s["max"]) == (10, 10, 12, 8, 30)
+    assert "ratios" not in rep["comlrl"]
+    assert rep["lora"]["generate_s"]["median"] == 3.75 and rep["lora"]["update_s"]["median"] == 1.25
+    with pytest.raises(ValueError, match="rounds differ"):
+        rounds.per_round_ratios([1.0, 2.0], [1.0])
+
+
+def test_worker_process_speaks_the_protocol_despite_stray_prints(tmp_path):
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    script = tmp_path / "worker.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(bench)!r})
+        import rounds
+        channel = rounds.protocol_stdout()
+        print("a library chatting on stdout")
+        rounds.send(channel, {{"ready": True}})
+        n = 0
+        for line in sys.stdin:
+            if line.strip() == "quit":
+                break
+            n += 1
+            print("more chatter")
+            rounds.send(channel, {{"step_s": float(n), "generate_s": 0.0, "update_s": 0.0}})
+        rounds.send(channel, {{"peak_rss_gib": 0.5}})
+    """)
+    )
+    w = rounds.WorkerProcess("fake", [sys.executable, str(script)], tmp_path / "fake.log")
+    assert w.ready == {"ready": True}
+    assert [w.step()["step_s"] for _ in range(3)] == [1.0, 2.0, 3.0]
+    assert w.close() == {"peak_rss_gib": 0.5}
+    assert "a library chatting" in (tmp_path / "fake.log").read_text()
+
+
+def test_a_worker_that_dies_while_starting_names_itself_and_shows_its_log(tmp_path):
+    cmd = [sys.executable, "-c", "import sys; sys.stderr.write('boom: no vllm\\n'); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match=r"(?s)vllm-fake: worker exited \(3\).*boom: no vllm"):
+        rounds.WorkerProcess("vllm-fake", cmd, tmp_path / "w.log")

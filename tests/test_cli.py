@@ -1,0 +1,402 @@
+"""The CLI with a user's bad inputs: exit code 2 and ONE line on stderr that names the field or
+file and the value; every check that needs no model runs before the model loads.
+
+Also: --resume among overrides, --help-config on both levels, --import and entry points, the
+hub left as the user set it, and one wandb run per run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+from conftest import tiny_overrides
+
+import teamrl.preflight as preflight
+import teamrl.team as team_module
+from teamrl.cli import main
+
+BASE = tiny_overrides(steps=2)  # tiny-llama, digits, two agents
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any model load fails the test: these errors must come before it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the error")
+
+    monkeypatch.setattr(team_module, "load_model", refuse)
+
+
+def one_line_error(capsys, *argv: str) -> str:
+    """Run the CLI, expect exit code 2, and return its single stderr line."""
+    capsys.readouterr()
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("teamrl: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def train_args(tmp_path, *extra: str) -> list[str]:
+    cfg = tmp_path / "c.yaml"
+    if not cfg.exists():
+        cfg.write_text("run_name: r\n")
+    return ["train", str(cfg), *BASE, f"log.output_dir={tmp_path}", *extra]
+
+
+# --- the bad inputs of issue 13, each one line ------------------------------------------------
+
+
+def test_malformed_yaml_file_names_the_file_line_and_column(tmp_path, capsys, no_model):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run_name: x\ntrain:\n  max_steps: 3\n   prompts_per_step: 2\n")
+    line = one_line_error(capsys, "train", str(bad))
+    assert f"{bad}, line 4, column" in line and "invalid YAML" in line
+
+
+def test_malformed_override_value_names_the_key_and_value(tmp_path, capsys, no_model):
+    line = one_line_error(capsys, *train_args(tmp_path, "train.max_steps=[1"))
+    assert "train.max_steps" in line and "'[1'" in line
+
+
+def test_index_out_of_range_names_the_list_length(tmp_path, capsys, no_model):
+    line = one_line_error(capsys, *train_args(tmp_path, "team.agents.5.temperature=1"))
+    assert "team.agents.5.temperature" in line and "index 5" in line
+    assert "team.agents has 2 entries" in line
+
+
+def test_unknown_lora_target_is_named_with_the_modules_that_exist(tmp_path, capsys, no_model):
+    line = one_line_error(
+        capsys, *train_args(tmp_path, "team.policies=lora", "model.lora_target_modules=[foo]")
+    )
+    assert "model.lora_target_modules: 'foo' matches no module of 'tiny-llama'" in line
+    assert "q_proj" in line and "down_proj" in line
+    # one bad name among good ones is refused too (PEFT alone would skip it silently)
+    line = one_line_error(
+        capsys,
+        *train_args(tmp_path, "model.use_peft=true", "model.lora_target_modules=[q_proj, qproj]"),
+    )
+    assert "'qproj' matches no module" in line
+
+
+@pytest.mark.parametrize("flag", ["tensorboard", "wandb"])
+def test_missing_optional_logger_says_what_to_install(
+    tmp_path, capsys, no_model, monkeypatch, flag
+):
+    real = preflight.importlib.util.find_spec
+    monkeypatch.setattr(
+        preflight.importlib.util, "find_spec", lambda name, *a: None if name == flag else real(name)
+    )
+    line = one_line_error(capsys, *train_args(tmp_path, f"log.{flag}=true"))
+    assert f"log.{flag}=true" in line and f"pip install {flag}" in line
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda(tmp_path, capsys, no_model):
+    line = one_line_error(capsys, *train_args(tmp_path, "model.device=cuda"))
+    assert line.endswith(
+        "model.device=cuda but torch.cuda.is_available() is False (use model.device=auto or cpu)"
+    )
+
+
+def test_config_values_out_of_range_from_the_cli(tmp_path, capsys, no_model):
+    cases = {
+        "train.learning_rate=.inf": "train.learning_rate: expected a finite float, got inf",
+        "log.save_total_limit=-1": "log.save_total_limit: expected >= 1",
+        "model.lora_dropout=-1": "model.lora_dropout: expected in [0, 1), got -1.0",
+        "model.lora_dropout=1.5": "model.lora_dropout: expected in [0, 1), got 1.5",
+        "run_name=": "run_name: expected a non-empty folder name",
+        "run_name=../../../x": "got '../../../x'",
+        "seed=1180591620717411303424": "seed: expected an int in [0, 2**32)",
+        "train.adam_beta2=1.0": "train.adam_beta2: expected in [0, 1), got 1.0",
+        "train.weight_decay=-0.1": "train.weight_decay: expected >= 0, got -0.1",
+        "team.agents.5.name=x": "index 5 out of range (team.agents has 2 entries",
+        "env.turn_order=[alice]": "env.turn_order: expected each agent of team.agents",
+        "train.max_steps=ten": "train.max_steps: expected an int, got 'ten'",
+        "team.agents.0.top_p=0": "team.agents[0].top_p: expected in (0, 1], got 0.0",
+        "team.agents.1.max_completion_length=4096": (
+            "team.agents[1].max_completion_length: expected < 2048 (the context length of "
+            "'tiny-llama'), got 4096"
+        ),
+    }
+    for override, words in cases.items():
+        line = one_line_error(capsys, *train_args(tmp_path, override))
+        assert words in line, (override, line)
+    assert not (tmp_path.parent / "x").exists()
+
+
+def test_memory_estimate_refuses_a_config_that_cannot_fit(tmp_path, capsys, no_model, monkeypatch):
+    # G = 100000 on a host with 16 GiB free: 1 prompt x 2 agents x G sequences, refused with
+    # the estimate instead of being killed by the kernel
+    monkeypatch.setattr(preflight, "available_memory", lambda device: (16 * 2**30, "host RAM"))
+    line = one_line_error(capsys, *train_args(tmp_path, "algorithm.num_generations=100000"))
+    assert "this config needs an estimated" in line and "GiB" in line
+    assert "200,000 sequences" in line and "only 16.0 GiB is free on host RAM" in line
+    assert "lower algorithm.num_generations" in line
+    monkeypatch.undo()
+    # ten times more fits on no machine this runs on
+    line = one_line_error(capsys, *train_args(tmp_path, "algorithm.num_generations=1000000"))
+    assert "this config needs an estimated" in line
+
+
+def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
+    from teamrl.config import load_config
+
+    cfg = load_config(None, [*BASE, "team.policies=shared"])
+    models = {"tiny-llama": preflight.meta_model(preflight.model_config_of(cfg, "tiny-llama"))}
+    est = preflight.estimate_memory(cfg, models, prompt_len=24)
+    params = sum(p.numel() for p in models["tiny-llama"].parameters())
+    assert est.weights == params * 4 and est.optimizer == 3 * params * 4  # full fine-tune, fp32
+    assert est.rows == 1 * 2 * 4 and est.seq == 24 + 8
+    # KV cache: rows * seq * 2 (k, v) * layers 2 * kv heads 2 * head dim 16 * 4 bytes, plus two
+    # fp32 vocab rows per sequence
+    assert est.generation == 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 512 * 8
+    # training: the 8 samples in one micro-batch; their 2 distinct prompts (a group of G=4
+    # shares one) of 24 tokens and 8 completions of 8 tokens keep 2 layers x (4 * 64 + 3 * 128)
+    # fp32 activations per token, and each completion token two fp32 vocab rows
+    tokens = 2 * 24 + 8 * 8
+    prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4  # each sample's copy of its prompt's KV cache
+    assert est.training == tokens * 2 * (4 * 64 + 3 * 128) * 4 + prompt_kv + 8 * 8 * 512 * 4 * 2
+    preflight.check_fits(est, (est.total + 1, "host RAM"))
+    with pytest.raises(preflight.ConfigError, match=r"only 0\.0 GiB is free on host RAM"):
+        preflight.check_fits(est, (est.total - 1, "host RAM"))
+
+
+def test_an_uncached_hub_id_offline_is_one_line(tmp_path, capsys, no_model, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    line = one_line_error(capsys, *train_args(tmp_path, "model.name_or_path=someorg/no-such-lm"))
+    assert "model.name_or_path: cannot load 'someorg/no-such-lm'" in line
+    assert "not in the local cache" in line and "HF_HUB_OFFLINE" in line
+
+
+def test_the_cli_leaves_the_users_hub_setting_alone(tmp_path, capsys, monkeypatch):
+    # builtin models never need the hub, so nothing has to switch it off behind the user's back
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    one_line_error(capsys, *train_args(tmp_path, "train.max_steps=[1"))
+    assert "HF_HUB_OFFLINE" not in os.environ
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    one_line_error(capsys, *train_args(tmp_path, "train.max_steps=[1"))
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
+
+
+# --- tasks from the user's files and from installed packages ----------------------------------
+
+TASK_FILE = '''
+from teamrl.envs.base import Step, Task, register_task
+
+
+class Echo:
+    """Two agents; the reward is the length of alice's reply, capped at 1."""
+
+    agents = ["alice", "bob"]
+
+    def reset(self, example):
+        return {a: example["question"] for a in self.agents}
+
+    def step(self, actions):
+        done = {a: True for a in self.agents}
+        return Step({a: "" for a in self.agents}, min(1.0, len(actions["alice"]) / 10), done)
+
+
+@register_task("{name}", "A user task from a file.")
+def build(rows: int = 3, drop_question_at: int = -1):
+    train = [{"question": f"say {i}"} for i in range(rows)]
+    if 0 <= drop_question_at < rows:
+        train[drop_question_at] = {"q": "nothing"}
+    return Task("{name}", Echo, train, eval=train[:1], test=train[:2])
+'''
+
+
+def task_file(tmp_path, stem: str = "my_tasks") -> tuple[str, str]:
+    name = f"echo_{uuid.uuid4().hex[:8]}"  # the registry is per process: one name per test
+    path = tmp_path / f"{stem}.py"
+    path.write_text(TASK_FILE.replace("{name}", name))
+    return str(path), name
+
+
+def test_import_a_task_file_then_train_resume_among_overrides_and_a_finished_run(tmp_path, capsys):
+    path, name = task_file(tmp_path)
+    args = train_args(tmp_path, f"env.name={name}", "team.agents.0.prompt='Q: {question}'")
+    # without --import the task is unknown
+    assert f"unknown task {name!r}" in one_line_error(capsys, *args)
+    assert main([*args, "train.max_steps=1", "--import", path]) == 0
+    run = tmp_path / "r"
+    assert (run / "checkpoints" / "step-1").is_dir()
+    # --resume sits between overrides, and the override after it applies
+    assert main([*args, "--import", path, "--resume", "train.max_steps=2"]) == 0
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-1", "step-2"]
+    # resuming a finished run says so
+    line = one_line_error(capsys, *args, "--resume", "--import", path)
+    assert "already at step 2" in line and "train.max_steps=2" in line
+    assert "raise train.max_steps" in line
+    # a second fresh run into the same folder is refused before the model loads
+    line = one_line_error(capsys, *args, "--import", path)
+    assert f"{run} already holds a run" in line
+
+
+def test_import_by_module_name_and_envs_lists_it(tmp_path, capsys, monkeypatch):
+    path, name = task_file(tmp_path, stem=f"user_tasks_{uuid.uuid4().hex[:6]}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --import NAME adds the current folder
+    module = os.path.basename(path)[:-3]
+    assert main(["envs", "--import", module]) == 0
+    out = capsys.readouterr().out
+    assert any(ln.split() == [name, *"A user task from a file.".split()] for ln in out.splitlines())
+    assert "digits" in out
+    line = one_line_error(capsys, "envs", "--import", "no_such_module_xyz")
+    assert "--import no_such_module_xyz: no module named 'no_such_module_xyz'" in line
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = 1\ndef f(:\n")
+    line = one_line_error(capsys, "envs", "--import", str(broken))
+    assert f"--import {broken}: SyntaxError at broken.py:2" in line
+
+
+def test_a_row_missing_a_template_field_is_named_before_the_model_loads(tmp_path, capsys, no_model):
+    path, name = task_file(tmp_path)
+    args = train_args(
+        tmp_path,
+        f"env.name={name}",
+        "env.kwargs={drop_question_at: 2}",
+        "team.agents.1.prompt='{question}?'",
+        "--import",
+        path,
+    )
+    line = one_line_error(capsys, *args)
+    assert "team.agents[1].prompt uses {question}" in line
+    assert "row 2 of the train split" in line and "has no field 'question'" in line
+
+
+def test_a_row_missing_a_field_the_env_reads_is_named(tmp_path, capsys, no_model):
+    path, name = task_file(tmp_path)
+    args = train_args(tmp_path, f"env.name={name}", "env.kwargs={drop_question_at: 1}")
+    line = one_line_error(capsys, *args, "--import", path)
+    assert f"row 1 of the train split of task {name!r} has no field 'question'" in line
+    assert "its fields: q" in line
+
+
+def test_an_empty_dataset_is_refused_before_the_model_loads(tmp_path, capsys, no_model):
+    path, name = task_file(tmp_path)
+    args = train_args(tmp_path, f"env.name={name}", "env.kwargs={rows: 0}", "--import", path)
+    line = one_line_error(capsys, *args)
+    assert f"env.name={name}: the task's training split is empty" in line
+
+
+def test_eval_takes_import_too(tmp_path, capsys):
+    path, name = task_file(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: ev\n")
+    args = ["eval", str(cfg), "--import", path, *BASE, f"env.name={name}"]
+    args += [f"log.output_dir={tmp_path}", "--split", "test", "--num-samples", "1", "--ks", "1"]
+    assert main(args) == 0
+    assert (tmp_path / "ev" / "eval" / "untrained" / "eval.json").exists()
+
+
+def test_entry_point_tasks_load_lazily_and_a_broken_one_is_named(
+    tmp_path, capsys, monkeypatch, no_model
+):
+    site = tmp_path / "site"
+    pkg = site / "teamrl_plugin_demo"
+    pkg.mkdir(parents=True)
+    _, name = task_file(pkg)
+    (pkg / "__init__.py").write_text("from .my_tasks import build\n")
+    dist = site / "teamrl_plugin_demo-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: teamrl-plugin-demo\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[teamrl.tasks]\n{name} = teamrl_plugin_demo\n"
+        "broken_demo = teamrl_no_such_module_xyz:build\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    # the plugin's task is found through its entry point: the run gets past the task to the
+    # next check (a missing optional logger)
+    real = preflight.importlib.util.find_spec
+    monkeypatch.setattr(
+        preflight.importlib.util,
+        "find_spec",
+        lambda mod, *a: None if mod == "tensorboard" else real(mod),
+    )
+    line = one_line_error(capsys, *train_args(tmp_path, f"env.name={name}", "log.tensorboard=true"))
+    assert "pip install tensorboard" in line
+    # asking for the broken one names it, its target and its package
+    line = one_line_error(capsys, *train_args(tmp_path, "env.name=broken_demo"))
+    assert "entry point broken_demo = teamrl_no_such_module_xyz:build" in line
+    assert "ModuleNotFoundError" in line
+    # `teamrl envs` lists the good ones and warns about the broken one in one line
+    assert main(["envs"]) == 0
+    out, err = capsys.readouterr()
+    assert name in out
+    assert err.strip().startswith("teamrl: warning: entry point broken_demo")
+    assert len(err.strip().splitlines()) == 1
+
+
+# --- --help-config ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help-config"], ["train", "--help-config"], ["eval", "--help-config"]]
+)
+def test_help_config_lists_every_field_per_agent_ones_included(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for agent_field in (
+        "name",
+        "system",
+        "prompt",
+        "model",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_completion_length",
+        "response_prefix",
+    ):
+        assert f"  team.agents.<i>.{agent_field} = " in out, agent_field
+    assert "  team.agents.<i>.temperature = 1.0\n      Sampling temperature" in out
+    assert "  train.learning_rate = 1e-05\n      Peak learning rate" in out
+
+
+# --- wandb ------------------------------------------------------------------------------------
+
+
+def test_wandb_run_id_is_per_run_folder_and_kept_on_resume(tmp_path):
+    from teamrl.logging import wandb_run_id
+
+    a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"  # two runs with the same name
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    first = wandb_run_id(a, fresh=True)
+    assert wandb_run_id(b, fresh=True) != first  # never merged by name
+    assert wandb_run_id(a, fresh=False) == first  # --resume continues the same wandb run
+    assert (a / "wandb_id").read_text().strip() == first
+    assert wandb_run_id(a, fresh=True) != first  # a fresh start in a used folder: a new run
+
+
+def test_run_logger_starts_wandb_with_the_folder_id(tmp_path, monkeypatch):
+    import types
+
+    from teamrl.logging import RunLogger
+
+    calls = []
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = types.SimpleNamespace(name="wandb")
+    fake.init = lambda **kw: (
+        calls.append(kw) or types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())
+    for resume_step in (-1, 3):  # a fresh run, then its resume
+        logger = RunLogger(tmp_path, wandb=True, run_name="run")
+        logger.truncate_after(resume_step)
+        logger.log({"step": 4, "x": 1.0})
+        logger.close()
+    assert calls[0]["id"] == calls[1]["id"] == (tmp_path / "wandb_id").read_text().strip()
+    assert calls[0]["id"] != "run" and calls[0]["resume"] == "allow"
