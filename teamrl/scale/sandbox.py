@@ -1,7 +1,7 @@
 """Sandboxed code execution as Ray tasks: each program is one task (one logical CPU) that runs
 ``run_python`` with the same limits as in one process, wherever the cluster has a free CPU.
 
-``ray_sandbox_runner`` has the runner signature of ``teamrl.rewards.code``
+``ray_sandbox_runner`` has the runner signature of ``teamrl.tasks.run_program``
 (``runner(codes, stdins, timeout_s) -> list[ExecResult]``); ``install`` makes it the default
 runner of the code rewards in this process. The sandbox import below is the one coupling to
 the sandbox's home.
@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-from teamrl.rewards import sandbox as _sandbox  # the one coupling: re-point when it moves
+from teamrl import sandbox as _sandbox  # the one coupling: re-point when it moves
 
 
 def _run_one(code: str, stdin: str, limits) -> object:
@@ -40,6 +40,6 @@ def ray_sandbox_runner(codes: Sequence[str], stdins: Sequence[str], timeout_s: f
 
 def install() -> None:
     """Make code rewards run their programs as Ray tasks (``distributed.sandbox_tasks``)."""
-    from teamrl.rewards import code
+    from teamrl.tasks import run_program
 
-    code.sandbox_runner = ray_sandbox_runner
+    run_program.sandbox_runner = ray_sandbox_runner

@@ -120,9 +120,13 @@ def test_a_worker_killed_mid_step_names_it_and_resume_continues(ray_cluster, tmp
     assert [r["step"] for r in metrics(tmp_path / "run")] == [1, 2]
 
 
-def test_sandboxed_programs_run_as_ray_tasks_with_their_limits(ray_cluster):  # noqa: F811
-    from teamrl.scale.sandbox import ray_sandbox_runner
+def test_sandboxed_programs_run_as_ray_tasks_with_their_limits(ray_cluster, monkeypatch):  # noqa: F811
+    from teamrl.scale import sandbox
+    from teamrl.tasks import run_program
 
-    out = ray_sandbox_runner(["print(6 * 7)", "while True:\n    pass\n"], ["", ""], 1.0)
+    monkeypatch.setattr(run_program, "sandbox_runner", run_program.sandbox_runner)  # restored
+    sandbox.install()  # what distributed.sandbox_tasks=true does: code rewards go to Ray
+    assert run_program.sandbox_runner is sandbox.ray_sandbox_runner
+    out = run_program.run_programs(["print(6 * 7)", "while True:\n    pass\n"], ["", ""], 1.0)
     assert out[0].stdout == "42\n" and out[0].ok
     assert out[1].timed_out and not out[1].ok
