@@ -61,6 +61,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray_on = ["distributed.backend=ray", "distributed.num_cpus_per_worker=1"]
     contenders = {
@@ -78,7 +79,8 @@ def main() -> None:
         f"# Ray scaling on CPU ({dt.date.today()})",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'CPU'}; "
-        f"torch {torch.__version__}, ray {ray.__version__}; load average before: see below.",
+        f"torch {torch.__version__}, ray {ray.__version__}; 1-minute load average before: "
+        f"{load_before:.2f}.",
         f"Work per step: {' '.join(BASE[:1] + BASE[5:7])}, 2 agents x 24 tokens, one update. "
         f"Medians of {args.steps} steps after a warm-up step.",
         "",
