@@ -86,15 +86,14 @@ class WorkerGroup:
             actor.options(
                 num_cpus=plan.cpus_per_worker,
                 num_gpus=plan.gpus_per_worker,
-                max_restarts=0,
-                name=None,
+                max_restarts=0,  # a dead worker ends the run (resume restarts it cleanly)
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=rank
                 ),
             ).remote(rank, plan.workers, device, env, max(1, int(plan.cpus_per_worker)))
             for rank in range(plan.workers)
         ]
-        self.info = [{"pid": None, "node": None}] * plan.workers
+        self.info = [{"pid": None, "node": None}] * plan.workers  # until they answer
         self.info = self._call("describe")
         if plan.workers > 1:
             (address,) = self._call("rendezvous", ranks=[0])
