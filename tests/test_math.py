@@ -711,7 +711,7 @@ class _ScriptedMathTeam:
     def request(self, agent, ids, n, greedy=False):
         return (agent, n)
 
-    def generate(self, jobs):
+    def generate(self, jobs, ignore_eos=False):
         return [[Generation([0], [k], [0.0], False) for k in range(n)] for _, (_, n) in jobs]
 
     def decode(self, agent, ids):

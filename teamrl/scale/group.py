@@ -225,6 +225,15 @@ class RemoteState:
     def load_state_dict(self, value) -> None:
         self.group.load_state(self.policy, self.part, value)
 
+    @property
+    def param_groups(self) -> list[dict]:
+        """(optimizer) Each parameter group's current LR, as rank 0 has it (what trainers log)."""
+        return [{"lr": lr} for lr in self.group._call("lrs", self.policy, ranks=[0])[0]]
+
+    def step(self) -> None:
+        """(scheduler) One LR-schedule step on every rank."""
+        self.group._call("scheduler_step", self.policy)
+
 
 @dataclass
 class RemotePolicy:
@@ -255,6 +264,10 @@ class RemotePolicy:
 
     def load_state_dict(self, state) -> None:
         self.group.load_state(self.name, "weights", state)
+
+    def apply_schedule(self, lr: float, cfg: Config) -> None:
+        """``checkpoints.apply_schedule`` on every rank (after a checkpoint load)."""
+        self.group._call("apply_schedule", self.name, lr, cfg)
 
     def export(self, out_dir: str) -> None:
         self.group._call("export", self.name, out_dir, ranks=[0])

@@ -100,6 +100,24 @@ class PolicyWorker:
         else:
             getattr(pol, part).load_state_dict(value)
 
+    def scheduler_step(self, policy: str) -> None:
+        """Once per trainer step, whether or not the policy had samples (as in one process)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
+            self.team.policies[policy].scheduler.step()
+
+    def lrs(self, policy: str) -> list[float]:
+        return [g["lr"] for g in self.team.policies[policy].optimizer.param_groups]
+
+    def apply_schedule(self, policy: str, lr: float, cfg) -> None:
+        """After a checkpoint load: follow the controller's config (``checkpoints``)."""
+        from teamrl.checkpoints import apply_schedule
+        from teamrl.trainer import lr_lambda
+
+        apply_schedule(self.team.policies[policy], lr, lr_lambda(cfg), cfg)
+
     def export(self, policy: str, out_dir: str) -> None:
         """save_pretrained the policy (adapter or full model) and its tokenizer (rank 0)."""
         pol = self.team.policies[policy]
