@@ -51,7 +51,7 @@ import torch
 
 from teamrl.generation import hf as reference
 from teamrl.generation.hf import Batch, Decoded
-from teamrl.generation.types import Generation, Request
+from teamrl.generation.types import Request
 
 CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
 
@@ -127,14 +127,7 @@ def _static_cache(model, state: _State, rows: int, length: int, sample_kv: torch
 
 
 @torch.no_grad()
-def generate(
-    model: torch.nn.Module,
-    requests: list[Request],
-    eos_ids: list[int],
-    pad_id: int,
-    ignore_eos: bool = False,
-    compile: bool | None = None,
-) -> list[list[Generation]]:
+def generate(model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, compile=None):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``compile``: None = compile the decode step with CUDA graphs on CUDA only; True/False force.

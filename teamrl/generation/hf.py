@@ -110,14 +110,8 @@ class Batch:
         """One forward over the distinct prompts; returns (model output, position ids)."""
         with _adapters(model, self.prefix_adapters) as kw:
             position = (self.attn.cumsum(-1) - 1).clamp_min(0)
-            out = model(
-                input_ids=self.ids,
-                attention_mask=self.attn,
-                position_ids=position,
-                use_cache=True,
-                logits_to_keep=1,
-                **kw,
-            )
+            kw |= dict(position_ids=position, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=self.ids, attention_mask=self.attn, **kw)
         return out, position
 
 
