@@ -232,6 +232,11 @@ class AlgorithmConfig:
         "uniform at random (unbiased).",
     )
     selection_temperature: float = _f(1.0, "AT-GRPO: softmax temperature for selection='sample'.")
+    group_by: list[str] | None = _f(
+        None,
+        "AT-GRPO grouping ablation: which of 'turn', 'agent' split a problem's groups. None = "
+        "both (the paper's (problem, turn, agent)); [] = problem only; [agent]; [turn].",
+    )
     alpha: float = _f(1.0, "AT-GRPO/GRPO: an agent's reward is alpha * team + local.")
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."

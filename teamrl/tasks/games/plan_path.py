@@ -7,10 +7,20 @@ invalid: it is counted and penalised, and the walker stays put.
 Shaped reward of one move (all constants in :class:`PlanPathRewards`)::
 
     r = step_penalty + [invalid] * invalid_penalty + [reached goal] * win_bonus
-        + shaping * (Phi(s') - Phi(s)),        Phi(s) = -(BFS distance from s to the goal)
+        + [reached goal in a shortest number of moves] * optimal_bonus
+        + shaping * (gamma * Phi(s') - Phi(s)),   Phi(s) = -(BFS distance from s to the goal)
 
-Potential-based shaping (gamma = 1) telescopes, so over a list it adds
-``shaping * (d_start - d_end)`` and never changes which plans are optimal.
+With gamma = 1 (``shaping_gamma``, the default) the potential-based term telescopes: over a
+list it adds ``shaping * (d_start - d_end)`` and never changes which plans are optimal, and an
+invalid move (which stays put) gets no shaping. With gamma < 1 an invalid move earns
+``shaping * (1 - gamma) * d``, as in the reference.
+
+``PAPER_REWARDS`` holds the reference implementation's Plan-Path constants (PettingLLMs'
+``PlanPathGridEnvState``: r_step -0.01, r_invalid -0.10 *instead of* the step cost, r_goal +1,
+r_opt +0.5, lambda 1, gamma 0.99, Phi = -Manhattan distance). The defaults here differ (win +10,
+lambda 0.1, the Sokoban scale); see docs/results.md, "Plan-Path shaping check". The one
+structural difference left is the potential: BFS distance here, Manhattan there (equal when no
+obstacle is in the way; BFS is the exact distance-to-go).
 """
 
 from __future__ import annotations
@@ -38,6 +48,31 @@ class PlanPathRewards:
         0.1, "lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance"
     )
     no_action_penalty: float = no_action_penalty_field()
+    optimal_bonus: float = reward_field(
+        0.0, "added with win_bonus when the list reached the goal in a shortest number of moves"
+    )
+    shaping_gamma: float = reward_field(
+        1.0, "gamma of the shaping lambda*(gamma*Phi(s')-Phi(s)); 1 = telescoping (no bias)"
+    )
+
+
+# The reference's Plan-Path constants (see the module docstring), as a ``rewards`` override:
+# ``env.kwargs.rewards`` in a config. invalid_penalty is -0.09 because here the step cost is
+# added to an invalid move too (-0.01 - 0.09 = the reference's -0.10).
+PAPER_REWARDS: dict[str, float] = {
+    "step_penalty": -0.01,
+    "invalid_penalty": -0.09,
+    "win_bonus": 1.0,
+    "optimal_bonus": 0.5,
+    "shaping": 1.0,
+    "shaping_gamma": 0.99,
+    "no_action_penalty": -1.0,
+}
+# What the experiments use: the reference's constants with gamma = 1. With gamma < 1 and
+# Phi = -distance, every move (an invalid one too) earns lambda * (1 - gamma) * d, so far from
+# the goal long lists of invalid moves score above answering nothing (d > 10 on 10x10 boards);
+# gamma = 1 keeps the shaping a pure telescoping sum lambda * (d_start - d_end).
+PROPOSED_REWARDS: dict[str, float] = {**PAPER_REWARDS, "shaping_gamma": 1.0}
 
 
 def bfs_distances(grid: tuple[str, ...], source: Cell) -> dict[Cell, int]:
@@ -132,7 +167,8 @@ class PlanPathState:
         rw = self.rewards
         s = self.copy()
         comps = {"step": 0.0, "invalid": 0.0, "shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
+        n_invalid = n_unused = n_moves = 0
+        d0, gamma = s.dist[s.pos], rw.shaping_gamma
         for action in actions:
             if s.is_solved():
                 n_unused += 1
@@ -140,15 +176,18 @@ class PlanPathState:
             comps["step"] += rw.step_penalty
             delta = MOVES.get(action) if isinstance(action, str) else None
             nxt = None if delta is None else (s.pos[0] + delta[0], s.pos[1] + delta[1])
+            n_moves += 1
             if nxt is None or not _free(s.grid, nxt):
                 n_invalid += 1
                 comps["invalid"] += rw.invalid_penalty
-                continue
-            # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
-            comps["shaping"] += rw.shaping * (s.dist[s.pos] - s.dist[nxt])
+                nxt = s.pos  # stays put: shaping lambda * (gamma - 1) * Phi(s), 0 when gamma = 1
+            # Phi = -dist, so gamma * Phi(s') - Phi(s) = dist(s) - gamma * dist(s')
+            comps["shaping"] += rw.shaping * (s.dist[s.pos] - gamma * s.dist[nxt])
             s.pos = nxt
             if s.is_solved():
                 comps["win"] += rw.win_bonus
+                if n_moves == d0:  # no detour and no invalid move on the way
+                    comps["win"] += rw.optimal_bonus
         info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
         return s, sum(comps.values()), info
 

@@ -1,0 +1,303 @@
+"""The experiment tables: conditions x seeds, each a training run plus a held-out test evaluation.
+
+A table declares its base config (a shipped config name plus overrides), its conditions (more
+overrides each), the metrics it reports, and where its problems come from: the train split
+trains, the validation (eval) split is the only one used to choose settings, and the test split
+is evaluated once, at the end, on ``test_problems`` problems. ``splits`` says, per table, which
+seed ranges or rows those are; the runner also checks that no test problem is a training one.
+
+Run one with ``python experiments/run_table.py TABLE [--seeds 3] [--dry-run]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str  # a file-name-safe id (records are <name>__seed<k>.json)
+    overrides: tuple[str, ...] = ()  # config overrides on top of the table's base
+    train: bool = True  # False: evaluate the base model as it is (the untrained team)
+    swap: dict[str, str] | None = None  # at test time agent -> the policy of another agent
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    description: str
+    config: str | None  # shipped config name (teamrl/configs) or None for the defaults
+    base: tuple[str, ...]  # overrides shared by every condition
+    conditions: tuple[Condition, ...]
+    splits: dict[str, str]  # train / validation / test: where each split's problems come from
+    test_problems: int  # held-out test problems evaluated (greedy, one episode each)
+    metrics: tuple[str, ...]  # keys of the test report aggregated into the table
+    curve_metrics: tuple[str, ...] = ("reward/mean",)  # per-step training metrics plotted
+    eval_samples: int = 0  # sampled test episodes per problem on top of the greedy one
+    sample_outputs: int = 0  # test outputs recorded before and after training (per seed)
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def agent(name: str, tokens: int, prefix: str = "", temperature: float = 1.0) -> str:
+    """One ``team.agents`` entry; json.dumps gives a YAML double-quoted string (keeps newlines)."""
+    return (
+        f"{{name: {name}, temperature: {temperature}, max_completion_length: {tokens}, "
+        f"response_prefix: {json.dumps(prefix)}}}"
+    )
+
+
+# --- Plan-Path (AT-GRPO) ----------------------------------------------------------------------
+
+GAME_SPLITS = {
+    "train": "plan_path seeds 0 .. n_train-1 (teamrl.tasks.games.seeds: train range 0..999999)",
+    "validation": "seeds 1000000.. (eval range); the only split used to choose settings",
+    "test": "seeds 1500000.. (test range), boards whose content bucket is test-only",
+}
+TOOL_PREFIX = "```python\nprint(["  # pins a 135M model to the format (never trained on)
+PLAN_PREFIX = "#### ["
+
+
+def plan_path_base(size: int = 3, k: int = 4, steps: int = 30, prompts: int = 2) -> tuple:
+    return (
+        "model.name_or_path=smollm2-135m",
+        "model.use_peft=true",
+        f"env.kwargs={{size: {size}, n_eval: 32, n_test: 64, rewards: {_paper_rewards()}}}",
+        "env.max_turns=1",
+        "env.reward_workers=2",
+        f"algorithm.num_generations={k}",
+        f"train.prompts_per_step={prompts}",
+        f"train.max_steps={steps}",
+        "train.learning_rate=1e-3",
+        "train.lr_scheduler_type=constant",
+        "train.warmup_steps=0",
+        "eval.eval_steps=0",
+        "log.save_steps=5",
+        "log.progress_bar=false",
+    )
+
+
+def _paper_rewards() -> str:
+    from teamrl.tasks.games.plan_path import PAPER_REWARDS
+
+    return "{" + ", ".join(f"{k}: {v}" for k, v in PAPER_REWARDS.items()) + "}"
+
+
+def team(single: bool = False, tool_tokens: int = 24, plan_tokens: int = 16) -> str:
+    if single:
+        return f"team.agents=[{agent('solver', plan_tokens, PLAN_PREFIX)}]"
+    tool, plan = agent("tool", tool_tokens, TOOL_PREFIX), agent("plan", plan_tokens, PLAN_PREFIX)
+    return f"team.agents=[{tool}, {plan}]"
+
+
+def _at_grpo(policies: str, *more: str) -> tuple[str, ...]:
+    return (
+        "env.name=plan_path",
+        team(),
+        "algorithm.name=at_grpo",
+        f"team.policies={policies}",
+        *more,
+    )
+
+
+PLAN_PATH_CONDITIONS = (
+    Condition("untrained", _at_grpo("shared"), train=False),
+    Condition(
+        "single_grpo",
+        ("env.name=plan_path_single", team(single=True), "algorithm.name=grpo"),
+    ),
+    Condition("traj_grpo_shared", ("env.name=plan_path", team(), "algorithm.name=grpo")),
+    Condition("at_grpo_shared", _at_grpo("shared")),
+    Condition("at_grpo_lora", _at_grpo("lora")),
+)
+PLAN_PATH_METRICS = ("greedy/accuracy", "greedy/reward")
+
+TABLES: dict[str, Table] = {}
+
+
+def _add(table: Table) -> None:
+    TABLES[table.name] = table
+
+
+_add(
+    Table(
+        name="plan_path_main",
+        description="Plan-Path 3x3, SmolLM2-135M, 1 turn: untrained team vs single agent + "
+        "GRPO vs two agents + trajectory GRPO vs AT-GRPO shared vs AT-GRPO per-role LoRA.",
+        config=None,
+        base=plan_path_base(),
+        conditions=PLAN_PATH_CONDITIONS,
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+        notes="Reward constants: the reference's (PAPER_REWARDS); see the shaping check.",
+    )
+)
+
+_add(
+    Table(
+        name="plan_path_grouping",
+        description="AT-GRPO (shared) grouping ablation: groups within a problem by nothing "
+        "(problem only), agent only, turn only, agent and turn (the paper's). 2 turns, so turn "
+        "grouping has something to split.",
+        config=None,
+        base=(*plan_path_base(), "env.max_turns=2"),
+        conditions=tuple(
+            Condition(name, _at_grpo("shared", f"algorithm.group_by={keys}"))
+            for name, keys in (
+                ("problem_only", "[]"),
+                ("agent_only", "[agent]"),
+                ("turn_only", "[turn]"),
+                ("agent_and_turn", "[turn, agent]"),
+            )
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+    )
+)
+
+_add(
+    Table(
+        name="plan_path_swap",
+        description="Per-role policies (lora adapters, separate models) evaluated as trained "
+        "and with the two roles' policies swapped at test time.",
+        config=None,
+        base=plan_path_base(),
+        conditions=(
+            Condition("lora", _at_grpo("lora")),
+            Condition("lora_swapped", _at_grpo("lora"), swap={"tool": "plan", "plan": "tool"}),
+            Condition("separate", _at_grpo("separate")),
+            Condition(
+                "separate_swapped", _at_grpo("separate"), swap={"tool": "plan", "plan": "tool"}
+            ),
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+        notes="A swapped condition trains exactly like its unswapped twin (same seed), so the "
+        "pair differs only in the test-time routing.",
+    )
+)
+
+# The legacy CPU ablation of docs/results.md (experiments/plan_path_ablation.py's defaults).
+_add(
+    Table(
+        name="plan_path_ablation_cpu",
+        description="The first CPU ablation (docs/results.md): 3x3, 6 steps of one problem, "
+        "K = 4, teamrl's default reward constants, 16 test boards.",
+        config=None,
+        base=(
+            *plan_path_base(steps=6, prompts=1),
+            "env.kwargs={size: 3, n_eval: 8, n_test: 16}",
+            "log.save_steps=0",
+        ),
+        conditions=PLAN_PATH_CONDITIONS,
+        splits=GAME_SPLITS,
+        test_problems=16,
+        metrics=PLAN_PATH_METRICS,
+    )
+)
+
+# --- TLDR (MAGRPO) ----------------------------------------------------------------------------
+
+TLDR_LEVELS = (
+    "greedy/reward",
+    "components/structure",
+    "components/length_ratio",
+    "components/unique_words",
+    "components/style",
+)
+_add(
+    Table(
+        name="tldr_magrpo",
+        description="MAGRPO on TLDR (offline posts): trained two-agent team vs the untrained "
+        "team vs one agent writing both parts (trained the same way); every reward level.",
+        config="tldr_magrpo",
+        base=(
+            "env.name=tldr_heldout",
+            "env.kwargs={}",
+            "train.max_steps=40",
+            "train.warmup_steps=0",
+            "eval.eval_steps=0",
+            "log.save_steps=5",
+            "log.progress_bar=false",
+            "team.agents.0.max_completion_length=64",
+            "team.agents.1.max_completion_length=128",
+        ),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", ()),
+            Condition(
+                "one_writer",
+                (
+                    "env.name=tldr_one_writer",
+                    "env.kwargs={}",
+                    f"team.agents=[{agent('writer', 192, temperature=0.7)}]",
+                    "team.policies=shared",
+                ),
+            ),
+        ),
+        splits={
+            "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
+            "validation": "offline eval posts",
+            "test": "offline test posts (24) + offline train posts 64..95 (never trained on)",
+        },
+        test_problems=32,
+        metrics=TLDR_LEVELS,
+        sample_outputs=4,
+        notes="The levels are the writing reward's components (WritingScore.components).",
+    )
+)
+
+# --- arithmetic (a task SmolLM2-135M can move on) ---------------------------------------------
+
+_add(
+    Table(
+        name="math_arith",
+        description="The offline arithmetic set: MAGRPO team (tool + reasoner) vs the "
+        "untrained team vs the reasoner alone with GRPO.",
+        config="math_magrpo",
+        base=(
+            "env.kwargs={source: arithmetic, mode: simultaneous, max_turns: 1, n_eval: 32, "
+            "n_test: 64}",
+            "env.max_turns=1",
+            "train.max_steps=40",
+            "train.prompts_per_step=2",
+            "train.warmup_steps=0",
+            "eval.eval_steps=0",
+            "log.save_steps=5",
+            "log.progress_bar=false",
+            "team.agents.0.max_completion_length=96",
+            "team.agents.1.max_completion_length=96",
+        ),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", ()),
+            Condition(
+                "single_grpo",
+                (
+                    "env.name=math_single",
+                    "env.kwargs={source: arithmetic, max_turns: 1, n_eval: 32, n_test: 64}",
+                    f"team.agents=[{agent('reasoner', 96)}]",
+                    "algorithm.name=grpo",
+                    "team.policies=shared",
+                ),
+            ),
+        ),
+        splits={
+            "train": "generated arithmetic train problems (teamrl.tasks.math, source=arithmetic)",
+            "validation": "the generated eval split",
+            "test": "the generated test split (first test_problems)",
+        },
+        test_problems=64,
+        metrics=("greedy/accuracy", "greedy/reward"),
+    )
+)
+
+
+def get_table(name: str) -> Table:
+    if name not in TABLES:
+        raise SystemExit(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+    return TABLES[name]
