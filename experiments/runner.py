@@ -88,12 +88,16 @@ def machine() -> str:
 # --- one run -----------------------------------------------------------------------------------
 
 
+def run_name(table: Table, condition: str, seed: int) -> str:
+    return f"{table.name}__{condition}__seed{seed}"
+
+
 def run_overrides(table: Table, condition: Condition, seed: int, runs_dir: Path) -> list[str]:
     return [
         *table.base,
         *condition.overrides,
         f"seed={seed}",
-        f"run_name={table.name}__{condition.name}__seed{seed}",
+        f"run_name={run_name(table, condition.name, seed)}",
         f"log.output_dir={runs_dir}",
         "log.overwrite=true",
     ]
@@ -129,6 +133,14 @@ def outputs(trainer: Any, n: int) -> list[dict]:
     return list(rows.values())
 
 
+def swapped(policy_of: dict[str, str], swap: dict[str, str]) -> dict[str, str]:
+    """Agent -> policy with each agent in ``swap`` routed to the policy of its partner."""
+    unknown = (set(swap) | set(swap.values())) - set(policy_of)
+    if unknown:
+        raise SystemExit(f"swap {swap}: unknown agents {sorted(unknown)}")
+    return {a: policy_of[swap.get(a, a)] for a in policy_of}
+
+
 def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS) -> dict:
     """Train (unless the condition is the untrained model), evaluate on test; the record."""
     from teamrl import checkpoints
@@ -143,19 +155,28 @@ def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS
     check_held_out(trainer.task, table.test_problems)
     before = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
     curve: list[dict] = []
-    if condition.train and cfg.train.max_steps > 0:
+    trained_dir = None
+    if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
+        trained_dir = Path(runs_dir) / run_name(table, condition.from_run, seed)
+        ckpt = checkpoints.latest_checkpoint(trained_dir)
+        if ckpt is None:
+            raise SystemExit(
+                f"{condition.name}: no checkpoint in {trained_dir}; run condition "
+                f"{condition.from_run!r} with seed {seed} first"
+            )
+        trainer.load_checkpoint(ckpt)
+    elif condition.train and cfg.train.max_steps > 0:
         # a run killed mid-way continues from its latest checkpoint (log.save_steps)
         resume = checkpoints.latest_checkpoint(trainer.run_dir) is not None
         trainer.train(resume=resume)
+        trained_dir = trainer.run_dir
+    if trained_dir is not None:
         curve = [
             {k: v for k, v in m.items() if isinstance(v, int | float)}
-            for m in read_metrics(trainer.run_dir)
+            for m in read_metrics(trained_dir)
         ]
     if condition.swap:  # route each agent to another agent's trained policy at test time
-        trainer.team.policy_of = {
-            a: trainer.team.policy_of[b]
-            for a, b in {**trainer.team.policy_of, **condition.swap}.items()
-        }
+        trainer.team.policy_of = swapped(trainer.team.policy_of, condition.swap)
     test = evaluate_trainer(
         trainer, "test", num_samples=table.eval_samples, limit=table.test_problems
     )
@@ -168,6 +189,7 @@ def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS
         "overrides": run_overrides(table, condition, seed, runs_dir),
         "trained": condition.train,
         "swap": condition.swap,
+        "from_run": condition.from_run,
         "splits": table.splits,
         "split_sizes": {s: len(getattr(trainer.task, s) or []) for s in ("train", "eval", "test")},
         "curve": curve,

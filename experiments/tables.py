@@ -21,6 +21,9 @@ class Condition:
     overrides: tuple[str, ...] = ()  # config overrides on top of the table's base
     train: bool = True  # False: evaluate the base model as it is (the untrained team)
     swap: dict[str, str] | None = None  # at test time agent -> the policy of another agent
+    # evaluate the final checkpoint of this other condition's run (same seed) instead of
+    # training: a swapped condition reuses its unswapped twin's training
+    from_run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ _add(
     )
 )
 
+SWAP = {"tool": "plan", "plan": "tool"}
 _add(
     Table(
         name="plan_path_swap",
@@ -167,38 +171,113 @@ _add(
         base=plan_path_base(),
         conditions=(
             Condition("lora", _at_grpo("lora")),
-            Condition("lora_swapped", _at_grpo("lora"), swap={"tool": "plan", "plan": "tool"}),
+            Condition("lora_swapped", _at_grpo("lora"), swap=SWAP, from_run="lora"),
             Condition("separate", _at_grpo("separate")),
-            Condition(
-                "separate_swapped", _at_grpo("separate"), swap={"tool": "plan", "plan": "tool"}
-            ),
+            Condition("separate_swapped", _at_grpo("separate"), swap=SWAP, from_run="separate"),
         ),
         splits=GAME_SPLITS,
         test_problems=64,
         metrics=PLAN_PATH_METRICS,
-        notes="A swapped condition trains exactly like its unswapped twin (same seed), so the "
-        "pair differs only in the test-time routing.",
+        notes="A swapped condition evaluates its unswapped twin's final checkpoint (same seed), "
+        "so the pair differs only in the test-time routing of agents to policies.",
     )
 )
 
-# The legacy CPU ablation of docs/results.md (experiments/plan_path_ablation.py's defaults).
-_add(
-    Table(
+# --- the first CPU ablation of docs/results.md (experiments/plan_path_ablation.py) --------------
+
+# display name -> (task, algorithm, policies); None = the untrained two-agent team
+ABLATION_CONDITIONS = {
+    "untrained": None,
+    "single GRPO": ("plan_path_single", "grpo", "shared"),
+    "traj-GRPO shared": ("plan_path", "grpo", "shared"),
+    "AT-GRPO shared": ("plan_path", "at_grpo", "shared"),
+    "AT-GRPO lora": ("plan_path", "at_grpo", "lora"),
+}
+ABLATION_IDS = {
+    "untrained": "untrained",
+    "single GRPO": "single_grpo",
+    "traj-GRPO shared": "traj_grpo_shared",
+    "AT-GRPO shared": "at_grpo_shared",
+    "AT-GRPO lora": "at_grpo_lora",
+}
+ABLATION_DEFAULTS = {
+    "steps": 6,
+    "size": 3,
+    "turns": 1,
+    "k": 4,
+    "tool_tokens": 24,
+    "plan_tokens": 16,
+    "test_problems": 16,
+    "model": "smollm2-135m",
+    "prompts_per_step": 1,
+    "lr": 1e-3,
+    "tool_prefix": TOOL_PREFIX,
+    "plan_prefix": PLAN_PREFIX,
+    "runs": "runs",
+}
+
+
+def ablation_overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]:
+    """The config of one condition of the first CPU ablation (``args``: ABLATION_DEFAULTS keys)."""
+    if task.endswith("_single"):
+        agents = f"[{agent('solver', args.plan_tokens, args.plan_prefix)}]"
+    else:
+        tool = agent("tool", args.tool_tokens, args.tool_prefix)
+        agents = f"[{tool}, {agent('plan', args.plan_tokens, args.plan_prefix)}]"
+    return [
+        f"run_name=ablation-{task}-{algo}-{policies}-s{seed}",
+        f"seed={seed}",
+        f"log.output_dir={args.runs}",
+        "log.overwrite=true",
+        "log.progress_bar=false",
+        "log.save_steps=0",
+        f"model.name_or_path={args.model}",
+        "model.use_peft=true",
+        f"team.policies={policies}",
+        f"team.agents={agents}",
+        f"env.name={task}",
+        f"env.kwargs={{size: {args.size}, n_eval: 8, n_test: {args.test_problems}}}",
+        f"env.max_turns={args.turns}",
+        "env.reward_workers=2",
+        f"algorithm.name={algo}",
+        f"algorithm.num_generations={args.k}",
+        f"train.prompts_per_step={args.prompts_per_step}",
+        f"train.max_steps={args.steps}",
+        f"train.learning_rate={args.lr}",
+        "train.lr_scheduler_type=constant",
+        "eval.eval_steps=0",
+    ]
+
+
+def ablation_table(args=None, names=None) -> Table:
+    """The ablation as a runner table; ``args`` defaults to ABLATION_DEFAULTS."""
+    from types import SimpleNamespace
+
+    args = args or SimpleNamespace(**ABLATION_DEFAULTS)
+    conditions = tuple(
+        Condition(
+            ABLATION_IDS[name],
+            tuple(ablation_overrides(*(spec or ("plan_path", "at_grpo", "shared")), 0, args)),
+            train=spec is not None,
+        )
+        for name, spec in ABLATION_CONDITIONS.items()
+        if names is None or name in names
+    )
+    return Table(
         name="plan_path_ablation_cpu",
-        description="The first CPU ablation (docs/results.md): 3x3, 6 steps of one problem, "
-        "K = 4, teamrl's default reward constants, 16 test boards.",
+        description=f"The first CPU ablation (docs/results.md): {args.size}x{args.size}, "
+        f"{args.steps} steps of {args.prompts_per_step} problem(s), K = {args.k}, teamrl's "
+        f"default reward constants, {args.test_problems} test boards.",
         config=None,
-        base=(
-            *plan_path_base(steps=6, prompts=1),
-            "env.kwargs={size: 3, n_eval: 8, n_test: 16}",
-            "log.save_steps=0",
-        ),
-        conditions=PLAN_PATH_CONDITIONS,
+        base=(),
+        conditions=conditions,
         splits=GAME_SPLITS,
-        test_problems=16,
+        test_problems=args.test_problems,
         metrics=PLAN_PATH_METRICS,
     )
-)
+
+
+_add(ablation_table())
 
 # --- TLDR (MAGRPO) ----------------------------------------------------------------------------
 

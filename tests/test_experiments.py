@@ -98,6 +98,19 @@ def test_one_writer_splits_its_answer_into_the_two_parts():
     assert total == 0.0 and set(comps) == {"structure", "length_ratio", "unique_words", "style"}
 
 
+def test_swap_routes_each_role_to_its_partners_policy():
+    from experiments.runner import swapped
+
+    lora = {"tool": "tool", "plan": "plan", "critic": "critic"}
+    assert swapped(lora, {"tool": "plan", "plan": "tool"}) == {
+        "tool": "plan",
+        "plan": "tool",
+        "critic": "critic",
+    }
+    with pytest.raises(SystemExit, match="unknown agents"):
+        swapped(lora, {"tool": "coder"})
+
+
 # --- the grouping option ----------------------------------------------------------------------
 
 
@@ -206,7 +219,11 @@ def _table(metrics=("greedy/accuracy",)):
             "eval.eval_steps=0",
             "log.progress_bar=false",
         ),
-        conditions=(Condition("trained"), Condition("untrained", train=False)),
+        conditions=(
+            Condition("trained"),
+            Condition("untrained", train=False),
+            Condition("reused", from_run="trained"),  # evaluates trained's final checkpoint
+        ),
         splits={"train": "seeds 0..7", "validation": "eval range", "test": "test range"},
         test_problems=2,
         metrics=metrics,
@@ -248,10 +265,12 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     out, runs = tmp_path / "records", tmp_path / "runs"
     logs: list[str] = []
     records = run_table(
-        table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=logs.append
+        table, [0], out_dir=out, runs_dir=runs, conditions=["trained", "reused"], log=logs.append
     )
     path = record_path(out, "trained", 0)
-    assert path.exists() and len(records) == 1
+    assert path.exists() and len(records) == 2
+    reused = json.loads(record_path(out, "reused", 0).read_text())
+    assert reused["from_run"] == "trained" and len(reused["curve"]) == 1
     rec = json.loads(path.read_text())
     assert rec["condition"] == "trained" and rec["seed"] == 0 and rec["trained"]
     assert len(rec["curve"]) == 1 and "reward/mean" in rec["curve"][0]
@@ -272,5 +291,5 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
 
     # a dry run validates the remaining condition and runs nothing
     run_table(table, [0], out_dir=out, runs_dir=runs, dry_run=True, log=logs.append)
-    assert logs[-1].startswith("would run untrained seed 0")
+    assert "would run untrained seed 0" in logs[-2] and "skip reused seed 0" in logs[-1]
     assert not record_path(out, "untrained", 0).exists()
