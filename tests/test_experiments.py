@@ -227,6 +227,7 @@ def _table(metrics=("greedy/accuracy",)):
         splits={"train": "seeds 0..7", "validation": "eval range", "test": "test range"},
         test_problems=2,
         metrics=metrics,
+        sample_outputs=1,
     )
 
 
@@ -279,6 +280,11 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     for key in ("date", "machine", "wall_seconds", "git_commit", "splits", "split_sizes"):
         assert rec[key], key
     assert rec["split_sizes"] == {"train": 8, "eval": 2, "test": 2}
+    # one test output before and after training, with the agent's text and its reward
+    for key in ("outputs_before", "outputs_after"):
+        (row,) = rec[key]
+        assert row["problem"] == 0 and set(row["texts"]) == {"solver@turn0"}
+        assert isinstance(row["reward"], float)
 
     # a rerun skips the finished record (it is not rewritten)
     mtime = path.stat().st_mtime_ns
