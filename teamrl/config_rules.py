@@ -105,6 +105,11 @@ RULES: list[tuple[str, Any, str]] = [
     ("algorithm.epsilon", _gt(0), "> 0"),
     ("algorithm.epsilon_high", _gt(0), "> 0 or None"),
     ("algorithm.selection_temperature", _gt(0), "> 0"),
+    (
+        "algorithm.group_by",
+        lambda v: len(set(v)) == len(v) and set(v) <= {"turn", "agent"},
+        "distinct names from 'turn', 'agent' (e.g. [turn, agent]) or None",
+    ),
     ("algorithm.beta", _ge(0), ">= 0"),
     ("train.max_steps", _ge(0), ">= 0"),
     ("train.prompts_per_step", _ge(1), ">= 1"),

@@ -1,13 +1,24 @@
-"""The Plan-Path ablation script builds valid configs for every condition (it cannot rot)."""
+"""The experiment runner, its tables, the grouping option and the Plan-Path shaping ordering.
+
+The runner is exercised end to end at a tiny size: one step, one seed, tiny-llama, 3x3
+single-agent Plan-Path (no sandbox), two test boards.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import statistics
 from pathlib import Path
 
-from teamrl.config import load_config
+import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "plan_path_ablation.py"
+from teamrl.algorithms.advantages import compute_advantages
+from teamrl.config import ConfigError, load_config
+from teamrl.sample import Sample
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "experiments" / "plan_path_ablation.py"
 
 
 def _ablation():
@@ -35,3 +46,256 @@ def test_every_condition_loads_with_the_prefills_it_documents():
             assert agents["tool"].response_prefix == "```python\nprint(["
             assert agents["plan"].response_prefix == "#### ["
         assert cfg.env.kwargs["size"] == 3 and cfg.model.use_peft
+
+
+# --- the tables --------------------------------------------------------------------------------
+
+
+def test_every_table_condition_builds_a_valid_config():
+    from experiments.runner import run_overrides
+    from experiments.tables import TABLES
+
+    assert {
+        "plan_path_main",
+        "plan_path_grouping",
+        "plan_path_swap",
+        "tldr_magrpo",
+        "math_arith",
+    } <= set(TABLES)
+    for table in TABLES.values():
+        for cond in table.conditions:
+            cfg = load_config(table.config, run_overrides(table, cond, 0, Path("runs")))
+            assert cfg.seed == 0, (table.name, cond.name)
+    grouping = TABLES["plan_path_grouping"]
+    got = {
+        c.name: load_config(None, [*grouping.base, *c.overrides]).algorithm.group_by
+        for c in grouping.conditions
+    }
+    assert got == {
+        "problem_only": [],
+        "agent_only": ["agent"],
+        "turn_only": ["turn"],
+        "agent_and_turn": ["turn", "agent"],
+    }
+
+
+def test_tldr_tables_test_split_is_held_out_and_large_enough():
+    from experiments.runner import check_held_out
+    from teamrl.envs.base import make_task
+
+    for name in ("tldr_heldout", "tldr_one_writer"):
+        task = make_task(name)
+        assert len(task.test) >= 32 and len(task.train) == 64
+        check_held_out(task, len(task.test))  # raises on any overlap
+
+
+def test_one_writer_splits_its_answer_into_the_two_parts():
+    from experiments.tasks import one_writer_reward, split_parts
+
+    assert split_parts("Short one.\nDETAILED: Long one.") == ("Short one.", "Long one.")
+    assert split_parts("no marker") == ("no marker", "")
+    total, comps = one_writer_reward({"writer": "no marker"}, {"text": "x"})
+    assert total == 0.0 and set(comps) == {"structure", "length_ratio", "unique_words", "style"}
+
+
+def test_swap_routes_each_role_to_its_partners_policy():
+    from experiments.runner import swapped
+
+    lora = {"tool": "tool", "plan": "plan", "critic": "critic"}
+    assert swapped(lora, {"tool": "plan", "plan": "tool"}) == {
+        "tool": "plan",
+        "plan": "tool",
+        "critic": "critic",
+    }
+    with pytest.raises(SystemExit, match="unknown agents"):
+        swapped(lora, {"tool": "coder"})
+
+
+# --- the grouping option ----------------------------------------------------------------------
+
+
+def _samples() -> list[Sample]:
+    # one problem, two turns, agents tool and plan, K = 2: rewards by (turn, agent)
+    rewards = {(0, "tool"): [1, 3], (0, "plan"): [0, 0], (1, "tool"): [5, 7], (1, "plan"): [2, 6]}
+    out = []
+    for (turn, agent), rs in rewards.items():
+        for r in rs:
+            s = Sample(agent, "shared", turn, (0, 0, turn, agent), [1], [2], [0.0])
+            s.reward = s.return_ = float(r)
+            out.append(s)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("group_by", "advantages"),
+    [
+        # problem only: mean of all eight rewards = 3
+        ([], [-2, 0, -3, -3, 2, 4, -1, 3]),
+        # agent only: tool mean (1+3+5+7)/4 = 4, plan mean (0+0+2+6)/4 = 2
+        (["agent"], [-3, -1, -2, -2, 1, 3, 0, 4]),
+        # turn only: turn 0 mean (1+3+0+0)/4 = 1, turn 1 mean (5+7+2+6)/4 = 5
+        (["turn"], [0, 2, -1, -1, 0, 2, -3, 1]),
+        # agent and turn (the paper's): each pair's own mean
+        (["turn", "agent"], [-1, 1, 0, 0, -1, 1, -2, 2]),
+        (None, [-1, 1, 0, 0, -1, 1, -2, 2]),
+    ],
+)
+def test_group_by_regroups_at_grpo_samples(group_by, advantages):
+    from teamrl.recipes.at_grpo import regroup
+
+    samples = _samples()
+    regroup(samples, group_by)
+    compute_advantages(samples, baseline="mean", scale_rewards="none")
+    assert [s.advantage for s in samples] == pytest.approx(advantages)
+
+
+def test_group_by_rejects_unknown_keys():
+    with pytest.raises(ConfigError, match="algorithm.group_by"):
+        load_config(None, ["algorithm.group_by=[problem]"])
+
+
+# --- Plan-Path shaping ------------------------------------------------------------------------
+
+BOARD = "P . #\n. # .\n. . G"  # shortest path D D R R (d = 4)
+
+
+def _reward(rewards: dict, text: str) -> float:
+    from teamrl.tasks.games.plan_path import PlanPathState, plan_path_single_task
+
+    env = plan_path_single_task(size=3, n_train=1, n_eval=1, n_test=1, rewards=rewards)
+    env = env.make_env()
+    env.reset({"seed": 0, "size": 3})
+    env.state = PlanPathState.from_text(BOARD, env.rewards)
+    return env.step({"solver": text}).reward
+
+
+def test_proposed_shaping_orders_path_progress_nothing_garbage():
+    from teamrl.tasks.games.plan_path import PROPOSED_REWARDS
+
+    shortest = _reward(PROPOSED_REWARDS, "#### ['D', 'D', 'R', 'R']")
+    partial = _reward(PROPOSED_REWARDS, "#### ['D', 'D']")
+    nothing = _reward(PROPOSED_REWARDS, "#### []")
+    garbage = _reward(PROPOSED_REWARDS, "#### [jump, jump]")
+    no_list = _reward(PROPOSED_REWARDS, "no idea")
+    # by hand: 4 steps -0.04, shaping 1 * (4 - 0), win +1, optimal +0.5
+    assert shortest == pytest.approx(5.46)
+    assert partial == pytest.approx(-0.02 + 2.0)  # two steps closer
+    assert nothing == 0.0
+    assert garbage == -1.0  # not a well-formed move list: the no-action case (issue 11)
+    assert no_list == -1.0
+    assert shortest > partial > nothing >= garbage >= no_list
+    # a detour still wins but loses the optimal bonus: 6 steps, shaping 4, win 1
+    assert _reward(PROPOSED_REWARDS, "#### ['D', 'U', 'D', 'D', 'R', 'R']") == pytest.approx(4.94)
+
+
+def test_paper_gamma_pays_invalid_moves_far_from_the_goal():
+    from teamrl.tasks.games.plan_path import PAPER_REWARDS
+
+    # an invalid U at d = 4: -0.01 - 0.09 + 1 * (4 - 0.99 * 4) = -0.06 (the bias gamma < 1 adds)
+    assert _reward(PAPER_REWARDS, "#### ['U']") == pytest.approx(-0.06)
+    # the default constants are unchanged: -0.01 - 0.1 and no shaping for staying put
+    assert _reward({}, "#### ['U']") == pytest.approx(-0.11)
+
+
+# --- aggregation ------------------------------------------------------------------------------
+
+
+def _table(metrics=("greedy/accuracy",)):
+    from experiments.tables import Condition, Table
+
+    return Table(
+        name="toy",
+        description="tiny",
+        config=None,
+        base=(
+            "model.name_or_path=tiny-llama",
+            "env.name=plan_path_single",
+            "env.kwargs={size: 3, n_train: 8, n_eval: 2, n_test: 2}",
+            "env.max_turns=1",
+            "team.agents=[{name: solver, max_completion_length: 4}]",
+            "algorithm.name=grpo",
+            "algorithm.num_generations=2",
+            "train.max_steps=1",
+            "eval.eval_steps=0",
+            "log.progress_bar=false",
+        ),
+        conditions=(
+            Condition("trained"),
+            Condition("untrained", train=False),
+            Condition("reused", from_run="trained"),  # evaluates trained's final checkpoint
+        ),
+        splits={"train": "seeds 0..7", "validation": "eval range", "test": "test range"},
+        test_problems=2,
+        metrics=metrics,
+        sample_outputs=1,
+    )
+
+
+def test_aggregation_mean_std_and_bootstrap_interval_by_hand():
+    from experiments.runner import aggregate, bootstrap_ci, markdown
+
+    table = _table(("greedy/reward",))
+    vals = [1.0, 2.0, 6.0]
+    records = [
+        {"condition": "trained", "seed": i, "test": {"greedy/reward": v}, "wall_seconds": 60}
+        for i, v in enumerate(vals)
+    ]
+    agg = aggregate(table, records)
+    s = agg["trained"]["greedy/reward"]
+    assert s["mean"] == pytest.approx(3.0)  # (1 + 2 + 6) / 3
+    # sample std: sqrt(((1-3)^2 + (2-3)^2 + (6-3)^2) / 2) = sqrt(7)
+    assert s["std"] == pytest.approx(7**0.5)
+    # With 3 seeds a resample is all-min (or all-max) with probability 1/27 = 3.7 % > 2.5 %,
+    # so the percentile interval is exactly the data range.
+    assert s["ci95"] == (1.0, 6.0)
+    wide = [0.1, 0.4, 0.2, 0.9, 0.5, 0.3, 0.8, 0.6]
+    lo, hi = bootstrap_ci(wide)
+    assert 0.1 < lo < statistics.mean(wide) < hi < 0.9  # inside the data range, around the mean
+    assert (lo, hi) == bootstrap_ci(wide)  # deterministic under the seed
+    assert bootstrap_ci(wide, seed=1) != (lo, hi)  # and the seed is used
+    assert bootstrap_ci([2.0, 2.0]) == (2.0, 2.0)
+    assert agg["trained"]["minutes"] == pytest.approx(3.0) and "untrained" not in agg
+    assert "| trained | 3 | 3.000 ± 2.646 [" in markdown(table, agg)
+    assert statistics.mean(vals) == s["mean"]
+
+
+def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
+    from experiments.runner import record_path, report, run_table
+
+    table = _table(("greedy/accuracy", "greedy/reward"))
+    out, runs = tmp_path / "records", tmp_path / "runs"
+    logs: list[str] = []
+    records = run_table(
+        table, [0], out_dir=out, runs_dir=runs, conditions=["trained", "reused"], log=logs.append
+    )
+    path = record_path(out, "trained", 0)
+    assert path.exists() and len(records) == 2
+    reused = json.loads(record_path(out, "reused", 0).read_text())
+    assert reused["from_run"] == "trained" and len(reused["curve"]) == 1
+    rec = json.loads(path.read_text())
+    assert rec["condition"] == "trained" and rec["seed"] == 0 and rec["trained"]
+    assert len(rec["curve"]) == 1 and "reward/mean" in rec["curve"][0]
+    assert rec["test"]["problems"] == 2 and 0.0 <= rec["test"]["greedy/accuracy"] <= 1.0
+    assert rec["config"]["seed"] == 0 and rec["config"]["train"]["max_steps"] == 1
+    for key in ("date", "machine", "wall_seconds", "git_commit", "splits", "split_sizes"):
+        assert rec[key], key
+    assert rec["split_sizes"] == {"train": 8, "eval": 2, "test": 2}
+    # one test output before and after training, with the agent's text and its reward
+    for key in ("outputs_before", "outputs_after"):
+        (row,) = rec[key]
+        assert row["problem"] == 0 and set(row["texts"]) == {"solver@turn0"}
+        assert isinstance(row["reward"], float)
+
+    # a rerun skips the finished record (it is not rewritten)
+    mtime = path.stat().st_mtime_ns
+    run_table(table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=logs.append)
+    assert path.stat().st_mtime_ns == mtime and logs[-1].startswith("skip trained seed 0")
+
+    md, pngs = report(table, out, "cmd")
+    assert "| trained | 1 |" in md.read_text()
+    assert pngs and all(p.exists() and p.stat().st_size > 0 for p in pngs)
+
+    # a dry run validates the remaining condition and runs nothing
+    run_table(table, [0], out_dir=out, runs_dir=runs, dry_run=True, log=logs.append)
+    assert "would run untrained seed 0" in logs[-2] and "skip reused seed 0" in logs[-1]
+    assert not record_path(out, "untrained", 0).exists()

@@ -98,30 +98,36 @@ def apply_info(
 
 
 def apply_actions(
-    state: Any, actions: list, move: Callable[[Any, Any, dict], bool], extra: tuple = ()
+    state: Any,
+    actions: list,
+    move: Callable[[Any, Any, dict], bool],
+    extra: tuple = (),
+    win_extra: Callable[[Any, int], float] | None = None,
 ) -> tuple[Any, float, dict[str, Any]]:
     """The loop every game's ``apply`` shares, on a copy of ``state``: (new state, reward, info).
 
     Each action tried costs ``step_penalty``; ``move(s, action, components)`` applies one action
     to the copy ``s`` (adding its own terms, e.g. ``shaping``) and returns False when the
     action is invalid (then ``invalid_penalty``, nothing moves). Reaching the solved state adds
-    ``win_bonus``; actions after it are unused. ``extra`` names the game's own components.
+    ``win_bonus`` (plus ``win_extra(state, actions tried)``, e.g. a shortest-path bonus);
+    actions after it are unused. ``extra`` names the game's own components.
     """
     rw = state.rewards
     s = state.copy()
     comps = {"step": 0.0, "invalid": 0.0, **dict.fromkeys(extra, 0.0), "shaping": 0.0, "win": 0.0}
-    n_invalid = n_unused = 0
+    n_invalid = n_unused = tried = 0
     for action in actions:
         if s.is_solved():
             n_unused += 1
             continue
         comps["step"] += rw.step_penalty
+        tried += 1
         if not move(s, action, comps):
             n_invalid += 1
             comps["invalid"] += rw.invalid_penalty
             continue
         if s.is_solved():
-            comps["win"] += rw.win_bonus
+            comps["win"] += rw.win_bonus + (win_extra(state, tried) if win_extra else 0.0)
     info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
     return s, sum(comps.values()), info
 

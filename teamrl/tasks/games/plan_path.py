@@ -7,10 +7,20 @@ invalid: it is counted and penalised, and the walker stays put.
 Shaped reward of one move (all constants in :class:`PlanPathRewards`)::
 
     r = step_penalty + [invalid] * invalid_penalty + [reached goal] * win_bonus
-        + shaping * (Phi(s') - Phi(s)),        Phi(s) = -(BFS distance from s to the goal)
+        + [reached goal in a shortest number of moves] * optimal_bonus
+        + shaping * (gamma * Phi(s') - Phi(s)),   Phi(s) = -(BFS distance from s to the goal)
 
-Potential-based shaping (gamma = 1) telescopes, so over a list it adds
-``shaping * (d_start - d_end)`` and never changes which plans are optimal.
+With gamma = 1 (``shaping_gamma``, the default) the potential-based term telescopes: over a
+list it adds ``shaping * (d_start - d_end)`` and never changes which plans are optimal, and an
+invalid move (which stays put) gets no shaping. With gamma < 1 an invalid move earns
+``shaping * (1 - gamma) * d``, as in the reference.
+
+``PAPER_REWARDS`` holds the reference implementation's Plan-Path constants (PettingLLMs'
+``PlanPathGridEnvState``: r_step -0.01, r_invalid -0.10 *instead of* the step cost, r_goal +1,
+r_opt +0.5, lambda 1, gamma 0.99, Phi = -Manhattan distance). The defaults here differ (win +10,
+lambda 0.1, the Sokoban scale); see docs/results.md, "Plan-Path shaping check". The one
+structural difference left is the potential: BFS distance here, Manhattan there (equal when no
+obstacle is in the way; BFS is the exact distance-to-go).
 """
 
 from __future__ import annotations
@@ -33,10 +43,31 @@ PlanPathRewards = rewards_class(
 step_penalty      -0.01  added for every move tried (valid or not)
 invalid_penalty   -0.1   added for a move off the grid, into an obstacle, or an unknown token
 win_bonus         10.0   added when the goal is reached
-shaping           0.1    lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance
+shaping           0.1    lambda of the shaping lambda*(gamma*Phi(s')-Phi(s)), Phi = -BFS distance
+optimal_bonus     0.0    added with win_bonus when the list reached the goal in a shortest number of moves
+shaping_gamma     1.0    gamma of the shaping; 1 = telescoping (no bias); an invalid move stays put
 """,
     __name__,
 )
+
+
+# The reference's Plan-Path constants (see the module docstring), as a ``rewards`` override:
+# ``env.kwargs.rewards`` in a config. invalid_penalty is -0.09 because here the step cost is
+# added to an invalid move too (-0.01 - 0.09 = the reference's -0.10).
+PAPER_REWARDS: dict[str, float] = {
+    "step_penalty": -0.01,
+    "invalid_penalty": -0.09,
+    "win_bonus": 1.0,
+    "optimal_bonus": 0.5,
+    "shaping": 1.0,
+    "shaping_gamma": 0.99,
+    "no_action_penalty": -1.0,
+}
+# What the experiments use: the reference's constants with gamma = 1. With gamma < 1 and
+# Phi = -distance, every move (an invalid one too) earns lambda * (1 - gamma) * d, so far from
+# the goal long lists of invalid moves score above answering nothing (d > 10 on 10x10 boards);
+# gamma = 1 keeps the shaping a pure telescoping sum lambda * (d_start - d_end).
+PROPOSED_REWARDS: dict[str, float] = {**PAPER_REWARDS, "shaping_gamma": 1.0}
 
 
 def bfs_distances(grid: tuple[str, ...], source: Cell) -> dict[Cell, int]:
@@ -128,17 +159,24 @@ class PlanPathState:
 
     def apply(self, actions: list) -> tuple[PlanPathState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
-        return apply_actions(self, actions, PlanPathState._move)
+        return apply_actions(self, actions, PlanPathState._move, win_extra=PlanPathState._optimal)
 
     def _move(self, action: Any, comps: dict) -> bool:
         delta = MOVES.get(action) if isinstance(action, str) else None
         nxt = None if delta is None else (self.pos[0] + delta[0], self.pos[1] + delta[1])
-        if nxt is None or not _free(self.grid, nxt):
-            return False
-        # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
-        comps["shaping"] += self.rewards.shaping * (self.dist[self.pos] - self.dist[nxt])
+        valid = nxt is not None and _free(self.grid, nxt)
+        nxt = nxt if valid else self.pos  # an invalid move stays put
+        # Phi = -dist, so gamma * Phi(s') - Phi(s) = dist(s) - gamma * dist(s'); staying put
+        # earns lambda * (1 - gamma) * dist(s), which is 0 when gamma = 1.
+        rw = self.rewards
+        comps["shaping"] += rw.shaping * (self.dist[self.pos] - rw.shaping_gamma * self.dist[nxt])
         self.pos = nxt
-        return True
+        return valid
+
+    def _optimal(self, tried: int) -> float:
+        """At the win: optimal_bonus when the list took no detour and no invalid move (``self``
+        is the state the list started from)."""
+        return self.rewards.optimal_bonus if tried == self.dist[self.pos] else 0.0
 
     def render(self) -> str:
         rows = []

@@ -1,0 +1,1 @@
+"""Experiments: tables of training runs with held-out test evaluation (see runner.py)."""

@@ -1,0 +1,371 @@
+"""The experiment runner: one training run + held-out test evaluation per (condition, seed).
+
+    for condition in table.conditions:
+        for seed in seeds:
+            if records/<condition>__seed<k>.json exists: skip          # resume from raw records
+            cfg     = load_config(table.config, table.base + condition.overrides + seed/run dir)
+            trainer = Trainer(cfg)                                    # the teamrl Trainer
+            train, resuming from the run folder's latest checkpoint   # a killed run continues
+            test    = evaluate_trainer(trainer, "test", limit=table.test_problems)
+            write the raw record atomically (config, per-step curve, test metrics, date,
+                                             machine, wall time, git commit)
+
+Aggregation (``aggregate``) reads only the raw records: per condition and metric the mean, the
+standard deviation over seeds (n - 1 in the denominator) and a percentile bootstrap 95 %
+interval of the mean. **What is resampled: the seeds.** One resample draws n of the condition's
+n per-seed values with replacement and takes their mean; the interval is the 2.5th and 97.5th
+percentiles of B = 10,000 such means, drawn from ``numpy.random.default_rng(seed)`` (seed 0 by
+default), so the same records always give the same interval. The per-seed value is already a
+mean over the test problems; the interval covers seed-to-seed variation only. With 3 seeds a
+bootstrap interval is narrow and optimistic: read it together with the per-seed values.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import experiments.tasks  # noqa: F401  (registers the experiments' own tasks)
+from experiments.tables import Condition, Table
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "experiments" / "results"
+RUNS = ROOT / "runs" / "experiments"
+
+
+# --- raw records -------------------------------------------------------------------------------
+
+
+def record_path(out_dir: Path, condition: str, seed: int) -> Path:
+    return Path(out_dir) / f"{condition}__seed{seed}.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temporary file, then rename: a killed run never leaves half a record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def load_records(out_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("*__seed*.json"))]
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine() -> str:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {gpu}, "
+        f"torch {torch.__version__}, python {platform.python_version()}"
+    )
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+
+def run_name(table: Table, condition: str, seed: int) -> str:
+    return f"{table.name}__{condition}__seed{seed}"
+
+
+def run_overrides(table: Table, condition: Condition, seed: int, runs_dir: Path) -> list[str]:
+    return [
+        *table.base,
+        *condition.overrides,
+        f"seed={seed}",
+        f"run_name={run_name(table, condition.name, seed)}",
+        f"log.output_dir={runs_dir}",
+        "log.overwrite=true",
+    ]
+
+
+def check_held_out(task: Any, n_test: int) -> None:
+    """No test problem may also be a training or validation problem (by content)."""
+    key = lambda row: json.dumps(row, sort_keys=True, default=str)  # noqa: E731
+    seen = {key(r) for r in list(task.train) + list(task.eval or [])}
+    clash = [i for i, r in enumerate(task.test[:n_test]) if key(r) in seen]
+    if clash:
+        raise SystemExit(f"task {task.name!r}: test problems {clash[:5]} are also train/eval rows")
+
+
+def outputs(trainer: Any, n: int) -> list[dict]:
+    """Greedy test outputs of the first ``n`` problems: each agent's text and the reward."""
+    import torch
+
+    from teamrl.recipes import recipe_for
+
+    examples = [(i, trainer.task.test[i]) for i in range(min(n, len(trainer.task.test)))]
+    recipe = recipe_for(trainer.cfg.algorithm.name)
+    with torch.no_grad():
+        result = recipe.eval_rollout(
+            trainer.team, trainer.task.make_env, examples, trainer.cfg, n=1, greedy=True
+        )
+    rows: dict[int, dict] = {}
+    for s in result.samples:
+        problem = s.group[0] if isinstance(s.group, tuple) else s.group
+        row = rows.setdefault(problem, {"problem": problem, "texts": {}})
+        row["texts"][f"{s.agent}@turn{s.turn}"] = s.text
+        row["reward"] = s.team_reward if s.team_reward is not None else s.reward
+    return list(rows.values())
+
+
+def swapped(policy_of: dict[str, str], swap: dict[str, str]) -> dict[str, str]:
+    """Agent -> policy with each agent in ``swap`` routed to the policy of its partner."""
+    unknown = (set(swap) | set(swap.values())) - set(policy_of)
+    if unknown:
+        raise SystemExit(f"swap {swap}: unknown agents {sorted(unknown)}")
+    return {a: policy_of[swap.get(a, a)] for a in policy_of}
+
+
+def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS) -> dict:
+    """Train (unless the condition is the untrained model), evaluate on test; the record."""
+    from teamrl import checkpoints
+    from teamrl.config import load_config, to_dict
+    from teamrl.evaluation import evaluate_trainer
+    from teamrl.logging import read_metrics
+    from teamrl.trainer import Trainer
+
+    t0 = time.perf_counter()
+    cfg = load_config(table.config, run_overrides(table, condition, seed, runs_dir))
+    trainer = Trainer(cfg)
+    check_held_out(trainer.task, table.test_problems)
+    before = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
+    curve: list[dict] = []
+    trained_dir = None
+    if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
+        trained_dir = Path(runs_dir) / run_name(table, condition.from_run, seed)
+        ckpt = checkpoints.latest_checkpoint(trained_dir)
+        if ckpt is None:
+            raise SystemExit(
+                f"{condition.name}: no checkpoint in {trained_dir}; run condition "
+                f"{condition.from_run!r} with seed {seed} first"
+            )
+        trainer.load_checkpoint(ckpt)
+    elif condition.train and cfg.train.max_steps > 0:
+        # a run killed mid-way continues from its latest checkpoint (log.save_steps)
+        resume = checkpoints.latest_checkpoint(trainer.run_dir) is not None
+        trainer.train(resume=resume)
+        trained_dir = trainer.run_dir
+    if trained_dir is not None:
+        curve = [
+            {k: v for k, v in m.items() if isinstance(v, int | float)}
+            for m in read_metrics(trained_dir)
+        ]
+    if condition.swap:  # route each agent to another agent's trained policy at test time
+        trainer.team.policy_of = swapped(trainer.team.policy_of, condition.swap)
+    test = evaluate_trainer(
+        trainer, "test", num_samples=table.eval_samples, limit=table.test_problems
+    )
+    after = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
+    record = {
+        "table": table.name,
+        "condition": condition.name,
+        "seed": seed,
+        "config": to_dict(cfg),
+        "overrides": run_overrides(table, condition, seed, runs_dir),
+        "trained": condition.train,
+        "swap": condition.swap,
+        "from_run": condition.from_run,
+        "splits": table.splits,
+        "split_sizes": {s: len(getattr(trainer.task, s) or []) for s in ("train", "eval", "test")},
+        "curve": curve,
+        "test": {k: v for k, v in test.items() if isinstance(v, int | float | str | None)},
+        "outputs_before": before,
+        "outputs_after": after,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "wall_seconds": time.perf_counter() - t0,
+        "git_commit": git_commit(),
+    }
+    del trainer
+    gc.collect()  # optimizer/scheduler reference cycles otherwise keep old models alive
+    return record
+
+
+def run_table(
+    table: Table,
+    seeds: list[int],
+    out_dir: Path | None = None,
+    runs_dir: Path = RUNS,
+    conditions: list[str] | None = None,
+    dry_run: bool = False,
+    log=print,
+) -> list[dict]:
+    """Run every missing (condition, seed) of ``table``; returns all records of the table."""
+    out = Path(out_dir) if out_dir else RESULTS / table.name
+    for cond in table.conditions:
+        if conditions and cond.name not in conditions:
+            continue
+        for seed in seeds:
+            path = record_path(out, cond.name, seed)
+            if path.exists():
+                log(f"skip {cond.name} seed {seed}: {path.name} exists")
+                continue
+            if dry_run:
+                from teamrl.config import load_config
+
+                load_config(table.config, run_overrides(table, cond, seed, runs_dir))  # validates
+                log(f"would run {cond.name} seed {seed} -> {path}")
+                continue
+            record = run_one(table, cond, seed, runs_dir)
+            write_json_atomic(path, record)
+            log(
+                f"{cond.name} seed {seed}: "
+                + ", ".join(f"{m} {record['test'].get(m)}" for m in table.metrics)
+                + f" ({record['wall_seconds'] / 60:.1f} min)"
+            )
+    return load_records(out) if out.exists() else []
+
+
+# --- aggregation -------------------------------------------------------------------------------
+
+
+def bootstrap_ci(
+    values: list[float], resamples: int = 10_000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean, resampling ``values`` (one per seed)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("bootstrap_ci: no values")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def summarise(values: list[float], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """n, mean, sample std (0 for one value), bootstrap 95 % interval, the values."""
+    lo, hi = bootstrap_ci(values, resamples, seed)
+    return {
+        "n": len(values),
+        "mean": statistics.mean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "ci95": (lo, hi),
+        "values": list(values),
+    }
+
+
+def aggregate(table: Table, records: list[dict], resamples: int = 10_000, seed: int = 0) -> dict:
+    """{condition: {metric: summarise(per-seed values)}} in the table's condition order."""
+    out: dict[str, dict] = {}
+    for cond in table.conditions:
+        rows = sorted((r for r in records if r["condition"] == cond.name), key=lambda r: r["seed"])
+        if not rows:
+            continue
+        out[cond.name] = {}
+        for metric in table.metrics:
+            vals = [r["test"][metric] for r in rows if r["test"].get(metric) is not None]
+            if vals:
+                out[cond.name][metric] = summarise(vals, resamples, seed)
+        out[cond.name]["minutes"] = sum(r["wall_seconds"] for r in rows) / 60
+    return out
+
+
+def markdown(table: Table, agg: dict) -> str:
+    """One row per condition: per metric 'mean ± std [ci low, ci high]', seeds, minutes."""
+    head = "| condition | seeds | " + " | ".join(table.metrics) + " | minutes |"
+    lines = [head, "|---|---|" + "---|" * len(table.metrics) + "---|"]
+    for name, metrics in agg.items():
+        cells, n = [], 0
+        for m in table.metrics:
+            s = metrics.get(m)
+            if s is None:
+                cells.append("-")
+                continue
+            n = max(n, s["n"])
+            lo, hi = s["ci95"]
+            cells.append(f"{s['mean']:.3f} ± {s['std']:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {metrics['minutes']:.1f} |")
+    return "\n".join(lines)
+
+
+def plot_curves(table: Table, records: list[dict], path: Path) -> list[Path]:
+    """One PNG per curve metric: mean over seeds per step, a band of mean ± std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for metric in table.curve_metrics:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        drawn = False
+        for cond in table.conditions:
+            curves = [
+                [row.get(metric) for row in r["curve"]]
+                for r in records
+                if r["condition"] == cond.name and r["curve"]
+            ]
+            curves = [c for c in curves if c and None not in c]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            y = np.array([c[:n] for c in curves], dtype=float)
+            mean, sd = y.mean(axis=0), y.std(axis=0, ddof=1) if len(y) > 1 else np.zeros(n)
+            x = np.arange(1, n + 1)
+            ax.plot(x, mean, label=f"{cond.name} (n={len(y)})")
+            ax.fill_between(x, mean - sd, mean + sd, alpha=0.2)
+            drawn = True
+        ax.set_xlabel("training step")
+        ax.set_ylabel(f"{metric} (mean ± sd over seeds)")
+        ax.set_title(table.name)
+        if drawn:
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        out = path.with_name(f"{path.stem}_{metric.replace('/', '_')}.png")
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def report(table: Table, out_dir: Path, command: str = "") -> tuple[Path, list[Path]]:
+    """Write ``<out_dir>/table.md`` (+ summary.json) and the curve PNGs from the raw records."""
+    out_dir = Path(out_dir)
+    records = load_records(out_dir)
+    agg = aggregate(table, records)
+    md = markdown(table, agg)
+    dates = sorted(r["date"] for r in records)
+    machines = sorted({r["machine"] for r in records})
+    text = (
+        f"# {table.name}\n\n{table.description}\n\n{md}\n\n"
+        "Cells: mean ± sd over seeds [bootstrap 95 % interval of the mean, resampling seeds, "
+        "10,000 resamples, rng seed 0].\n\n"
+        + (f"Command: `{command}`\n\n" if command else "")
+        + (f"Runs: {dates[0]} .. {dates[-1]} on {'; '.join(machines)}\n\n" if dates else "")
+        + "Splits: "
+        + "; ".join(f"{k}: {v}" for k, v in table.splits.items())
+        + (f"\n\n{table.notes}\n" if table.notes else "\n")
+    )
+    md_path = out_dir / "table.md"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(text)
+    write_json_atomic(out_dir / "summary.json", agg)
+    pngs = plot_curves(table, records, out_dir / "curve.png") if records else []
+    return md_path, pngs

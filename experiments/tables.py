@@ -1,0 +1,388 @@
+"""The experiment tables: conditions x seeds, each a training run plus a held-out test evaluation.
+
+A table declares its base config (a shipped config name plus overrides), its conditions (more
+overrides each), the metrics it reports, and where its problems come from: the train split
+trains, the validation (eval) split is the only one used to choose settings, and the test split
+is evaluated once, at the end, on ``test_problems`` problems. ``splits`` says, per table, which
+seed ranges or rows those are; the runner also checks that no test problem is a training one.
+
+Run one with ``python experiments/run_table.py TABLE [--seeds 3] [--dry-run]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str  # a file-name-safe id (records are <name>__seed<k>.json)
+    overrides: tuple[str, ...] = ()  # config overrides on top of the table's base
+    train: bool = True  # False: evaluate the base model as it is (the untrained team)
+    swap: dict[str, str] | None = None  # at test time agent -> the policy of another agent
+    # evaluate the final checkpoint of this other condition's run (same seed) instead of
+    # training: a swapped condition reuses its unswapped twin's training
+    from_run: str | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    description: str
+    config: str | None  # shipped config name (teamrl/configs) or None for the defaults
+    base: tuple[str, ...]  # overrides shared by every condition
+    conditions: tuple[Condition, ...]
+    splits: dict[str, str]  # train / validation / test: where each split's problems come from
+    test_problems: int  # held-out test problems evaluated (greedy, one episode each)
+    metrics: tuple[str, ...]  # keys of the test report aggregated into the table
+    curve_metrics: tuple[str, ...] = ("reward/mean",)  # per-step training metrics plotted
+    eval_samples: int = 0  # sampled test episodes per problem on top of the greedy one
+    sample_outputs: int = 0  # test outputs recorded before and after training (per seed)
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def agent(name: str, tokens: int, prefix: str = "", temperature: float = 1.0) -> str:
+    """One ``team.agents`` entry; json.dumps gives a YAML double-quoted string (keeps newlines)."""
+    return (
+        f"{{name: {name}, temperature: {temperature}, max_completion_length: {tokens}, "
+        f"response_prefix: {json.dumps(prefix)}}}"
+    )
+
+
+# --- Plan-Path (AT-GRPO) ----------------------------------------------------------------------
+
+GAME_SPLITS = {
+    "train": "plan_path seeds 0 .. n_train-1 (teamrl.tasks.games.seeds: train range 0..999999)",
+    "validation": "seeds 1000000.. (eval range); the only split used to choose settings",
+    "test": "seeds 1500000.. (test range), boards whose content bucket is test-only",
+}
+TOOL_PREFIX = "```python\nprint(["  # pins a 135M model to the format (never trained on)
+PLAN_PREFIX = "#### ["
+
+
+def plan_path_base(size: int = 3, k: int = 4, steps: int = 16, prompts: int = 2) -> tuple:
+    """The Plan-Path setting every new table starts from (tune it on the validation split).
+
+    Budget estimate from the first ablation (about 20 s per AT-GRPO step of one 3x3 problem on
+    the idle 2-core machine): 16 steps x 2 problems is about 11 minutes per trained run, so a
+    5-condition, 3-seed table is about 2 to 2.5 hours. Not yet measured.
+    """
+    return (
+        "model.name_or_path=smollm2-135m",
+        "model.use_peft=true",
+        f"env.kwargs={{size: {size}, n_eval: 32, n_test: 64, rewards: {_paper_rewards()}}}",
+        "env.max_turns=1",
+        "env.reward_workers=2",
+        f"algorithm.num_generations={k}",
+        f"train.prompts_per_step={prompts}",
+        f"train.max_steps={steps}",
+        "train.learning_rate=1e-3",
+        "train.lr_scheduler_type=constant",
+        "train.warmup_steps=0",
+        "eval.eval_steps=0",
+        "log.save_steps=5",
+        "log.progress_bar=false",
+    )
+
+
+def _paper_rewards() -> str:
+    from teamrl.tasks.games.plan_path import PAPER_REWARDS
+
+    return "{" + ", ".join(f"{k}: {v}" for k, v in PAPER_REWARDS.items()) + "}"
+
+
+def team(single: bool = False, tool_tokens: int = 24, plan_tokens: int = 16) -> str:
+    if single:
+        return f"team.agents=[{agent('solver', plan_tokens, PLAN_PREFIX)}]"
+    tool, plan = agent("tool", tool_tokens, TOOL_PREFIX), agent("plan", plan_tokens, PLAN_PREFIX)
+    return f"team.agents=[{tool}, {plan}]"
+
+
+def _at_grpo(policies: str, *more: str) -> tuple[str, ...]:
+    return (
+        "env.name=plan_path",
+        team(),
+        "algorithm.name=at_grpo",
+        f"team.policies={policies}",
+        *more,
+    )
+
+
+PLAN_PATH_CONDITIONS = (
+    Condition("untrained", _at_grpo("shared"), train=False),
+    Condition(
+        "single_grpo",
+        ("env.name=plan_path_single", team(single=True), "algorithm.name=grpo"),
+    ),
+    Condition("traj_grpo_shared", ("env.name=plan_path", team(), "algorithm.name=grpo")),
+    Condition("at_grpo_shared", _at_grpo("shared")),
+    Condition("at_grpo_lora", _at_grpo("lora")),
+)
+PLAN_PATH_METRICS = ("greedy/accuracy", "greedy/reward")
+
+TABLES: dict[str, Table] = {}
+
+
+def _add(table: Table) -> None:
+    TABLES[table.name] = table
+
+
+_add(
+    Table(
+        name="plan_path_main",
+        description="Plan-Path 3x3, SmolLM2-135M, 1 turn: untrained team vs single agent + "
+        "GRPO vs two agents + trajectory GRPO vs AT-GRPO shared vs AT-GRPO per-role LoRA.",
+        config=None,
+        base=plan_path_base(),
+        conditions=PLAN_PATH_CONDITIONS,
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+        notes="Reward constants: the reference's (PAPER_REWARDS); see the shaping check.",
+    )
+)
+
+_add(
+    Table(
+        name="plan_path_grouping",
+        description="AT-GRPO (shared) grouping ablation: groups within a problem by nothing "
+        "(problem only), agent only, turn only, agent and turn (the paper's). 2 turns, so turn "
+        "grouping has something to split.",
+        config=None,
+        base=(*plan_path_base(), "env.max_turns=2"),
+        conditions=tuple(
+            Condition(name, _at_grpo("shared", f"algorithm.group_by={keys}"))
+            for name, keys in (
+                ("problem_only", "[]"),
+                ("agent_only", "[agent]"),
+                ("turn_only", "[turn]"),
+                ("agent_and_turn", "[turn, agent]"),
+            )
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+    )
+)
+
+SWAP = {"tool": "plan", "plan": "tool"}
+_add(
+    Table(
+        name="plan_path_swap",
+        description="Per-role policies (lora adapters, separate models) evaluated as trained "
+        "and with the two roles' policies swapped at test time.",
+        config=None,
+        base=plan_path_base(),
+        conditions=(
+            Condition("lora", _at_grpo("lora")),
+            Condition("lora_swapped", _at_grpo("lora"), swap=SWAP, from_run="lora"),
+            Condition("separate", _at_grpo("separate")),
+            Condition("separate_swapped", _at_grpo("separate"), swap=SWAP, from_run="separate"),
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+        notes="A swapped condition evaluates its unswapped twin's final checkpoint (same seed), "
+        "so the pair differs only in the test-time routing of agents to policies.",
+    )
+)
+
+# --- the first CPU ablation of docs/results.md (experiments/plan_path_ablation.py) --------------
+
+# display name -> (task, algorithm, policies); None = the untrained two-agent team
+ABLATION_CONDITIONS = {
+    "untrained": None,
+    "single GRPO": ("plan_path_single", "grpo", "shared"),
+    "traj-GRPO shared": ("plan_path", "grpo", "shared"),
+    "AT-GRPO shared": ("plan_path", "at_grpo", "shared"),
+    "AT-GRPO lora": ("plan_path", "at_grpo", "lora"),
+}
+ABLATION_IDS = {
+    "untrained": "untrained",
+    "single GRPO": "single_grpo",
+    "traj-GRPO shared": "traj_grpo_shared",
+    "AT-GRPO shared": "at_grpo_shared",
+    "AT-GRPO lora": "at_grpo_lora",
+}
+ABLATION_DEFAULTS = {
+    "steps": 6,
+    "size": 3,
+    "turns": 1,
+    "k": 4,
+    "tool_tokens": 24,
+    "plan_tokens": 16,
+    "test_problems": 16,
+    "model": "smollm2-135m",
+    "prompts_per_step": 1,
+    "lr": 1e-3,
+    "tool_prefix": TOOL_PREFIX,
+    "plan_prefix": PLAN_PREFIX,
+    "runs": "runs",
+}
+
+
+def ablation_overrides(task: str, algo: str, policies: str, seed: int, args) -> list[str]:
+    """The config of one condition of the first CPU ablation (``args``: ABLATION_DEFAULTS keys)."""
+    if task.endswith("_single"):
+        agents = f"[{agent('solver', args.plan_tokens, args.plan_prefix)}]"
+    else:
+        tool = agent("tool", args.tool_tokens, args.tool_prefix)
+        agents = f"[{tool}, {agent('plan', args.plan_tokens, args.plan_prefix)}]"
+    return [
+        f"run_name=ablation-{task}-{algo}-{policies}-s{seed}",
+        f"seed={seed}",
+        f"log.output_dir={args.runs}",
+        "log.overwrite=true",
+        "log.progress_bar=false",
+        "log.save_steps=0",
+        f"model.name_or_path={args.model}",
+        "model.use_peft=true",
+        f"team.policies={policies}",
+        f"team.agents={agents}",
+        f"env.name={task}",
+        f"env.kwargs={{size: {args.size}, n_eval: 8, n_test: {args.test_problems}}}",
+        f"env.max_turns={args.turns}",
+        "env.reward_workers=2",
+        f"algorithm.name={algo}",
+        f"algorithm.num_generations={args.k}",
+        f"train.prompts_per_step={args.prompts_per_step}",
+        f"train.max_steps={args.steps}",
+        f"train.learning_rate={args.lr}",
+        "train.lr_scheduler_type=constant",
+        "eval.eval_steps=0",
+    ]
+
+
+def ablation_table(args=None, names=None) -> Table:
+    """The ablation as a runner table; ``args`` defaults to ABLATION_DEFAULTS."""
+    from types import SimpleNamespace
+
+    args = args or SimpleNamespace(**ABLATION_DEFAULTS)
+    conditions = tuple(
+        Condition(
+            ABLATION_IDS[name],
+            tuple(ablation_overrides(*(spec or ("plan_path", "at_grpo", "shared")), 0, args)),
+            train=spec is not None,
+        )
+        for name, spec in ABLATION_CONDITIONS.items()
+        if names is None or name in names
+    )
+    return Table(
+        name="plan_path_ablation_cpu",
+        description=f"The first CPU ablation (docs/results.md): {args.size}x{args.size}, "
+        f"{args.steps} steps of {args.prompts_per_step} problem(s), K = {args.k}, teamrl's "
+        f"default reward constants, {args.test_problems} test boards.",
+        config=None,
+        base=(),
+        conditions=conditions,
+        splits=GAME_SPLITS,
+        test_problems=args.test_problems,
+        metrics=PLAN_PATH_METRICS,
+    )
+
+
+_add(ablation_table())
+
+# --- TLDR (MAGRPO) ----------------------------------------------------------------------------
+
+TLDR_LEVELS = (
+    "greedy/reward",
+    "components/structure",
+    "components/length_ratio",
+    "components/unique_words",
+    "components/style",
+)
+_add(
+    Table(
+        name="tldr_magrpo",
+        description="MAGRPO on TLDR (offline posts): trained two-agent team vs the untrained "
+        "team vs one agent writing both parts (trained the same way); every reward level.",
+        config="tldr_magrpo",
+        base=(
+            "env.name=tldr_heldout",
+            "env.kwargs={}",
+            "train.max_steps=40",
+            "train.warmup_steps=0",
+            "eval.eval_steps=0",
+            "log.save_steps=5",
+            "log.progress_bar=false",
+            "team.agents.0.max_completion_length=64",
+            "team.agents.1.max_completion_length=128",
+        ),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", ()),
+            Condition(
+                "one_writer",
+                (
+                    "env.name=tldr_one_writer",
+                    "env.kwargs={}",
+                    f"team.agents=[{agent('writer', 192, temperature=0.7)}]",
+                    "team.policies=shared",
+                ),
+            ),
+        ),
+        splits={
+            "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
+            "validation": "offline eval posts",
+            "test": "offline test posts (24) + offline train posts 64..95 (never trained on)",
+        },
+        test_problems=32,
+        metrics=TLDR_LEVELS,
+        sample_outputs=4,
+        notes="The levels are the writing reward's components (WritingScore.components).",
+    )
+)
+
+# --- arithmetic (a task SmolLM2-135M can move on) ---------------------------------------------
+
+_add(
+    Table(
+        name="math_arith",
+        description="The offline arithmetic set: MAGRPO team (tool + reasoner) vs the "
+        "untrained team vs the reasoner alone with GRPO.",
+        config="math_magrpo",
+        base=(
+            "env.kwargs={source: arithmetic, mode: simultaneous, max_turns: 1, n_eval: 32, "
+            "n_test: 64}",
+            "env.max_turns=1",
+            "train.max_steps=40",
+            "train.prompts_per_step=2",
+            "train.warmup_steps=0",
+            "eval.eval_steps=0",
+            "log.save_steps=5",
+            "log.progress_bar=false",
+            "team.agents.0.max_completion_length=96",
+            "team.agents.1.max_completion_length=96",
+        ),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", ()),
+            Condition(
+                "single_grpo",
+                (
+                    "env.name=math_single",
+                    "env.kwargs={source: arithmetic, max_turns: 1, n_eval: 32, n_test: 64}",
+                    f"team.agents=[{agent('reasoner', 96)}]",
+                    "algorithm.name=grpo",
+                    "team.policies=shared",
+                ),
+            ),
+        ),
+        splits={
+            "train": "generated arithmetic train problems (teamrl.tasks.math, source=arithmetic)",
+            "validation": "the generated eval split",
+            "test": "the generated test split (first test_problems)",
+        },
+        test_problems=64,
+        metrics=("greedy/accuracy", "greedy/reward"),
+    )
+)
+
+
+def get_table(name: str) -> Table:
+    if name not in TABLES:
+        raise SystemExit(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+    return TABLES[name]

@@ -1,0 +1,89 @@
+"""The config sections for the engines around training: generation backends and scale-out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from teamrl.config_fields import _f
+
+
+@dataclass
+class GenerationConfig:
+    backend: Literal["hf", "vllm"] = _f(
+        "hf",
+        "Generation backend: 'hf' samples with teamrl's KV-cache loop on the trainer's own model "
+        "(CPU and GPU); 'vllm' uses vLLM (needs: pip install 'teamrl[vllm]').",
+    )
+    fast_decode: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "hf backend only: decode with a preallocated (static) KV cache and a compiled decode step "
+        "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
+        "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
+    )
+    # The vllm_* fields only matter with backend=vllm. Names follow TRL's GRPOConfig.
+    vllm_gpu_memory_utilization: float = _f(
+        0.3,
+        "Fraction of the GPU's memory vLLM may take (weights + KV cache), colocated with the "
+        "trainer in one process: keep it low enough that training fits beside it (TRL's "
+        "default, 0.3). Ignored on CPU.",
+    )
+    vllm_enable_sleep_mode: bool = _f(
+        False,
+        "Put the vLLM engine to sleep (weights offloaded, KV cache freed) between rollout and "
+        "update, and wake it before the next rollout: more GPU memory for training, at the cost "
+        "of a copy each step. GPU only; a no-op on CPU.",
+    )
+    vllm_max_model_length: int | None = _f(
+        None,
+        "Longest prompt + completion (tokens) the vLLM engine serves; None: the model's own "
+        "limit. Lower it when the KV cache does not fit.",
+    )
+    vllm_max_lora_rank: int | None = _f(
+        None,
+        "Largest LoRA rank the vLLM engine accepts; None: model.lora_r. Must be >= model.lora_r.",
+    )
+    vllm_enforce_eager: bool = _f(
+        False,
+        "Run vLLM's model eagerly (no CUDA graphs / torch.compile): slower decode, faster "
+        "start. Always eager on CPU.",
+    )
+    vllm_kv_cache_gb: float | None = _f(
+        None,
+        "KV cache size in GiB; None: vLLM's default (on CPU 4 GiB, or VLLM_CPU_KVCACHE_SPACE). "
+        "On GPU it is taken from vllm_gpu_memory_utilization unless set here.",
+    )
+
+
+@dataclass
+class DistributedConfig:
+    backend: Literal["none", "ray"] = _f(
+        "none",
+        "'none': one process (the default; Ray is not needed). 'ray': a single controller runs "
+        "the episodes and each policy is a group of Ray actors that generate and update "
+        "data-parallel (needs: pip install 'teamrl[ray]'). See docs/distributed.md.",
+    )
+    address: str = _f(
+        "local",
+        "Ray cluster to join: 'local' starts a private one on this machine, 'auto' joins the "
+        "cluster `ray start` set up on this node, or a head address 'host:port'.",
+    )
+    num_workers_per_policy: int = _f(
+        1,
+        "Ray actors per policy group (data-parallel replicas). 'shared'/'lora': one group for "
+        "the whole team; 'separate': one group per agent.",
+    )
+    num_gpus_per_worker: float = _f(
+        0.0, "GPUs each worker reserves (0 = CPU workers, gloo; > 0 = CUDA workers, NCCL)."
+    )
+    num_cpus_per_worker: float = _f(1.0, "CPUs each worker reserves (Ray's logical CPUs).")
+    placement_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = _f(
+        "PACK",
+        "Ray placement-group strategy of each policy group: 'PACK' keeps a group's workers on "
+        "as few nodes as possible, 'STRICT_PACK' on one node.",
+    )
+    sandbox_tasks: bool = _f(
+        True,
+        "Under Ray, run sandboxed code (code rewards) as Ray tasks over the cluster's CPUs, "
+        "with the same limits as in one process.",
+    )
