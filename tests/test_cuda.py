@@ -102,11 +102,12 @@ def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
     from teamrl.generation.types import Request
     from teamrl.models import load_model
 
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides (the default, made sure)
     model = load_model(name, device="cuda").eval()
     prompts = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]  # different widths
     reqs = [
         Request(prompt_ids=p, n=n, temperature=0.0, max_new_tokens=b)
-        for p, n, b in zip(prompts, (3, 1, 2), (24, 9, 24))
+        for p, n, b in zip(prompts, (3, 1, 2), (12, 7, 12))
     ]
     assert fast_decode.supported(model, reqs)
     eager = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
@@ -116,7 +117,7 @@ def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
         assert [[g.completion_ids for g in per] for per in fast] == [
             [g.completion_ids for g in per] for per in eager
         ]
-    assert [len(g.completion_ids) for per in fast for g in per] == [24, 24, 24, 9, 24, 24]
+    assert [len(g.completion_ids) for per in fast for g in per] == [12, 12, 12, 7, 12, 12]
     fast_decode.release(model)
 
 
