@@ -145,7 +145,13 @@ class TeamrlStep:
             "log.progress_bar=false",
         ]
         if backend:
-            overrides.append(f"generation.backend={backend}")
+            # A prompt plus 64 tokens fits 1024 positions; a 0.5 GiB KV cache keeps the engine
+            # (one per base model, beside the trainer's own copy) small on a shared machine.
+            overrides += [
+                f"generation.backend={backend}",
+                "generation.vllm_max_model_length=1024",
+                "generation.vllm_kv_cache_gb=0.5",
+            ]
         self.trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
 
     def step(self) -> dict[str, float]:

@@ -14,6 +14,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 collect_ignore = [] if os.environ.get("TEAMRL_TEST_VLLM") else ["vllm"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped where there is no CUDA GPU (tests/test_cuda.py)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     # Tiny models and their tokenizer are built once per session, offline, into a temp cache.

@@ -1,0 +1,155 @@
+"""The library on a GPU. Every test here but the first is marked ``cuda`` and skipped (by
+tests/conftest.py) where torch.cuda.is_available() is False, so ``make test`` on a GPU machine
+runs them all and a CPU machine skips them in no time.
+
+Covered on CUDA: generation in every policy mode (shared, lora, separate) through the trainer, a
+MAGRPO and an AT-GRPO step, bf16 weights, the builtin sampler's fast path (static KV cache +
+CUDA graphs) against the eager loop under greedy decoding, and checkpoint + resume.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_overrides
+
+from teamrl.config import ConfigError, load_config
+from teamrl.preflight import check_device
+from teamrl.trainer import Trainer
+
+CUDA = torch.cuda.is_available()
+
+
+def test_a_cuda_device_that_is_not_there_is_a_one_line_error():
+    """Runs everywhere: without CUDA, model.device=cuda; with it, an index past the last GPU."""
+    if CUDA:
+        count = torch.cuda.device_count()
+        device = f"cuda:{count}"
+        expected = f"model.device={device} but this machine has {count} CUDA device(s)"
+    else:
+        device = "cuda"
+        expected = (
+            "model.device=cuda but torch.cuda.is_available() is False "
+            "(use model.device=auto or cpu)"
+        )
+    cfg = load_config(None, tiny_overrides(**{"model.device": device}))
+    with pytest.raises(ConfigError) as err:
+        check_device(cfg)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def _trainer(tmp_path, policies="shared", steps=2, **extra) -> Trainer:
+    extra = {"model.device": "cuda", **extra}
+    return Trainer(load_config(None, tiny_overrides(policies, steps, **extra)), run_dir=tmp_path)
+
+
+def _on_cuda(trainer: Trainer) -> None:
+    for pol in trainer.team.policies.values():
+        devices = {p.device.type for p in pol.model.parameters()}
+        assert devices == {"cuda"}, (pol.name, devices)
+        assert all(p.device.type == "cuda" for p in pol.parameters())  # what the optimizer steps
+
+
+def _finite_step(metrics: dict, policies) -> None:
+    for name in policies:
+        for key in ("loss", "grad_norm", "entropy"):
+            assert math.isfinite(metrics[f"{key}/{name}"]), (key, name, metrics)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("policies", ["shared", "lora", "separate"])
+def test_magrpo_step_on_cuda_in_every_policy_mode(tmp_path, policies):
+    tr = _trainer(tmp_path, policies)
+    _on_cuda(tr)
+    for engine in tr.team.engines():
+        assert engine.backend.fast  # fast_decode=auto: the static-cache path on CUDA
+    m = tr.train_step()
+    assert m["completion_length/mean"] > 0 and math.isfinite(m["reward/mean"])
+    _finite_step(m, tr.team.policies)
+    assert m["tokens_per_second"] > 0
+    _on_cuda(tr)
+
+
+@pytest.mark.cuda
+def test_at_grpo_step_on_cuda(tmp_path):
+    tr = _trainer(
+        tmp_path, "lora", **{"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
+    )
+    _on_cuda(tr)
+    m = tr.train_step()
+    _finite_step(m, tr.team.policies)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("policies", ["shared", "lora"])
+def test_bf16_on_cuda(tmp_path, policies):
+    tr = _trainer(tmp_path, policies, **{"model.dtype": "bfloat16"})
+    model = tr.team.engines()[0].model
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    m = tr.train_step()
+    _finite_step(m, tr.team.policies)
+    # The step kept the base weights in bf16 (no silent upcast by the optimizer).
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
+    from teamrl.generation import fast_decode
+    from teamrl.generation.hf import generate
+    from teamrl.generation.types import Request
+    from teamrl.models import load_model
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides (the default, made sure)
+    model = load_model(name, device="cuda").eval()
+    prompts = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]  # different widths
+    reqs = [
+        Request(prompt_ids=p, n=n, temperature=0.0, max_new_tokens=b)
+        for p, n, b in zip(prompts, (3, 1, 2), (12, 7, 12))
+    ]
+    assert fast_decode.supported(model, reqs)
+    eager = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+    # compile=None: CUDA graphs on CUDA. Twice: the second call replays the captured step.
+    for _ in range(2):
+        fast = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True)
+        assert [[g.completion_ids for g in per] for per in fast] == [
+            [g.completion_ids for g in per] for per in eager
+        ]
+    assert [len(g.completion_ids) for per in fast for g in per] == [12, 12, 12, 7, 12, 12]
+    fast_decode.release(model)
+
+
+@pytest.mark.cuda
+def test_checkpoint_and_resume_on_cuda(tmp_path):
+    extra = {"log.save_steps": 2, "train.prompts_per_step": 2}
+    first = _trainer(tmp_path / "a", "lora", steps=2, **extra)
+    first.train()
+    saved = {n: p.state_dict() for n, p in first.team.policies.items()}
+    from teamrl import checkpoints
+
+    ckpt = checkpoints.latest_checkpoint(first.run_dir)
+    assert ckpt.name == "step-2"
+    cuda_rng = torch.load(ckpt / "rng.pt", weights_only=False)["cuda"]
+    assert cuda_rng  # the CUDA generators' states were saved
+
+    resumed = _trainer(tmp_path / "a", "lora", steps=4, **extra)
+    torch.cuda.manual_seed_all(12345)  # move the stream: resume must put it back
+    resumed.load_checkpoint(ckpt)
+    assert resumed.step == 2
+    _on_cuda(resumed)
+    for name, pol in resumed.team.policies.items():
+        got = pol.state_dict()
+        assert set(got) == set(saved[name])
+        for k, v in saved[name].items():
+            assert got[k].device.type == "cuda" and torch.equal(got[k], v), (name, k)
+        for state in pol.optimizer.state.values():  # Adam moments restored onto the GPU
+            moments = [t for t in state.values() if torch.is_tensor(t) and t.dim() > 0]
+            assert moments and all(t.device.type == "cuda" for t in moments)
+    assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_rng))
+
+    rest = resumed.train(resume=True)
+    assert [m["step"] for m in rest] == [3, 4]
+    for m in rest:
+        _finite_step(m, resumed.team.policies)
