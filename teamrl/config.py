@@ -141,9 +141,9 @@ class EnvConfig:
 class AlgorithmConfig:
     name: Literal["magrpo", "at_grpo", "grpo"] = _f(
         "magrpo",
-        "Rollout shape and grouping. 'magrpo': simultaneous joint tree, groups (problem, node, "
-        "agent). 'at_grpo': sequential agent-turn tree, K branches per (turn, agent), groups "
-        "(problem, turn, agent). 'grpo': K independent episodes per problem, groups (problem).",
+        "Rollout shape and grouping. 'magrpo': simultaneous joint tree, groups (problem, node, agent). "
+        "'at_grpo': sequential agent-turn tree, K branches per (turn, agent), groups (problem, turn, agent). "
+        "'grpo': K independent episodes per problem, groups (problem).",
     )
     num_generations: int = _f(
         4, "G (MAGRPO) or K (AT-GRPO, GRPO): samples per group. Must be >= 2."
@@ -197,8 +197,7 @@ class AlgorithmConfig:
     )
     importance_sampling_level: Literal["token", "sequence"] = _f(
         "token",
-        "PPO ratio per token, or one per sequence, exp(mean_t log ratio) (GSPO, Zheng et al. "
-        "2025; TRL's importance_sampling_level).",
+        "PPO ratio per token, or one per sequence, exp(mean_t log ratio) (GSPO, Zheng et al. 2025; TRL's importance_sampling_level).",
     )
     importance_sampling_correction: bool | None = _f(
         None,
