@@ -27,7 +27,7 @@ Set a field in a YAML file (sections as mappings) or on the command line as a do
 `key=value` override, parsed as YAML:
 
 ```bash
-teamrl train my.yaml train.max_steps=10 algorithm.loss_type=grpo 'team.agents.0.temperature=0.7'
+teamrl train quickstart train.max_steps=10 algorithm.loss_type=grpo 'team.agents.0.temperature=0.7'
 ```
 
 `team.agents` is a list: each entry is an agent (table below), addressed by its index in
