@@ -68,7 +68,14 @@ def cell(text: str) -> str:
 def section(cls: type, prefix: str, title: str, help_text: str) -> tuple[list[str], list]:
     """The table of one section; nested sections and agent lists are returned for later."""
     hints = typing.get_type_hints(cls)
-    lines = [f"## {title}", "", help_text, "", "| field | type | default | help |", "|---|---|---|---|"]
+    lines = [
+        f"## {title}",
+        "",
+        help_text,
+        "",
+        "| field | type | default | help |",
+        "|---|---|---|---|",
+    ]
     later = []
     for f in dataclasses.fields(cls):
         hint, name = hints[f.name], f"{prefix}{f.name}"
