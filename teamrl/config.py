@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,9 +18,10 @@ from typing import Any, Literal
 
 import yaml
 
+from teamrl.config_rules import check_max_turns, validate_config
+from teamrl.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A config value is unknown, has the wrong type, or is out of range."""
+__all__ = ["ConfigError", "check_max_turns"]  # re-exported: every caller imports them from here
 
 
 def _f(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:  # noqa: A002
@@ -88,6 +88,14 @@ class AgentConfig:
         "Text the agent's reply starts with (an assistant prefill), e.g. '#### ['. It ends the "
         "prompt, so it is never trained on; the env sees prefix + completion. Pins a small "
         "model to an answer format.",
+    )
+    learning_rate: float | None = _f(
+        None,
+        "Per-agent peak LR (None = train.learning_rate); agents of one shared policy must agree.",
+    )
+    num_iterations: int | None = _f(
+        None,
+        "Per-agent mu (None = algorithm.num_iterations); agents of one shared policy must agree.",
     )
 
 
@@ -159,11 +167,12 @@ class AlgorithmConfig:
         "Group baseline: 'mean' (MAGRPO), 'rloo' (MA-RLOO), 'max' (MA-ReMax), 'raw' "
         "(MA-REINFORCE, no baseline).",
     )
-    scale_rewards: Literal["group", "batch", "none"] = _f(
+    scale_rewards: Literal["group", "batch", "agent", "none"] = _f(
         "group",
         "Std normalisation of advantages, after centring per group: 'group' divides by the "
         "group's std; 'batch' divides by the std of all raw rewards (returns) in the batch, as "
-        "TRL does; 'none' leaves the baseline's advantages unscaled (Dr. GRPO).",
+        "TRL does; 'agent' divides by the std of the raw returns of the sample's agent across "
+        "the batch (per-agent normalisation); 'none' leaves them unscaled (Dr. GRPO).",
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
         "dapo",
@@ -172,7 +181,50 @@ class AlgorithmConfig:
         "per forward chunk.",
     )
     epsilon: float = _f(0.2, "Lower clip range of the PPO ratio.")
-    epsilon_high: float | None = _f(None, "Upper clip range, > 0 (None = epsilon).")
+    epsilon_high: float | None = _f(
+        None, "Upper clip range, > 0 (None = epsilon); DAPO's clip-higher, TRL's epsilon_high."
+    )
+    delta: float | None = _f(
+        None,
+        "Cap on the unclipped ratio, > 1 + epsilon_high (None = off): bounds the loss of a token "
+        "with a negative advantage whose ratio has grown (two-sided clipping, INTELLECT-2; TRL's "
+        "delta; the idea of dual-clip PPO).",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = _f(
+        "token",
+        "PPO ratio per token, or one per sequence, exp(mean_t log ratio) (GSPO, Zheng et al. "
+        "2025; TRL's importance_sampling_level).",
+    )
+    importance_sampling_correction: bool | None = _f(
+        None,
+        "Reweight each token by min(pi_old / q, importance_sampling_cap), q the sampler's "
+        "recorded distribution (truncated IS; TRL's vllm_importance_sampling_correction). None = "
+        "on whenever the sampler differs from the trainer: top_p < 1, top_k > 0 (unless "
+        "truncated_scoring) or a backend other than 'hf'.",
+    )
+    importance_sampling_mode: Literal["token_truncate", "sequence_truncate"] = _f(
+        "token_truncate",
+        "Truncated IS per token, or one weight per sequence (the product of its tokens' ratios) "
+        "(TRL's vllm_importance_sampling_mode).",
+    )
+    importance_sampling_cap: float = _f(
+        2.0, "C >= 1, the IS weight cap (TRL: vllm_importance_sampling_cap)."
+    )
+    truncated_scoring: bool = _f(
+        False,
+        "Score log-probs under the sampler's own top-k/top-p truncated, renormalised "
+        "distribution, so pi_old equals the sampler's q (no IS correction needed on 'hf').",
+    )
+    mask_truncated_completions: bool = _f(
+        False,
+        "Completions cut at max_completion_length (no EOS) contribute no loss (DAPO's overlong "
+        "filtering; TRL's mask_truncated_completions). They still count in the advantages.",
+    )
+    disable_dropout: bool = _f(
+        True,
+        "Set every dropout probability (LoRA's too) to 0 for rollout, old log-probs and update, "
+        "so the ratio compares the same function (TRL's disable_dropout).",
+    )
     num_iterations: int = _f(1, "mu: optimisation passes over each batch of samples.")
     selection: Literal["greedy", "sample", "random"] = _f(
         "greedy",
@@ -184,8 +236,21 @@ class AlgorithmConfig:
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."
     )
+    max_resample_rounds: int = _f(
+        0,
+        "With filter_groups: extra rollouts on new problems until the step has as many non-flat "
+        "groups as its first rollout had groups, at most this many (DAPO's dynamic sampling; "
+        "logged as filter/resample_rounds). 0 = only drop.",
+    )
     beta: float = _f(0.0, "KL coefficient to the reference policy (0 = no reference is loaded).")
-    kl_estimator: Literal["k1", "k3"] = _f("k3", "Per-token KL estimator.")
+    kl_estimator: Literal["k1", "k2", "k3"] = _f(
+        "k3",
+        "KL to the reference, each pulling pi toward pi_ref. 'k3': (r - log r - 1), r = "
+        "pi_ref/pi, in the loss; its gradient is that of KL(ref || pi), as in TRL. 'k2': "
+        "0.5 (log pi - log pi_ref)^2 in the loss, gradient of KL(pi || ref). 'k1': log pi - log "
+        "pi_ref as a per-token reward penalty (detached, CoMLRL's form), gradient of "
+        "KL(pi || ref); k1 as a plain loss would have zero expected gradient.",
+    )
 
 
 @dataclass
@@ -238,6 +303,38 @@ class GenerationConfig:
         "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
         "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
     )
+    # The vllm_* fields only matter with backend=vllm. Names follow TRL's GRPOConfig.
+    vllm_gpu_memory_utilization: float = _f(
+        0.3,
+        "Fraction of the GPU's memory vLLM may take (weights + KV cache), colocated with the "
+        "trainer in one process: keep it low enough that training fits beside it (TRL's "
+        "default, 0.3). Ignored on CPU.",
+    )
+    vllm_enable_sleep_mode: bool = _f(
+        False,
+        "Put the vLLM engine to sleep (weights offloaded, KV cache freed) between rollout and "
+        "update, and wake it before the next rollout: more GPU memory for training, at the cost "
+        "of a copy each step. GPU only; a no-op on CPU.",
+    )
+    vllm_max_model_length: int | None = _f(
+        None,
+        "Longest prompt + completion (tokens) the vLLM engine serves; None: the model's own "
+        "limit. Lower it when the KV cache does not fit.",
+    )
+    vllm_max_lora_rank: int | None = _f(
+        None,
+        "Largest LoRA rank the vLLM engine accepts; None: model.lora_r. Must be >= model.lora_r.",
+    )
+    vllm_enforce_eager: bool = _f(
+        False,
+        "Run vLLM's model eagerly (no CUDA graphs / torch.compile): slower decode, faster "
+        "start. Always eager on CPU.",
+    )
+    vllm_kv_cache_gb: float | None = _f(
+        None,
+        "KV cache size in GiB; None: vLLM's default (on CPU 4 GiB, or VLLM_CPU_KVCACHE_SPACE). "
+        "On GPU it is taken from vllm_gpu_memory_utilization unless set here.",
+    )
 
 
 @dataclass
@@ -269,178 +366,10 @@ class Config:
     generation: GenerationConfig = _f(default_factory=GenerationConfig, help="Generation backend.")
 
     def validate(self) -> Config:
-        """Every field's range, from the table ``RULES`` (and ``AGENT_RULES`` per agent), then
-        the checks that relate several fields. Each error names the field path and the value."""
-        for path, ok, want in RULES:
-            value = _get(self, path)
-            if value is not None or not want.endswith("or None"):
-                _check(_safe(ok, value), path, value, want)
-        names = [ag.name for ag in self.team.agents]
-        _check(bool(names), "team.agents", self.team.agents, "at least one agent")
-        _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
-        for i, ag in enumerate(self.team.agents):
-            for field_name, ok, want in AGENT_RULES:
-                value = getattr(ag, field_name)
-                _check(_safe(ok, value), f"team.agents[{i}].{field_name}", value, want)
-            # Greedy samples of one prompt are identical: every group would be flat.
-            _check(
-                ag.temperature > 0 or self.train.max_steps == 0,
-                f"team.agents[{i}].temperature",
-                ag.temperature,
-                f"> 0 when training (num_generations={self.algorithm.num_generations} greedy "
-                "samples are identical, so no group would have a learning signal); eval.greedy "
-                "sets greedy evaluation",
-            )
-            if ag.model is not None and self.team.policies != "separate":
-                raise ConfigError(
-                    f"team.agents[{i}].model: per-agent models need team.policies='separate', "
-                    f"got policies={self.team.policies!r}"
-                )
-        order = self.env.turn_order
-        if order is not None:
-            _check(
-                sorted(order) == sorted(names),
-                "env.turn_order",
-                order,
-                f"each agent of team.agents ({', '.join(names)}) exactly once",
-            )
-        check_max_turns(self.env)
-        leaves = rollout_leaves(self)
-        _check(
-            leaves <= MAX_EPISODES_PER_STEP,
-            "algorithm.num_generations",
-            self.algorithm.num_generations,
-            f"a rollout tree of at most {MAX_EPISODES_PER_STEP:,} env steps per step (this "
-            f"config makes {leaves:,}: prompts_per_step x tree size over env.max_turns, "
-            "G^agents per node with joint_mode='cross')",
-        )
+        """Every field's range and the checks that relate several fields
+        (``teamrl.config_rules``); each error names the field path and the value."""
+        validate_config(self)
         return self
-
-
-# --- the range of every field, in one place ---------------------------------------------------
-# (dotted path, predicate, what is expected). A field whose rule ends in "or None" may be None.
-# Floats are already finite here (``_coerce`` refuses nan and inf); ints are Python ints.
-
-MAX_EPISODES_PER_STEP = 10**6  # env steps of one rollout; more never finishes a step on a host
-SEED_LIMIT = 2**32  # numpy's seed range (torch's is wider)
-
-
-def _ge(low: float) -> Any:
-    return lambda v: v >= low
-
-
-def _gt(low: float) -> Any:
-    return lambda v: v > low
-
-
-def _safe_name(v: str) -> bool:
-    # a folder name under log.output_dir: never empty, never a path, never '.' or '..'
-    return bool(v.strip()) and v not in (".", "..") and not set(v) & {"/", "\\", "\0"}
-
-
-RULES: list[tuple[str, Any, str]] = [
-    ("run_name", _safe_name, "a non-empty folder name without '/', '\\' or '..'"),
-    ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
-    ("model.name_or_path", lambda v: bool(v.strip()), "a non-empty model name or path"),
-    ("model.lora_r", _ge(1), ">= 1"),
-    ("model.lora_alpha", _gt(0), "> 0"),
-    ("model.lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
-    (
-        "model.lora_target_modules",
-        lambda v: bool(v) and all(m.strip() for m in v),
-        "a non-empty list of module names",
-    ),
-    ("model.device", lambda v: _device_ok(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
-    ("env.name", lambda v: bool(v.strip()), "a registered task name"),
-    ("env.max_turns", _ge(1), ">= 1"),
-    ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
-    ("algorithm.num_generations", _ge(2), ">= 2"),
-    ("algorithm.num_iterations", _ge(1), ">= 1"),
-    ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),
-    ("algorithm.epsilon", _gt(0), "> 0"),
-    ("algorithm.epsilon_high", _gt(0), "> 0 or None"),
-    ("algorithm.selection_temperature", _gt(0), "> 0"),
-    ("algorithm.beta", _ge(0), ">= 0"),
-    ("train.max_steps", _ge(0), ">= 0"),
-    ("train.prompts_per_step", _ge(1), ">= 1"),
-    ("train.num_mini_batches", _ge(1), ">= 1"),
-    ("train.micro_batch_size", _ge(0), ">= 0 (0 or None = the whole minibatch) or None"),
-    ("train.learning_rate", _gt(0), "a finite float > 0"),
-    ("train.weight_decay", _ge(0), ">= 0"),
-    ("train.adam_beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("train.adam_beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("train.warmup_steps", _ge(0), ">= 0"),
-    ("train.min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
-    ("train.max_grad_norm", _gt(0), "> 0 or None"),
-    ("eval.eval_steps", _ge(0), ">= 0"),
-    ("eval.num_examples", _ge(1), ">= 1"),
-    ("log.output_dir", lambda v: bool(v.strip()), "a non-empty folder"),
-    ("log.save_steps", _ge(0), ">= 0"),
-    ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),
-    ("log.num_completions_to_log", _ge(0), ">= 0"),
-    ("log.wandb_project", lambda v: bool(v.strip()), "a non-empty project name"),
-]
-
-AGENT_RULES: list[tuple[str, Any, str]] = [
-    ("name", lambda v: bool(v.strip()), "a non-empty agent name"),
-    ("temperature", _ge(0), ">= 0"),
-    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("top_k", _ge(0), ">= 0 (0 = off)"),
-    ("max_completion_length", _ge(1), ">= 1"),
-]
-
-
-def _get(cfg: Any, path: str) -> Any:
-    for part in path.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
-def _safe(ok: Any, value: Any) -> bool:
-    try:
-        return bool(ok(value))
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-def _device_ok(name: str) -> bool:
-    return bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name))
-
-
-def rollout_leaves(cfg: Config) -> int:
-    """Env steps of one rollout in the worst case (no early stop): what bounds a step's time.
-
-    MAGRPO grows per prompt a tree whose nodes have G joint actions ('aligned') or G^N
-    ('cross'), over max_turns levels: sum_t b^t * b env steps with b the branching. AT-GRPO and
-    GRPO step K branches per (turn, agent) and prompt: K * N * max_turns.
-    """
-    a, n, turns = cfg.algorithm, max(1, len(cfg.team.agents)), cfg.env.max_turns
-    g = a.num_generations
-    if a.name != "magrpo":
-        return cfg.train.prompts_per_step * g * n * turns
-    branch = g**n if a.joint_mode == "cross" else g
-    total, level = 0, 1
-    for _ in range(turns):
-        level *= branch
-        total += level
-        if total > MAX_EPISODES_PER_STEP:  # stop before the numbers get astronomical
-            break
-    return cfg.train.prompts_per_step * total
-
-
-def _check(ok: bool, name: str, value: Any, want: str) -> None:
-    if not ok:
-        raise ConfigError(f"{name}: expected {want}, got {value!r}")
-
-
-def check_max_turns(env: EnvConfig) -> None:
-    """env.max_turns (where the rollout stops) and a task's own max_turns must agree."""
-    if "max_turns" in env.kwargs and env.kwargs["max_turns"] != env.max_turns:
-        raise ConfigError(
-            f"env.kwargs.max_turns={env.kwargs['max_turns']!r} differs from "
-            f"env.max_turns={env.max_turns!r}: the rollout stops after env.max_turns turns, so "
-            "set env.max_turns (the task receives it) and drop env.kwargs.max_turns"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,53 +595,3 @@ def read_yaml(path: Path) -> dict:
 
 def dump_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-def describe(cls: type = Config, prefix: str = "") -> list[str]:
-    """One entry per field: dotted name, default, help (for ``--help-config``).
-
-    A list of sections (``team.agents``) is described by one entry's fields under
-    ``team.agents.<i>.``, the path an override uses (``team.agents.0.temperature=0.7``).
-    """
-    lines = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        name = f"{prefix}{f.name}"
-        hint = hints[f.name]
-        help_text = f.metadata.get("help", "")
-        if dataclasses.is_dataclass(hint):
-            lines.append(f"[{name}]  {help_text}")
-            lines.extend(describe(hint, name + "."))
-            continue
-        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
-        if item is not None and dataclasses.is_dataclass(item):
-            lines.append(f"  {name} = {_default(f)!r}\n      {help_text}")
-            lines.append(f"[{name}.<i>]  One entry of {name} (<i> = 0, 1, ...).")
-            lines.extend(describe(item, f"{name}.<i>."))
-            continue
-        lines.append(f"  {name} = {_default(f)!r}\n      {help_text}")
-    return lines
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return "REQUIRED"
-
-
-def field_paths(cls: type = Config, prefix: str = "") -> dict[str, Any]:
-    """{dotted path: type hint} of every leaf field (list entries as ``<i>``): for fuzzing."""
-    out: dict[str, Any] = {}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            out.update(field_paths(hint, f"{prefix}{f.name}."))
-            continue
-        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
-        if item is not None and dataclasses.is_dataclass(item):
-            out.update(field_paths(item, f"{prefix}{f.name}.<i>."))
-        out[f"{prefix}{f.name}"] = hint
-    return out

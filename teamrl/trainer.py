@@ -4,7 +4,10 @@
         examples = data.next(prompts_per_step)
         rollout  = recipe.rollout(team, env, examples)        # samples with rewards and returns
         compute_advantages(samples, baseline, scale_rewards)  # per group
-        for policy in team.policies: update_policy(policy, its samples)   # clipped PG, AdamW
+        filter_groups: drop flat groups; optionally resample problems to refill (DAPO)
+        for policy in team.policies:
+            update_policy(policy, its samples)   # clipped PG, AdamW (none when it has no samples)
+            log the LR it trained with; scheduler.step()   # LR(step) depends on the step alone
         log metrics; evaluate every K steps; checkpoint every K steps (atomically)
 
 The trainer is the only module that knows the config, the team, the env and the algorithm.
@@ -27,8 +30,8 @@ import torch
 
 from teamrl import checkpoints
 from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
-from teamrl.algorithms.filtering import drop_flat_groups
-from teamrl.algorithms.update import update_policy
+from teamrl.algorithms.filtering import drop_flat_groups, flat_groups_filled
+from teamrl.algorithms.update import agent_setting, update_policy
 from teamrl.config import Config, ConfigError, dump_config, to_dict
 from teamrl.data_stream import DataStream
 from teamrl.distributed import DistContext
@@ -121,7 +124,7 @@ class Trainer:
         fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
         pol.optimizer = torch.optim.AdamW(
             params,
-            lr=t.learning_rate,
+            lr=agent_setting(self.cfg, pol.agents, "learning_rate", t.learning_rate),
             betas=(t.adam_beta1, t.adam_beta2),
             weight_decay=t.weight_decay,
             **fused,
@@ -163,20 +166,36 @@ class Trainer:
         t_rollout = time.perf_counter() - t0
         metrics: dict[str, float] = {"step": self.step + 1}
         metrics.update(result.metrics)
-        metrics.update(
-            compute_advantages(result.samples, cfg.algorithm.baseline, cfg.algorithm.scale_rewards)
-        )
+        a = cfg.algorithm
+        metrics.update(compute_advantages(result.samples, a.baseline, a.scale_rewards))
         train_samples = result.samples
-        if cfg.algorithm.filter_groups:
+        if a.filter_groups:
             train_samples = drop_flat_groups(train_samples)
             metrics["filtered_samples_fraction"] = 1 - len(train_samples) / len(result.samples)
+        if a.filter_groups and a.max_resample_rounds:  # DAPO dynamic sampling: refill the batch
+
+            def more() -> list[Sample]:
+                extra = self.rollout(self.data.next(cfg.train.prompts_per_step)).samples
+                compute_advantages(extra, a.baseline, a.scale_rewards)
+                return extra
+
+            train_samples, rounds = flat_groups_filled(
+                result.samples, train_samples, more, a.max_resample_rounds
+            )
+            metrics["filter/resample_rounds"] = float(rounds)
         t1 = time.perf_counter()
         for name, pol in self.team.policies.items():
             mine = [s for s in train_samples if s.policy == name]
-            if not mine:
-                continue
-            for k, v in self.update(pol, mine).items():
-                metrics[f"{k}/{name}"] = v
+            if mine:  # a policy with no samples this step skips its update, not its schedule
+                for k, v in self.update(pol, mine).items():
+                    metrics[f"{k}/{name}"] = v
+            metrics[f"lr/{name}"] = pol.optimizer.param_groups[0]["lr"]  # the LR it trained with
+            # LR(step) depends on the trainer step alone: stepped here once per trainer step,
+            # even when the policy had no samples or every update was skipped (NaN). torch
+            # warns about that order once; here it is intended.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
+                pol.scheduler.step()
         t_update = time.perf_counter() - t1
         self.step += 1
         gen_s = result.stats["time/generate"]
@@ -301,6 +320,9 @@ class Trainer:
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = checkpoints.load_checkpoint(path, self.cfg, self.team)
+        for pol in self.team.policies.values():  # the *current* config's LR schedule
+            lr = agent_setting(self.cfg, pol.agents, "learning_rate", self.cfg.train.learning_rate)
+            checkpoints.apply_schedule(pol, lr, lr_lambda(self.cfg), self.cfg)
         self.step = state["step"]
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])

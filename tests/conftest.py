@@ -9,6 +9,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# tests/vllm needs vLLM in its own venv (make test-vllm sets TEAMRL_TEST_VLLM=1): the main
+# suite never collects it, with or without vLLM installed.
+collect_ignore = [] if os.environ.get("TEAMRL_TEST_VLLM") else ["vllm"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):

@@ -5,7 +5,8 @@ Each program is plain Python with @NAME@ placeholders that the test fills in:
 @MARKER@ (a file name that must never be created anywhere), @TCP_PORT@, @UDP_PORT@,
 @UNIX_SOCKET@ (listeners owned by the test), @SECRET_NAME@, @SECRET_VALUE@ (a fake secret in
 the test's environment), @HOME_SECRET@ (a file in the test user's home holding the secret),
-@REPO@ (the repository root).
+@REPO@ (the repository root), @TMP_SOCKET@ (a 0777 unix socket listening in /tmp),
+@ABSTRACT@ (an abstract unix socket's name, listening).
 
 A program prints ESCAPED when its attack worked, so the test can check that word never shows
 up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
@@ -13,7 +14,7 @@ up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any fail
 the harm did not happen (no leftover process, no marker file, no secret in the output).
 
 The corpus runs in whatever isolation mode the machine gives (``isolation_mode()``). The
-weaker modes have documented residual risks (``teamrl.rewards.sandbox``): ``xfail`` maps a
+weaker modes have documented residual risks (``teamrl.sandbox``): ``xfail`` maps a
 mode to the risk that lets the program through there (an expected failure), ``skip`` to why
 running it there would harm the test run itself (the program would run as the test's uid).
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 TIME = ("cpu_time", "wall_time")
 
-# Residual risks of the fallback modes, as teamrl.rewards.sandbox documents them.
+# Residual risks of the fallback modes, as teamrl.sandbox documents them.
 SAME_UID = "rlimits runs the program as the caller's uid"
 KILLS_US = {"rlimits": f"{SAME_UID}: it would signal the test run itself"}
 WORLD_WRITABLE = "the program may write to world-writable places"
@@ -209,13 +210,17 @@ CORPUS: list[Hostile] = [
         _write("'/dev/shm/@MARKER@'"),
         xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
-    Hostile("write_marker_dir", _write("'@MARKER_DIR@/@MARKER@'"), xfail=WRITES_AS_US),
+    Hostile(
+        "write_marker_dir",
+        _write("'@MARKER_DIR@/@MARKER@'"),
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+    ),
     Hostile("write_parent_dir", _write("'../@MARKER@'"), xfail=WRITES_AS_US),
     Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]"), xfail=WRITES_AS_US),
     Hostile(
         "symlink_escape",
         "import os\nos.symlink('@MARKER_DIR@/@MARKER@', 'link')\n" + _write("'link'"),
-        xfail=WRITES_AS_US,
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
     Hostile(
         "userns_remount",
@@ -224,7 +229,7 @@ CORPUS: list[Hostile] = [
         "libc.mount(b'none', b'/', None, ctypes.c_ulong(0x20 | 0x1000 | 0x4000), None)\n"
         "libc.mount(b'none', b'@MARKER_DIR@', None, ctypes.c_ulong(0x20 | 0x1000), None)\n"
         + _write("'@MARKER_DIR@/@MARKER@'"),
-        xfail=WRITES_AS_US,
+        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
     ),
     Hostile(
         "file_size_bomb",
@@ -304,6 +309,20 @@ CORPUS: list[Hostile] = [
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@UNIX_SOCKET@')\n"
         "print('ESCAPED')\n",
         xfail={"rlimits": f"{SAME_UID}: it may connect to the caller's unix sockets"},
+    ),
+    Hostile(
+        "unix_socket_in_tmp",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('@TMP_SOCKET@')\n"
+        "print('ESCAPED')\n",
+        xfail={"setuid": "no mount namespace: /tmp is the host's", "rlimits": SAME_UID},
+    ),
+    Hostile(
+        "abstract_unix_socket",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0@ABSTRACT@')\n"
+        "print('ESCAPED')\n",
+        xfail={
+            m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")
+        },
     ),
     Hostile(
         "raw_socket",

@@ -30,7 +30,7 @@ class ScriptedTeam:
     def request(self, agent, ids, n, greedy=False):
         return n
 
-    def generate(self, jobs):
+    def generate(self, jobs, ignore_eos=False):
         self.calls += 1
         return [[Generation([1], [k], [0.0], False) for k in range(n)] for _, n in jobs]
 
@@ -174,7 +174,7 @@ def test_trajectory_grpo_keeps_every_sample_and_uses_episode_baseline():
     # K=3 independent episodes; with one candidate per node each episode takes candidate 0,
     # so all episodes match: use a team that returns a different digit per episode instead.
     class PerEpisodeTeam(ScriptedTeam):
-        def generate(self, jobs):
+        def generate(self, jobs, ignore_eos=False):
             self.calls += 1
             return [[Generation([1], [i], [0.0], False)] for i, _ in enumerate(jobs)]
 

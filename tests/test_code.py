@@ -1,6 +1,6 @@
 """Coding tasks: the leveled aux/main reward, feedback, loaders, stdin/stdout judging, envs.
 
-Model-written code runs in the real sandbox (``teamrl.rewards.sandbox``) for the key cases;
+Model-written code runs in the real sandbox (``teamrl.sandbox``) for the key cases;
 fake runners (which never execute anything) check the plumbing around it.
 """
 
@@ -16,7 +16,7 @@ from collections import OrderedDict
 import pytest
 
 from teamrl.envs.base import clone, make_task, registered_tasks
-from teamrl.rewards.sandbox import ExecResult
+from teamrl.sandbox import ExecResult
 from teamrl.tasks.coding.code_text import extract_code, find_function
 from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
 from teamrl.tasks.coding.contest_data import (

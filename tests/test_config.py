@@ -7,15 +7,9 @@ import re
 
 import pytest
 
-from teamrl.config import (
-    AlgorithmConfig,
-    ConfigError,
-    TrainConfig,
-    describe,
-    field_paths,
-    load_config,
-    rollout_leaves,
-)
+from teamrl.config import AlgorithmConfig, ConfigError, TrainConfig, load_config
+from teamrl.config_help import describe, field_paths
+from teamrl.config_rules import rollout_leaves
 from teamrl.envs.base import make_task, task_from_config
 from teamrl.models import resolve
 

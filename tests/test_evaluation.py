@@ -14,7 +14,7 @@ from teamrl.generation import Generation
 
 
 @dataclass
-class FakeResult:  # the fields of teamrl.rewards.sandbox.ExecResult the games read
+class FakeResult:  # the fields of teamrl.sandbox.ExecResult the games read
     stdout: str
     stderr: str
     returncode: int

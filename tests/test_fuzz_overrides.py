@@ -15,7 +15,8 @@ import pytest
 from conftest import tiny_overrides
 
 import teamrl.preflight as preflight
-from teamrl.config import Config, ConfigError, field_paths, load_config
+from teamrl.config import Config, ConfigError, load_config
+from teamrl.config_help import field_paths
 
 BASE = tiny_overrides(steps=2)
 

@@ -32,7 +32,7 @@ from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
 
 # ---------------------------------------------------------------------------------------------
 # A fake code runner: runs the (trusted, test-written) code in-process, same result fields as
-# teamrl.rewards.sandbox.ExecResult.
+# teamrl.sandbox.ExecResult.
 
 
 @dataclass

@@ -18,8 +18,8 @@ import pytest
 import teamrl.tasks.math.equivalence as rmath
 from teamrl.envs.base import make_task
 from teamrl.generation import Generation
-from teamrl.rewards.sandbox import ExecResult
 from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.sandbox import ExecResult
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
 from teamrl.tasks.math.data import (
     ArithmeticConfig,
@@ -78,27 +78,24 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-def _best_of_3(fn) -> float:
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def test_extraction_is_linear_on_many_unclosed_boxes(monkeypatch):
+    """No wall clock (speed is for benchmarks): count the work. Each balanced-brace scan may
+    stop where the last unclosed box began, so the spans scanned never overlap and their total
+    is at most the text's length: linear, even for ``\\boxed{`` repeated 20,000 times."""
+    import teamrl.tasks.math.answers as answers
 
+    scanned = []
+    real = answers.brace_group
 
-def test_extraction_is_linear_on_many_unclosed_boxes():
-    """No absolute speed (that is for benchmarks): the cost must grow linearly, not
-    quadratically, with the number of unclosed boxes. 8x the input: linear ~8x, quadratic ~64x;
-    the best of 3 runs filters out a busy machine."""
+    def counting(text, start, limit=None):
+        scanned.append((limit if limit is not None else len(text)) - start)
+        return real(text, start, limit)
 
-    def run(n: int):
-        text = r"\boxed{1} " + r"\boxed{" * n
-        assert extract_boxed(text) == "1"
-        assert extract_answer("x" * (5 * n) + text) == "1"
-
-    small, large = _best_of_3(lambda: run(5_000)), _best_of_3(lambda: run(40_000))
-    assert large / max(small, 1e-4) < 24
+    monkeypatch.setattr(answers, "brace_group", counting)
+    text = r"\boxed{1} " + r"\boxed{" * 20_000
+    assert extract_boxed(text) == "1"
+    assert len(scanned) == 20_001 and sum(scanned) <= len(text)
+    assert extract_answer("x" * 100_000 + text) == "1"
 
 
 # --------------------------------------------------------------------------------------
@@ -714,7 +711,7 @@ class _ScriptedMathTeam:
     def request(self, agent, ids, n, greedy=False):
         return (agent, n)
 
-    def generate(self, jobs):
+    def generate(self, jobs, ignore_eos=False):
         return [[Generation([0], [k], [0.0], False) for k in range(n)] for _, (_, n) in jobs]
 
     def decode(self, agent, ids):

@@ -13,6 +13,10 @@ then, with ``scale_rewards``:
     'group': A_g <- (A_g - mean(A)) / (std(A) + eps)       z-score within the group
     'batch': A_g <- (A_g - mean(A)) / (std(R_batch) + eps)  centre per group, divide by the
              std of the raw returns of every group in the batch (TRL: rewards.std())
+    'agent': A_g <- (A_g - mean(A)) / (std(R of this agent's samples in the batch) + eps):
+             'batch' taken per agent, so an agent whose rewards live on a larger scale does
+             not dominate the others' step sizes (per-agent normalisation, as multi-agent
+             GRPO users ask for; a per-agent form of TRL's scale_rewards='batch')
     'none':  A_g unchanged                                    (Dr. GRPO style)
 
 Centring removes any per-group constant, so under 'group' or 'batch' scaling the mean, max
@@ -67,6 +71,7 @@ def compute_advantages(
     centred: dict[Hashable, torch.Tensor] = {}  # per sample
     unit_adv: dict[Hashable, torch.Tensor] = {}  # per episode (== per sample unless set)
     unit_returns: list[torch.Tensor] = []  # raw returns per episode, for the batch std
+    agent_returns: dict[str, list[float]] = defaultdict(list)  # for 'agent' scaling
     zero_std = 0
     for key, members in groups.items():
         # Trajectory-level groups hold several samples per episode (``sample.episode``): the
@@ -82,6 +87,8 @@ def compute_advantages(
         returns = torch.tensor([members[i].return_ for i in first.values()], dtype=torch.float64)
         zero_std += int(returns.std() < 1e-8)
         unit_returns.append(returns)
+        for s in members:
+            agent_returns[s.agent].append(s.return_)
         adv = baseline_advantages(returns, baseline)
         adv = adv - adv.mean() if scale_rewards != "none" else adv
         unit_pos = {u: j for j, u in enumerate(first)}
@@ -95,9 +102,12 @@ def compute_advantages(
             adv = adv / (unit_adv[key].std() + EPS)
         elif scale_rewards == "batch":
             adv = adv / (batch_std + EPS)
+        elif scale_rewards == "agent":
+            std = {a: torch.tensor(r, dtype=torch.float64).std() for a, r in agent_returns.items()}
+            adv = adv / (torch.stack([std[s.agent] for s in members]) + EPS)
         elif scale_rewards != "none":
             raise ValueError(
-                f"algorithm.scale_rewards: expected group|batch|none, got {scale_rewards!r}"
+                f"algorithm.scale_rewards: expected group|batch|agent|none, got {scale_rewards!r}"
             )
         for s, a in zip(members, adv.tolist()):
             s.advantage = a

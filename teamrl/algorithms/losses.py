@@ -8,7 +8,13 @@ had been run in full, at a fraction of the cost when prompts are long.
 
 Loss, per token t of sample i (ratio r = exp(logp - logp_old), advantage A_i):
 
-    l_it = -min(r * A_i, clip(r, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_it
+    l_it = -w_it * min(r' * A_i, clip(r, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_it
+
+where r' = min(r, delta) when ``delta`` is set (two-sided clipping, INTELLECT-2 / TRL's
+``delta``: bounds the loss of a negative advantage), w_it the detached importance weight that
+corrects for the sampler's distribution (``teamrl.algorithms.importance``, 1 when off), and
+with ``importance_sampling_level='sequence'`` (GSPO) r is the same for every token of a
+sample: exp(mean_t (logp_t - logp_old_t)).
 
 aggregated by ``loss_type`` over the completion mask M:
 
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from teamrl.generation.hf import truncation_keep
 from teamrl.sample import Sample
 from teamrl.tensors import left_pad
 
@@ -45,12 +52,17 @@ class Batch:
     advantages: torch.Tensor  # (B,)
     temperatures: torch.Tensor  # (B,)
     sampler_logprobs: torch.Tensor  # (B, C)
+    truncated: torch.Tensor  # (B,) float, 1 when the completion hit its budget without EOS
+    top_p: torch.Tensor  # (B,) the sampler's nucleus mass (used by truncated scoring)
+    top_k: torch.Tensor  # (B,) long, the sampler's top-k (0 = off)
 
     def to(self, device: torch.device) -> Batch:
         return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
 
 
 def collate(samples: list[Sample], pad_id: int) -> Batch:
+    """Pad samples into a batch (no sampler truncation: top_p 1, top_k 0; the update sets
+    each row's own when it scores under the sampler's truncation)."""
     distinct: dict[tuple[int, ...], int] = {}
     index = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
     prompt_ids, prompt_mask = left_pad([list(p) for p in distinct], pad_id)
@@ -72,7 +84,18 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
         temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
         sampler_logprobs=sampler,
+        truncated=torch.tensor([float(s.truncated) for s in samples]),
+        top_p=torch.ones(len(samples)),
+        top_k=torch.zeros(len(samples), dtype=torch.long),
     )
+
+
+def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
+    """The tokens that enter the loss: the completion mask, without the rows cut at their
+    budget when ``mask_truncated_completions`` (DAPO's overlong filtering, TRL's name)."""
+    if not mask_truncated_completions:
+        return batch.completion_mask
+    return batch.completion_mask * (1 - batch.truncated)[:, None]
 
 
 def _drops_kv_cache(model: torch.nn.Module) -> bool:
@@ -85,9 +108,13 @@ def _drops_kv_cache(model: torch.nn.Module) -> bool:
 
 
 def token_logprobs(
-    model: torch.nn.Module, batch: Batch, with_entropy: bool = False
+    model: torch.nn.Module, batch: Batch, with_entropy: bool = False, truncate: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each completion token under ``model``, and (optionally) its entropy.
+
+    ``truncate``: score under the sampler's own distribution, the temperature-scaled softmax
+    restricted to each row's top-k / top-p set and renormalised (``truncated_scoring``), so
+    that the old log-prob equals the sampler's.
 
     One pass per batch in two stages: distinct prompts (KV cache kept), then completions.
     Under gradient checkpointing (no cache in training) each sample runs in full instead:
@@ -130,24 +157,53 @@ def token_logprobs(
         # logit of completion token t comes from position t-1; token 0 from the prompt's last one
         logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
     logits = logits.float() / batch.temperatures[:, None, None]
+    if truncate:
+        b, c, v = logits.shape
+        rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
+        with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
+            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
+        logits = logits.masked_fill(~keep.reshape(b, c, v), float("-inf"))
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
     entropy = None
     if with_entropy:
         with torch.no_grad():
             probs = F.softmax(logits, dim=-1)
-            entropy = lse - (probs * logits).sum(-1)
+            # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
+            entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
     return logp, entropy
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from samples of pi."""
+    """Per-token estimate of KL(pi || ref) from samples of pi (the value logged as ``kl``)."""
     log_ratio = ref_logp - logp
     if estimator == "k1":
         return -log_ratio
+    if estimator == "k2":  # 0.5 (log pi - log ref)^2, >= 0
+        return 0.5 * log_ratio**2
     if estimator == "k3":  # unbiased, always >= 0 (Schulman's k3)
         return torch.exp(log_ratio) - log_ratio - 1
-    raise ValueError(f"algorithm.kl_estimator: expected k1|k3, got {estimator!r}")
+    raise ValueError(f"algorithm.kl_estimator: expected k1|k2|k3, got {estimator!r}")
+
+
+def kl_loss_term(
+    logp: torch.Tensor, ref_logp: torch.Tensor, ratio: torch.Tensor, estimator: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token loss term, per-token KL estimate) for the KL pull, from sampled tokens y ~ pi.
+
+    Expected gradients (theta the policy's parameters, E over y ~ pi):
+      k1 (a reward penalty): the loss is sg(log pi - log ref) * r, so the gradient is
+          E[(log pi - log ref) grad log pi] = grad KL(pi || ref). k1 used *as a loss* would
+          have gradient E[grad log pi] = 0 and pull nothing.
+      k2: grad 0.5 (log pi - log ref)^2 = (log pi - log ref) grad log pi, the same
+          expectation, grad KL(pi || ref).
+      k3: grad (pi_ref/pi - log(pi_ref/pi) - 1) = (1 - pi_ref/pi) grad log pi, whose
+          expectation sum_y (pi - pi_ref) grad log pi = grad KL(pi_ref || pi) (TRL's form).
+    """
+    kl_tok = kl_penalty(logp, ref_logp, estimator)
+    if estimator == "k1":
+        return kl_tok.detach() * ratio, kl_tok
+    return kl_tok, kl_tok
 
 
 @dataclass
@@ -177,6 +233,9 @@ def policy_loss(
     step_tokens: float | None = None,
     chunk_size: int | None = None,
     minibatch_size: int | None = None,
+    delta: float | None = None,
+    importance_sampling_level: str = "token",
+    is_weights: torch.Tensor | None = None,
 ) -> LossOut:
     """The clipped policy-gradient loss of one forward chunk, aggregated by ``loss_type``.
 
@@ -184,17 +243,29 @@ def policy_loss(
     over the minibatch's chunks (see the module docstring); without them it is the chunk's own.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
-    ratio = torch.exp(logp - old_logp)
+    log_ratio = logp - old_logp
+    if importance_sampling_level == "sequence":  # GSPO: one length-normalised ratio per sample
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1.0))[:, None]
+        log_ratio = log_ratio.expand_as(logp)
+    elif importance_sampling_level != "token":
+        raise ValueError(
+            "algorithm.importance_sampling_level: expected token|sequence, "
+            f"got {importance_sampling_level!r}"
+        )
+    ratio = torch.exp(log_ratio)
     adv = advantages[:, None]
-    unclipped = ratio * adv
+    capped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    unclipped = capped * adv
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
     per_token = -torch.min(unclipped, clipped)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
     kl_tok = None
     if beta > 0:
         if ref_logp is None:
             raise ValueError("policy_loss: beta > 0 needs ref_logp")
-        kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
-        per_token = per_token + beta * kl_tok
+        kl_term, kl_tok = kl_loss_term(logp, ref_logp, torch.exp(logp - old_logp), kl_estimator)
+        per_token = per_token + beta * kl_term
 
     tokens = mask.sum().clamp_min(1.0)
     if loss_type == "grpo":
@@ -214,6 +285,8 @@ def policy_loss(
 
     with torch.no_grad():
         is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        if delta is not None:
+            is_clipped |= (ratio > delta) & (adv < 0)
         clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
         ratio_mean = float((ratio * mask).sum() / tokens)
         ratio_max_dev = float(((ratio - 1).abs() * mask).max())

@@ -4,10 +4,14 @@ policy-gradient steps over its samples, read top to bottom:
     passes   = shuffled minibatches of every pass, built up front
     old_logp = the policy's log-probs *before its first optimizer step*
     for each pass, for each minibatch:
-        for each chunk (gradient accumulation): logp -> policy_loss -> backward
+        for each chunk (gradient accumulation):
+            logp; IS weights min(pi_old / q, C) for the sampler mismatch; policy_loss; backward
         a non-finite loss: error, or skip the step and count it (train.nan_policy)
         clip the gradient norm; optimizer step
-    scheduler step (once per trainer step); tell the generation backend the weights moved
+    tell the generation backend the weights moved
+
+The LR scheduler is stepped by the trainer, once per trainer step for every policy (even one
+with no samples this step), so LR(step) depends on the trainer step alone.
 
 Old log-probs: the first minibatch of pass 1 takes them from its own forward, detached, so its
 ratio is exactly 1. When more steps follow, pass 1's other minibatches get theirs from a
@@ -19,12 +23,12 @@ would never be clipped.
 from __future__ import annotations
 
 import random
-import warnings
 from typing import TYPE_CHECKING
 
 import torch
 
-from teamrl.algorithms.losses import collate, policy_loss, token_logprobs
+from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
+from teamrl.algorithms.losses import collate, loss_mask, policy_loss, token_logprobs
 from teamrl.config import Config
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
@@ -33,6 +37,20 @@ if TYPE_CHECKING:
     from teamrl.team import Policy
 
 Minibatch = list[Sample]
+
+
+def agent_setting(cfg: Config, agents: list[str], name: str, default):
+    """A per-agent override (``team.agents[i].<name>``) for a policy serving ``agents``, else
+    ``default``. Config.validate refuses a shared policy whose agents set different values."""
+    values = [ag.__dict__[name] for ag in cfg.team.agents if ag.name in agents]
+    return next((v for v in values if v is not None), default)
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """p = 0 in every dropout module (LoRA's included): TRL's ``disable_dropout``."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
 
 
 def update_policy(
@@ -54,8 +72,17 @@ def update_policy(
     device = torch.device(ctx.device)
     pad = pol.engine.pad_id
     pol.activate()
+    if a.disable_dropout:
+        disable_dropout(pol.model)
     pol.model.train()
+    agents = {ag.name: ag for ag in cfg.team.agents}
+    top_p = {s.agent: agents[s.agent].top_p for s in samples}
+    top_k = {s.agent: agents[s.agent].top_k for s in samples}
+    # 0. Importance sampling for the sampler/trainer mismatch (on when the two differ).
+    correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
     keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
+    keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
+    keys += ["is_weight", "is_clipped_fraction"] if correct else []
     keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
     stats: dict[str, list[float]] = {k: [] for k in keys}
 
@@ -63,10 +90,23 @@ def update_policy(
         size = t.micro_batch_size or len(mb)
         return [mb[i : i + size] for i in range(0, len(mb), size)]
 
+    def batch_of(chunk: Minibatch):
+        batch = collate(chunk, pad)  # then each row's sampler truncation (truncated_scoring)
+        batch.top_p = torch.tensor([top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([top_k[s.agent] for s in chunk], dtype=torch.long)
+        return batch.to(device)
+
+    def logprobs(model, batch, with_entropy=False):
+        extra = {"truncate": True} if a.truncated_scoring else {}
+        return token_logprobs(model, batch, with_entropy=with_entropy, **extra)
+
+    def counted(s: Sample) -> int:  # tokens that enter the loss
+        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
+
     # 1. Every pass's minibatches up front, so pass 1's old log-probs can be taken before a step.
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
-    for it in range(a.num_iterations):
+    for it in range(agent_setting(cfg, pol.agents, "num_iterations", a.num_iterations)):
         random.Random(cfg.seed + 7919 * step + it).shuffle(order)
         mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
         passes.append([[samples[i] for i in mb] for mb in mbs if mb])
@@ -82,29 +122,40 @@ def update_policy(
         with torch.no_grad():
             for mb in passes[0][1:]:
                 for chunk in chunks(mb):
-                    keep(chunk, token_logprobs(pol.model, collate(chunk, pad).to(device))[0])
+                    keep(chunk, logprobs(pol.model, batch_of(chunk))[0])
 
     # 3. The clipped steps.
     skipped, stepped = 0, False
     for it, minibatches in enumerate(passes):
         for j, mb in enumerate(minibatches):
             first_step = it == 0 and j == 0  # the policy has not moved yet
-            step_tokens = float(sum(len(s.completion_ids) for s in mb))
+            step_tokens = float(sum(counted(s) for s in mb))
             pol.optimizer.zero_grad(set_to_none=True)
             finite = True
             for chunk in chunks(mb):
-                batch = collate(chunk, pad).to(device)
-                logp, entropy = token_logprobs(pol.model, batch, with_entropy=(it == 0))
+                batch = batch_of(chunk)
+                logp, entropy = logprobs(pol.model, batch, with_entropy=(it == 0))
                 mask = batch.completion_mask
                 if first_step:
                     keep(chunk, logp.detach())
                 old = logp.detach().clone()  # pads keep ratio 1 (and are masked anyway)
                 for i, s in enumerate(chunk):
                     old[i, : len(s.completion_ids)] = old_logp[id(s)]
-                if it == 0:
-                    diff = ((old - batch.sampler_logprobs).abs() * mask).sum() / mask.sum()
-                    stats["logp_diff"].append(float(diff))
+                q = batch.sampler_logprobs
+                weights = None
+                if correct:  # detached min(pi_old / q, C), per token or per sequence
+                    weights, capped = importance_weights(
+                        old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
+                    )
+                if it == 0:  # the mismatch, before any masking of truncated completions
+                    for k, v in mismatch_stats(old, q, mask).items():
+                        stats[k].append(v)
                     stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
+                    if correct:
+                        n = mask.sum().clamp_min(1.0)
+                        stats["is_weight"].append(float((weights * mask).sum() / n))
+                        stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
+                mask = loss_mask(batch, a.mask_truncated_completions)  # after the stats
                 ref = None
                 if a.beta > 0:
                     with torch.no_grad(), pol.reference() as ref_model:
@@ -124,6 +175,9 @@ def update_policy(
                     step_tokens=step_tokens,
                     chunk_size=len(chunk),
                     minibatch_size=len(mb),
+                    delta=a.delta,
+                    importance_sampling_level=a.importance_sampling_level,
+                    is_weights=weights,
                 )
                 # 4. The NaN policy: an error, or no backward and the whole step skipped.
                 if not torch.isfinite(out.loss):
@@ -164,16 +218,7 @@ def update_policy(
             pol.optimizer.step()
             stepped = True
 
-    # The LR schedule is indexed by trainer step, so it advances even when every step of this
-    # update was skipped (NaN): LR(step) does not depend on skips, and the scheduler state is
-    # checkpointed, so resume stays exact. torch warns about that order once; here it is
-    # intended.
-    with warnings.catch_warnings():
-        if not stepped:
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
-        pol.scheduler.step()
     if stepped and pol.engine.backend is not None:
         pol.engine.backend.weights_changed(pol.adapter)
     metrics = {k: (sum(v) / len(v) if v else float("nan")) for k, v in stats.items()}
-    metrics["lr"] = pol.scheduler.get_last_lr()[0]
     return metrics, skipped

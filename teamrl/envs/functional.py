@@ -34,17 +34,27 @@ class FunctionEnv:
     turn started from, [{agent: text}, ...], this turn's last.
     sequential=True sets ``turn_order``: agents act one at a time (AT-GRPO) and the reward is
     called on the actions committed so far in the turn.
+
+    ``reward_funcs`` (instead of ``reward``), TRL's way: a list of reward(completions, example)
+    -> float, combined into the one team reward sum_i reward_weights[i] * f_i (weights default
+    to 1); each function's raw value is logged as the component reward/<its __name__>.
     """
 
     def __init__(
         self,
         agents: Sequence[str],
-        reward: RewardFn,
+        reward: RewardFn | None = None,
         prompt: Callable[[dict, str], str] | None = None,
         transition: Callable[[dict, dict[str, str], list], dict[str, str]] | None = None,
         done: Callable[[float, dict], bool] | None = None,
         sequential: bool = False,
+        reward_funcs: Sequence[RewardFn] | None = None,
+        reward_weights: Sequence[float] | None = None,
     ):
+        if (reward is None) == (reward_funcs is None):
+            raise ValueError("FunctionEnv: give exactly one of reward= or reward_funcs=")
+        if reward_funcs is not None:
+            reward = weighted_reward(list(reward_funcs), reward_weights)
         self.agents = list(agents)
         if sequential:  # agents act one at a time, each seeing this turn's earlier actions
             self.turn_order = list(agents)
@@ -109,6 +119,26 @@ class FunctionEnv:
             truncations={a: False for a in self.agents},
             reward_components=dict(components),
         )
+
+
+def weighted_reward(funcs: list[RewardFn], weights: Sequence[float] | None) -> RewardFn:
+    """One reward(completions, example) -> (sum_i w_i f_i, {name_i: f_i}) from TRL-style
+    ``reward_funcs``/``reward_weights`` (names: each function's __name__, made unique)."""
+    w = [1.0] * len(funcs) if weights is None else [float(x) for x in weights]
+    if not funcs or len(w) != len(funcs):
+        raise ValueError(
+            f"reward_weights: expected {len(funcs)} weights (one per reward_funcs entry), got {w}"
+        )
+    names: list[str] = []
+    for i, f in enumerate(funcs):
+        name = getattr(f, "__name__", f"reward_{i}")
+        names.append(name if name not in names and name != "<lambda>" else f"reward_{i}")
+
+    def reward(completions: dict[str, str], example: dict) -> tuple[float, dict[str, float]]:
+        values = {n: float(f(completions, example)) for n, f in zip(names, funcs)}
+        return sum(wi * v for wi, v in zip(w, values.values())), values
+
+    return reward
 
 
 def _declares(fn: Callable, name: str) -> bool:

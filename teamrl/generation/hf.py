@@ -55,25 +55,32 @@ def sample_tokens(
     if bool(greedy.all()):
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
     scaled = logits / temperature.clamp_min(1e-6).unsqueeze(-1)
-    if bool((top_k > 0).any()):
-        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
-        idx = (top_k.clamp_min(1) - 1).unsqueeze(-1)
-        thresh = kth.gather(-1, idx)
-        drop = (scaled < thresh) & (top_k > 0).unsqueeze(-1)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    if bool((top_p < 1).any()):
-        sorted_logits, order = torch.sort(scaled, descending=True, dim=-1)
-        probs = sorted_logits.softmax(-1)
-        # Drop a token when the mass strictly before it already reaches top_p (keeps >= 1).
-        before = probs.cumsum(-1) - probs
-        drop_sorted = before >= top_p.unsqueeze(-1)
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
+    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+        scaled = scaled.masked_fill(~truncation_keep(scaled, top_p, top_k), float("-inf"))
     logp = F.log_softmax(scaled, dim=-1)
     sampled = torch.multinomial(logp.exp(), 1).squeeze(-1)
     tokens = torch.where(greedy, logits.argmax(-1), sampled)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return tokens, torch.where(greedy, torch.zeros_like(token_logp), token_logp)
+
+
+def truncation_keep(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Which tokens of each row of (temperature-scaled) logits the sampler may draw: the top_k
+    largest (top_k > 0), then the smallest prefix of the sorted rest whose mass reaches top_p
+    (a token is dropped when the mass strictly before it already reaches top_p; >= 1 kept)."""
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+    if bool((top_k > 0).any()):
+        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
+        thresh = kth.gather(-1, (top_k.clamp_min(1) - 1).unsqueeze(-1))
+        keep &= ~((scaled < thresh) & (top_k > 0).unsqueeze(-1))
+    if bool((top_p < 1).any()):
+        masked = scaled.masked_fill(~keep, float("-inf"))
+        sorted_logits, order = torch.sort(masked, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        before = probs.cumsum(-1) - probs
+        drop_sorted = before >= top_p.unsqueeze(-1)
+        keep &= ~torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return keep
 
 
 @torch.no_grad()

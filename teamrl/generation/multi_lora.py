@@ -27,7 +27,18 @@ def _lora_linears(model: torch.nn.Module):
 
 
 def supported(model: torch.nn.Module) -> bool:
-    """Plain LoRA linears only (no DoRA, no dropout at generation, no bias on B)."""
+    """Plain LoRA linears only (no DoRA, no dropout at generation, no bias on B).
+
+    Any other LoRA layer (an ``Embedding`` when ``lora_target_modules`` names ``embed_tokens``,
+    a conv...) is refused: ``grouped_lora`` patches linears only, so such a layer would keep
+    PEFT's forward and apply the *active* adapter to every row. The caller then falls back to
+    PEFT's ``adapter_names`` path, which routes every layer kind per row.
+    """
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from peft.tuners.lora.layer import LoraLayer
+
+    if any(isinstance(m, LoraLayer) and not isinstance(m, LoraLinear) for m in model.modules()):
+        return False
     layers = list(_lora_linears(model))
     return bool(layers) and all(
         not any(layer.use_dora.values()) and not getattr(layer, "lora_bias", {}).get(n, False)

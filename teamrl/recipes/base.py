@@ -26,5 +26,9 @@ class Recipe:
 
 
 def common_args(cfg: Any) -> dict[str, Any]:
-    """The rollout arguments every recipe takes straight from the env section."""
-    return dict(max_turns=cfg.env.max_turns, reward_workers=cfg.env.reward_workers)
+    """The rollout arguments every recipe takes straight from the env and team sections."""
+    return dict(
+        max_turns=cfg.env.max_turns,
+        reward_workers=cfg.env.reward_workers,
+        ignore_eos=cfg.team.ignore_eos,
+    )

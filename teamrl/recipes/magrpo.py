@@ -19,7 +19,6 @@ def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_pa
         joint_mode=a.joint_mode,
         discount=DEFAULTS["discount"] if a.discount is None else a.discount,
         early_termination_threshold=None if single_path else a.early_termination_threshold,
-        ignore_eos=cfg.team.ignore_eos,
         **common_args(cfg),
     )
 
@@ -33,7 +32,6 @@ def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
         repeated,
         num_generations=1,
         greedy=greedy,
-        ignore_eos=cfg.team.ignore_eos,
         **common_args(cfg),
     )
 

@@ -90,7 +90,13 @@ def _mixed(step: Step, agent: str, alpha: float) -> tuple[float, float, float]:
 
 
 def _lookahead(
-    team: Team, work: list, steps: list[Step], later: list[str], greedy: bool, turn: int
+    team: Team,
+    work: list,
+    steps: list[Step],
+    later: list[str],
+    greedy: bool,
+    turn: int,
+    ignore_eos: bool = False,
 ) -> float:
     """Score pending candidates by finishing the turn on a copy: one sample per later agent.
 
@@ -109,7 +115,7 @@ def _lookahead(
         for i in idx:
             ids = team.encode_prompt(agent, obs[i][agent], work[i][0].example)
             jobs.append((agent, team.request(agent, ids, 1, greedy=greedy)))
-        gens = team.generate(jobs)
+        gens = team.generate(jobs, ignore_eos=ignore_eos)
         t_gen += time.perf_counter() - t0
         for i, gen in zip(idx, gens):
             text = team.decode(agent, gen[0].completion_ids)
@@ -148,6 +154,7 @@ def agent_turn_rollout(
     greedy: bool = False,
     reward_workers: int = 1,
     seed: int = 0,
+    ignore_eos: bool = False,
 ) -> RolloutResult:
     """AT-GRPO: one state per problem, K branches per (turn, agent) node, one continues."""
     return _sequential_rollout(
@@ -164,6 +171,7 @@ def agent_turn_rollout(
         greedy=greedy,
         reward_workers=reward_workers,
         seed=seed,
+        ignore_eos=ignore_eos,
     )
 
 
@@ -178,6 +186,7 @@ def trajectory_rollout(
     greedy: bool = False,
     reward_workers: int = 1,
     seed: int = 0,
+    ignore_eos: bool = False,
 ) -> RolloutResult:
     """Trajectory GRPO: K independent episodes per problem, grouped by problem."""
     return _sequential_rollout(
@@ -191,6 +200,7 @@ def trajectory_rollout(
         greedy=greedy,
         reward_workers=reward_workers,
         seed=seed,
+        ignore_eos=ignore_eos,
     )
 
 
@@ -209,6 +219,7 @@ def _sequential_rollout(
     greedy: bool = False,
     reward_workers: int = 1,
     seed: int = 0,
+    ignore_eos: bool = False,
 ) -> RolloutResult:
     """``branching``: K candidates per node, each on its own copy, one continues (AT-GRPO).
     Otherwise K independent episodes per problem, one candidate per node (trajectory GRPO)."""
@@ -241,7 +252,7 @@ def _sequential_rollout(
                     )
                 ids = team.encode_prompt(agent, ep.observations[agent], ep.example)
                 jobs.append((agent, team.request(agent, ids, n, greedy=greedy)))
-            gens = team.generate(jobs)
+            gens = team.generate(jobs, ignore_eos=ignore_eos)
             t_gen += time.perf_counter() - t0
 
             # 2. Every candidate on its own copy of the state.
@@ -258,7 +269,7 @@ def _sequential_rollout(
             t_env += time.perf_counter() - t0
             if branching and k_branches > 1 and any(st.pending for st in steps):
                 later = order[order.index(agent) + 1 :]
-                t_gen += _lookahead(team, work, steps, later, greedy, turn)
+                t_gen += _lookahead(team, work, steps, later, greedy, turn, ignore_eos)
 
             # 3. Record the group, then select the branch that continues.
             by_ep: dict[int, list] = {}

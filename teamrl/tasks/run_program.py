@@ -2,7 +2,7 @@
 
 Every task that runs model-written code (coding's helper/main and coder/tester, the math
 tool agent, the games' tool agent) goes through this module, so the sandbox's API is spelt
-out in one place. The sandbox itself (``teamrl.rewards.sandbox``) is imported lazily: a task
+out in one place. The sandbox itself (``teamrl.sandbox``) is imported lazily: a task
 module stays light to import, and tests replace these callables with fakes.
 
 ``run_program(code, limits)``
@@ -30,7 +30,7 @@ Runner = Callable[[Sequence[str], Sequence[str], float], list[Any]]
 
 def run_program(code: str, limits: dict | None = None) -> Any:
     """Run one program in the sandbox (an ``ExecResult``); ``limits``: ``Limits`` kwargs."""
-    from teamrl.rewards.sandbox import Limits, run_python  # imported here: keep imports light
+    from teamrl.sandbox import Limits, run_python  # imported here: keep imports light
 
     if limits is None:
         return run_python(code)
@@ -39,14 +39,14 @@ def run_program(code: str, limits: dict | None = None) -> Any:
 
 @lru_cache(maxsize=1)
 def _pool() -> Any:
-    from teamrl.rewards.sandbox import SandboxPool
+    from teamrl.sandbox import SandboxPool
 
     return SandboxPool()
 
 
 def sandbox_runner(codes: Sequence[str], stdins: Sequence[str], timeout_s: float) -> list[Any]:
     """The default runner: every program in the shared ``SandboxPool`` with a wall-clock limit."""
-    from teamrl.rewards.sandbox import Limits
+    from teamrl.sandbox import Limits
 
     # The CPU limit is set no lower than the wall clock, so the wall clock is what binds.
     limits = Limits(wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s)))

@@ -1,0 +1,212 @@
+"""The range of every config field and the checks that relate several fields.
+
+Called by ``Config.validate``; each error names the dotted field path and the value, in one line.
+Works on a ``Config`` without importing it (this module sits below ``teamrl.config``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from teamrl.errors import ConfigError
+
+
+def validate_config(self: Any) -> None:
+    """Every field's range, from the table ``RULES`` (and ``AGENT_RULES`` per agent), then the
+    checks that relate several fields."""
+    for path, ok, want in RULES:
+        value = _get(self, path)
+        if value is not None or not want.endswith("or None"):
+            _check(_safe(ok, value), path, value, want)
+    _check_fidelity(self)  # delta, IS cap, resample rounds, per-agent overrides
+    names = [ag.name for ag in self.team.agents]
+    _check(bool(names), "team.agents", self.team.agents, "at least one agent")
+    _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
+    for i, ag in enumerate(self.team.agents):
+        for field_name, ok, want in AGENT_RULES:
+            value = getattr(ag, field_name)
+            _check(_safe(ok, value), f"team.agents[{i}].{field_name}", value, want)
+        # Greedy samples of one prompt are identical: every group would be flat.
+        _check(
+            ag.temperature > 0 or self.train.max_steps == 0,
+            f"team.agents[{i}].temperature",
+            ag.temperature,
+            f"> 0 when training (num_generations={self.algorithm.num_generations} greedy "
+            "samples are identical, so no group would have a learning signal); eval.greedy "
+            "sets greedy evaluation",
+        )
+        if ag.model is not None and self.team.policies != "separate":
+            raise ConfigError(
+                f"team.agents[{i}].model: per-agent models need team.policies='separate', "
+                f"got policies={self.team.policies!r}"
+            )
+    order = self.env.turn_order
+    if order is not None:
+        _check(
+            sorted(order) == sorted(names),
+            "env.turn_order",
+            order,
+            f"each agent of team.agents ({', '.join(names)}) exactly once",
+        )
+    check_max_turns(self.env)
+    leaves = rollout_leaves(self)
+    _check(
+        leaves <= MAX_EPISODES_PER_STEP,
+        "algorithm.num_generations",
+        self.algorithm.num_generations,
+        f"a rollout tree of at most {MAX_EPISODES_PER_STEP:,} env steps per step (this "
+        f"config makes {leaves:,}: prompts_per_step x tree size over env.max_turns, "
+        "G^agents per node with joint_mode='cross')",
+    )
+
+
+# --- the range of every field, in one place ---------------------------------------------------
+# (dotted path, predicate, what is expected). A field whose rule ends in "or None" may be None.
+# Floats are already finite here (``_coerce`` refuses nan and inf); ints are Python ints.
+
+MAX_EPISODES_PER_STEP = 10**6  # env steps of one rollout; more never finishes a step on a host
+SEED_LIMIT = 2**32  # numpy's seed range (torch's is wider)
+
+
+def _ge(low: float) -> Any:
+    return lambda v: v >= low
+
+
+def _gt(low: float) -> Any:
+    return lambda v: v > low
+
+
+def _safe_name(v: str) -> bool:
+    # a folder name under log.output_dir: never empty, never a path, never '.' or '..'
+    return bool(v.strip()) and v not in (".", "..") and not set(v) & {"/", "\\", "\0"}
+
+
+RULES: list[tuple[str, Any, str]] = [
+    ("run_name", _safe_name, "a non-empty folder name without '/', '\\' or '..'"),
+    ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
+    ("model.name_or_path", lambda v: bool(v.strip()), "a non-empty model name or path"),
+    ("model.lora_r", _ge(1), ">= 1"),
+    ("model.lora_alpha", _gt(0), "> 0"),
+    ("model.lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    (
+        "model.lora_target_modules",
+        lambda v: bool(v) and all(m.strip() for m in v),
+        "a non-empty list of module names",
+    ),
+    ("model.device", lambda v: _device_ok(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
+    ("env.name", lambda v: bool(v.strip()), "a registered task name"),
+    ("env.max_turns", _ge(1), ">= 1"),
+    ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
+    ("algorithm.num_generations", _ge(2), ">= 2"),
+    ("algorithm.num_iterations", _ge(1), ">= 1"),
+    ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),
+    ("algorithm.epsilon", _gt(0), "> 0"),
+    ("algorithm.epsilon_high", _gt(0), "> 0 or None"),
+    ("algorithm.selection_temperature", _gt(0), "> 0"),
+    ("algorithm.beta", _ge(0), ">= 0"),
+    ("train.max_steps", _ge(0), ">= 0"),
+    ("train.prompts_per_step", _ge(1), ">= 1"),
+    ("train.num_mini_batches", _ge(1), ">= 1"),
+    ("train.micro_batch_size", _ge(0), ">= 0 (0 or None = the whole minibatch) or None"),
+    ("train.learning_rate", _gt(0), "a finite float > 0"),
+    ("train.weight_decay", _ge(0), ">= 0"),
+    ("train.adam_beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.adam_beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.warmup_steps", _ge(0), ">= 0"),
+    ("train.min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("train.max_grad_norm", _gt(0), "> 0 or None"),
+    ("eval.eval_steps", _ge(0), ">= 0"),
+    ("eval.num_examples", _ge(1), ">= 1"),
+    ("log.output_dir", lambda v: bool(v.strip()), "a non-empty folder"),
+    ("log.save_steps", _ge(0), ">= 0"),
+    ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),
+    ("log.num_completions_to_log", _ge(0), ">= 0"),
+    ("log.wandb_project", lambda v: bool(v.strip()), "a non-empty project name"),
+]
+
+AGENT_RULES: list[tuple[str, Any, str]] = [
+    ("name", lambda v: bool(v.strip()), "a non-empty agent name"),
+    ("temperature", _ge(0), ">= 0"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("top_k", _ge(0), ">= 0 (0 = off)"),
+    ("max_completion_length", _ge(1), ">= 1"),
+]
+
+
+def _get(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _safe(ok: Any, value: Any) -> bool:
+    try:
+        return bool(ok(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _device_ok(name: str) -> bool:
+    return bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name))
+
+
+def rollout_leaves(cfg: Any) -> int:
+    """Env steps of one rollout in the worst case (no early stop): what bounds a step's time.
+
+    MAGRPO grows per prompt a tree whose nodes have G joint actions ('aligned') or G^N
+    ('cross'), over max_turns levels: sum_t b^t * b env steps with b the branching. AT-GRPO and
+    GRPO step K branches per (turn, agent) and prompt: K * N * max_turns.
+    """
+    a, n, turns = cfg.algorithm, max(1, len(cfg.team.agents)), cfg.env.max_turns
+    g = a.num_generations
+    if a.name != "magrpo":
+        return cfg.train.prompts_per_step * g * n * turns
+    branch = g**n if a.joint_mode == "cross" else g
+    total, level = 0, 1
+    for _ in range(turns):
+        level *= branch
+        total += level
+        if total > MAX_EPISODES_PER_STEP:  # stop before the numbers get astronomical
+            break
+    return cfg.train.prompts_per_step * total
+
+
+def _check_fidelity(cfg: Any) -> None:
+    a = cfg.algorithm
+    if a.delta is not None:
+        hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
+        _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
+    cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
+    _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
+    _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
+    _check_agent_overrides(cfg)
+
+
+def _check_agent_overrides(cfg: Any) -> None:
+    """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy."""
+    for field_name, low in (("learning_rate", 0), ("num_iterations", 1)):
+        values = {ag.name: getattr(ag, field_name) for ag in cfg.team.agents}
+        for name, v in values.items():
+            ok = v is None or (v > 0 if low == 0 else v >= low)
+            _check(ok, f"team.agents[{name}].{field_name}", v, "> 0" if low == 0 else ">= 1")
+        if cfg.team.policies == "shared" and len(set(values.values())) > 1:
+            raise ConfigError(
+                f"team.agents[*].{field_name}: agents {sorted(values)} share one policy "
+                f"(policies='shared') but set different values {values}; give all the same"
+            )
+
+
+def _check(ok: bool, name: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: expected {want}, got {value!r}")
+
+
+def check_max_turns(env: Any) -> None:
+    """env.max_turns (where the rollout stops) and a task's own max_turns must agree."""
+    if "max_turns" in env.kwargs and env.kwargs["max_turns"] != env.max_turns:
+        raise ConfigError(
+            f"env.kwargs.max_turns={env.kwargs['max_turns']!r} differs from "
+            f"env.max_turns={env.max_turns!r}: the rollout stops after env.max_turns turns, so "
+            "set env.max_turns (the task receives it) and drop env.kwargs.max_turns"
+        )

@@ -1,0 +1,92 @@
+"""Run untrusted, model-written Python programs under limits.
+
+Every program runs in its own interpreter (``python -I -S``: standard library only, no
+``PYTHON*`` variables, no user site), in a fresh temporary directory that is deleted
+afterwards, with a scrubbed environment (``PATH``, ``LANG``, and ``HOME`` = ``TMPDIR`` = the
+working directory), in a new session, under rlimits (CPU, address space, file size,
+processes, open files, no core dumps) and a wall clock, with stdout and stderr read as they
+come and capped (the program is killed past the cap). When the program ends or is stopped,
+everything it started is SIGKILLed, and when the caller is PID 1 (a container without an
+init) or a subreaper, what the kill orphaned is reaped.
+
+How strongly it is fenced off depends on what the machine allows; ``isolation_mode()`` says
+which mode ``run_python`` gets by default, and logs it with its residual risks once:
+
+``"namespaces"`` (the parent is root with CAP_SYS_ADMIN)
+    * Fresh network, IPC, mount and pid namespaces. No network: the namespace has only a
+      downed loopback, so every connect fails, abstract unix sockets included (they belong
+      to a network namespace). In the mount namespace every mount is remounted read-only
+      and nosuid; ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run`` are empty private
+      tmpfs, so host unix sockets, shared memory and temp files there are out of reach; the
+      working directory is a private tmpfs of ``file_size_mb`` MiB, the only writable place,
+      which vanishes with the namespace. The program runs under a tiny init (pid 1 of its
+      namespace): when the program exits, init exits and the kernel kills and reaps every
+      process left in the namespace, so double-forked daemons cannot survive.
+    * A fresh unprivileged uid/gid, unique among concurrent runs, with no supplementary
+      groups and ``no_new_privs``: RLIMIT_NPROC is enforced (it is not for root), the program
+      can signal only its own processes (not the caller, not other sandboxes) and cannot read
+      the caller's ``/proc/<pid>/environ``.
+    * When the interpreter lives under a directory other users cannot enter (``/root``), an
+      empty tmpfs covers that directory and the interpreter's prefix alone is bound back.
+
+``"userns"`` (any other user, where unprivileged user namespaces are allowed)
+    A user namespace maps uid 0 to the caller; in it the same network, IPC, mount (with the
+    same private tmpfs dirs, and the caller's home hidden too) and pid namespaces as above,
+    plus a fresh ``/proc`` of the new pid namespace, so the program sees and can signal
+    only its own processes. The program itself runs in a nested user namespace as uid 1000
+    without any capability; the boot processes that hold capabilities are non-dumpable, so
+    the program cannot ptrace them. RLIMIT_NPROC counts per user namespace, so it bounds the
+    program's processes. Residual risk: outside its namespaces the program is the caller's
+    uid, so it can read (not write: everything is read-only) any file the caller can read
+    outside the hidden folders, and connect to the caller's unix sockets elsewhere.
+
+``"setuid"`` (root without namespaces, e.g. a container without CAP_SYS_ADMIN)
+    Fresh uid/gid, rlimits and the socket guard below; after the run every process of the
+    uid is killed. Residual risk: the program may write to world-writable places (``/tmp``,
+    ``/dev/shm``; bounded per file by ``file_size_mb``) and can get past the socket guard.
+    Its working directory is on the caller's disk, not a tmpfs: only each file is bounded.
+    The interpreter must be reachable by other users (not under ``/root``).
+
+``"rlimits"`` (weak; only when asked for: ``isolation="rlimits"`` or
+``TEAMRL_SANDBOX_ISOLATION=rlimits``, and refused as root)
+    Rlimits, own session and the socket guard, as the caller's uid. Residual risk: the
+    program can signal (or ptrace) the caller's processes (same uid), read and write
+    wherever the caller can (its ``/proc/<pid>/environ`` and unix sockets included),
+    escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
+    the uid. The README's sandbox section lists what the hostile corpus measured.
+
+When no strong mode works and the weak one was not asked for, ``isolation_mode`` raises a
+one-line RuntimeError saying what to enable or set.
+
+The socket guard (used without a network namespace, when ``network=False``) replaces
+``socket.socket`` and ``_socket.socket`` before the program starts with a class that refuses
+every family but AF_UNIX. It stops ordinary library calls, not a determined program:
+``ctypes`` syscalls or a spawned ``curl`` get past it. Only the network namespace is a fence.
+
+Common residual risks: memory is capped per process (RLIMIT_AS), so a program may hold up to
+``max_processes * memory_mb`` MiB (plus its tmpfs); the CPU rlimit is per process too (the
+wall clock bounds the sum). If the calling process dies, a parent-death signal kills the
+program (with namespaces, the whole namespace); its temporary directory is then left behind.
+
+Judging programs: ``run_python(..., report=True)`` and ``teamrl.sandbox.channel`` give a
+harness a result channel the judged program cannot write to.
+"""
+
+from teamrl.sandbox.channel import REPORT_FD_ENV, TRUSTED_PRELUDE
+from teamrl.sandbox.limits import ISOLATION_MODES, ExecResult, Limits
+from teamrl.sandbox.modes import ISOLATION_ENV, RESIDUAL_RISKS, isolation_mode
+from teamrl.sandbox.pool import SandboxPool
+from teamrl.sandbox.run import run_python
+
+__all__ = [
+    "ISOLATION_ENV",
+    "ISOLATION_MODES",
+    "REPORT_FD_ENV",
+    "RESIDUAL_RISKS",
+    "TRUSTED_PRELUDE",
+    "ExecResult",
+    "Limits",
+    "SandboxPool",
+    "isolation_mode",
+    "run_python",
+]

@@ -1,0 +1,80 @@
+"""An authenticated result channel: what a trusted harness reports cannot be forged.
+
+Threat model. A harness that judges model-written code must not trust anything the code can
+write: stdout, stderr, the exit status and files are all the program's (it can print a fake
+"all tests passed" line, exit 0 after printing, or patch the harness's own functions when it
+shares their interpreter). ``run_python(code, report=True)`` therefore opens one more pipe,
+the report channel, and returns what was written on it as ``ExecResult.report``; nothing the
+program prints can get there. Its write end is inherited by the sandboxed interpreter under
+the number in ``$TEAMRL_REPORT_FD`` and must be closed before untrusted code runs.
+
+``TRUSTED_PRELUDE`` (source to put first in ``code``) does that. It takes the channel and
+drops the variable, makes its process non-dumpable (so a process of the same uid can neither
+ptrace it nor open its ``/proc/<pid>/fd``, ``mem`` or ``environ``), and defines
+
+* ``_teamrl_report(line)``: write one line on the channel;
+* ``_teamrl_untrusted(source, probe, limit)``: run ``source`` (untrusted) in a forked child
+  that has closed the channel and standard input, then evaluate the expression ``probe``
+  there; returns ``str(value)`` as the child sent it back through a pipe (at most ``limit``
+  bytes; ``None`` if the child sent nothing: it crashed, exited early or timed out).
+
+What the child sends is data from the attacker: the trusted parent compares it (by type and
+value, after parsing) with expected values it reads only after the fork (e.g. from stdin,
+which the child closed first), so they were never in the child's memory, and it decides
+pass/fail and writes the verdict on the channel. Forging a pass then needs the expected
+value itself. Only the boot processes and the trusted parent hold the write end, and the
+boot processes close it before the program starts. The pipe belongs to the caller: under a
+fresh uid ("namespaces", "setuid") the program cannot reopen it through ``/proc``, and in
+"userns" it sees only its own pid namespace's ``/proc``. Not covered: the weak "rlimits"
+mode (same uid, host ``/proc``: the program can reopen the caller's end of the pipe), a
+harness that puts expected values in ``code`` (main.py is readable), or one that evaluates
+the program in its own process.
+"""
+
+from __future__ import annotations
+
+REPORT_FD_ENV = "TEAMRL_REPORT_FD"
+
+TRUSTED_PRELUDE = """\
+import ctypes as _ctypes, os as _os, sys as _sys
+_teamrl_channel = int(_os.environ.pop("TEAMRL_REPORT_FD"))
+if _ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
+    raise SystemExit("trusted prelude: cannot make the harness non-dumpable")
+def _teamrl_report(line):
+    data = (str(line).replace("\\n", " ") + "\\n").encode()
+    while data:
+        data = data[_os.write(_teamrl_channel, data):]
+def _teamrl_untrusted(source, probe, limit=65536):
+    read_end, write_end = _os.pipe()
+    pid = _os.fork()
+    if pid == 0:
+        try:
+            _os.close(_teamrl_channel)
+            _os.close(read_end)
+            _null = _os.open(_os.devnull, _os.O_RDONLY)
+            _os.dup2(_null, 0)
+            _os.close(_null)
+            namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+            exec(compile(source, "solution.py", "exec"), namespace)
+            value = str(eval(probe, namespace)).encode()
+            while value:
+                value = value[_os.write(write_end, value):]
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            for stream in (_sys.stdout, _sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+            _os._exit(0)
+    _os.close(write_end)
+    chunks, size = [], 0
+    while size <= limit and (chunk := _os.read(read_end, 65536)):
+        chunks.append(chunk)
+        size += len(chunk)
+    _os.close(read_end)
+    _os.waitpid(pid, 0)
+    return b"".join(chunks)[:limit].decode(errors="replace") if chunks else None
+"""

@@ -1,0 +1,84 @@
+"""What a sandboxed run may use (``Limits``) and what it did (``ExecResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# In order of strength; "auto" picks the strongest that works (see teamrl.sandbox.modes).
+ISOLATION_MODES = ("namespaces", "userns", "setuid", "rlimits")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed program."""
+
+    cpu_seconds: int = field(
+        default=5,
+        metadata={"help": "CPU seconds per process (RLIMIT_CPU: SIGXCPU, SIGKILL 1 s later)."},
+    )
+    wall_seconds: float = field(
+        default=10.0,
+        metadata={"help": "Wall-clock seconds from launch; then everything is killed."},
+    )
+    memory_mb: int = field(
+        default=512, metadata={"help": "Address space per process in MiB (RLIMIT_AS)."}
+    )
+    file_size_mb: int = field(
+        default=16,
+        metadata={
+            "help": "Largest file the program may write, MiB (RLIMIT_FSIZE); with namespaces "
+            "also the size of its private tmpfs working directory."
+        },
+    )
+    max_processes: int = field(
+        default=16,
+        metadata={"help": "Processes and threads the program may have (RLIMIT_NPROC)."},
+    )
+    output_bytes: int = field(
+        default=65536,
+        metadata={"help": "Bytes kept per stream (stdout, stderr); more kills the program."},
+    )
+    open_files: int = field(
+        default=256, metadata={"help": "Open file descriptors per process (RLIMIT_NOFILE)."}
+    )
+    network: bool = field(
+        default=False,
+        metadata={"help": "Allow network access (False: network namespace or socket guard)."},
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "open_files"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Limits.{name}: expected an integer >= 1, got {value!r}")
+        if not isinstance(self.wall_seconds, int | float) or not self.wall_seconds > 0:
+            raise ValueError(f"Limits.wall_seconds: expected > 0, got {self.wall_seconds!r}")
+        if not isinstance(self.output_bytes, int) or self.output_bytes < 0:
+            raise ValueError(
+                f"Limits.output_bytes: expected an integer >= 0, got {self.output_bytes!r}"
+            )
+
+
+@dataclass
+class ExecResult:
+    """What a sandboxed program did.
+
+    ``killed`` names the limit that stopped it: ``"wall_time"``, ``"cpu_time"``,
+    ``"output_limit"``, ``"memory"`` (it died of MemoryError), ``"file_size"`` (it died of a
+    write failing with EFBIG or ENOSPC) or ``"signal N"`` (it died of signal N); ``timed_out``
+    is true for the two time limits. ``stdout``/``stderr`` are decoded as UTF-8 (invalid
+    bytes replaced), at most ``Limits.output_bytes`` bytes each; so is ``report``, the
+    authenticated channel of ``run_python(..., report=True)`` (see ``teamrl.sandbox.channel``).
+    """
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    killed: str | None
+    wall_seconds: float
+    report: str = ""  # what the trusted harness wrote on the report channel
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and self.killed is None

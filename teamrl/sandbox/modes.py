@@ -1,0 +1,133 @@
+"""Which isolation a run gets: probing, the user's opt-in to the weak mode, logging.
+
+``"auto"`` means the strongest mode that works here; the weak ``"rlimits"`` mode is never
+chosen silently: only when asked for by name, through ``isolation=`` or the
+``TEAMRL_SANDBOX_ISOLATION`` environment variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from teamrl.sandbox import linux
+from teamrl.sandbox.limits import ISOLATION_MODES, Limits
+
+ISOLATION_ENV = "TEAMRL_SANDBOX_ISOLATION"
+logger = logging.getLogger("teamrl.sandbox")
+
+# What each mode leaves open, as the hostile corpus in tests/test_sandbox.py measures it.
+RESIDUAL_RISKS = {
+    "namespaces": "reads world-readable files; sees host processes in /proc (not their "
+    "environment); memory and CPU are bounded per process",
+    "userns": "runs as your uid outside its namespaces: reads files you can read outside your "
+    "home and the private /tmp, /run, /dev/shm, /var/tmp (read-only), and may connect to your "
+    "unix sockets elsewhere; memory and CPU are bounded per process",
+    "setuid": "writes to world-writable /tmp and /dev/shm; the socket guard stops Python's "
+    "sockets only; the working directory is on disk",
+    "rlimits": "WEAK: runs as your uid without namespaces: it can write and read wherever you "
+    "can, read the trainer's /proc/<pid>/environ, signal or ptrace the trainer, reach loopback "
+    "servers past the socket guard, and leave daemons running",
+}
+
+_lock = threading.Lock()
+_modes: dict[str, str] = {}
+_logged: set[str] = set()
+
+
+def _log_once(mode: str) -> None:
+    with _lock:
+        if mode in _logged:
+            return
+        _logged.add(mode)
+    level = logging.WARNING if mode == "rlimits" else logging.INFO
+    logger.log(level, "sandbox isolation %r; residual risks: %s", mode, RESIDUAL_RISKS[mode])
+
+
+def check_mode(isolation: str) -> str:
+    """``isolation`` if this process may use it, else ValueError saying why."""
+    if isolation not in ISOLATION_MODES:
+        raise ValueError(
+            f"isolation: expected 'auto' or one of {ISOLATION_MODES}, got {isolation!r}"
+        )
+    root = os.geteuid() == 0
+    real_root = root and linux.in_initial_userns()
+    if isolation in ("rlimits", "userns") and real_root:
+        raise ValueError(
+            f"isolation: {isolation!r} is refused as root (RLIMIT_NPROC is not enforced for "
+            "root, so a fork bomb would be unbounded); use 'namespaces' or 'setuid'"
+        )
+    if isolation in ("namespaces", "setuid") and not root:
+        raise ValueError(f"isolation: {isolation!r} needs root, running as uid {os.geteuid()}")
+    return isolation
+
+
+def _candidates() -> list[str]:
+    root = os.geteuid() == 0
+    found = ["namespaces", "setuid"] if root else []
+    if not (root and linux.in_initial_userns()):
+        found.append("userns")
+    return found
+
+
+def _probe(mode: str, exe: str) -> str | None:
+    """None if a trivial program runs under ``mode``, else why not."""
+    from teamrl.sandbox.run import execute  # run imports this module's users, not this one
+
+    try:
+        probe = execute("print('ok')", "", Limits(wall_seconds=20), (), mode, exe)
+    except (RuntimeError, OSError) as exc:
+        return str(exc)
+    if probe.ok and probe.stdout == "ok\n":
+        return None
+    return f"the probe program gave {probe}"
+
+
+def isolation_mode(python: str | None = None) -> str:
+    """The isolation ``run_python`` gets by default for ``python`` (probed once, cached).
+
+    ``TEAMRL_SANDBOX_ISOLATION`` names a mode to use instead of probing (``rlimits`` is
+    reachable only this way or by ``isolation="rlimits"``). Otherwise the strongest that
+    runs a trivial program: as root ``"namespaces"`` then ``"setuid"``; ``"userns"`` for
+    everyone else (and for root inside a user namespace). RuntimeError, in one line saying
+    what to enable or set, when none works.
+    """
+    exe, _ = linux.interpreter(python)
+    requested = os.environ.get(ISOLATION_ENV, "").strip()
+    if requested and requested != "auto":
+        try:
+            mode = check_mode(requested)
+        except ValueError as exc:
+            raise ValueError(f"{ISOLATION_ENV}={requested}: {exc}") from None
+        _log_once(mode)
+        return mode
+    with _lock:
+        mode = _modes.get(exe)
+    if mode is None:
+        failures = []
+        for candidate in _candidates():
+            if (why := _probe(candidate, exe)) is None:
+                mode = candidate
+                break
+            failures.append(f"{candidate}: {why}".replace("\n", " "))
+        if mode is None:
+            raise RuntimeError(
+                "sandbox: no strong isolation works here ("
+                + "; ".join(failures)
+                + "): allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
+                "kernel.unprivileged_userns_clone = 1), run as root, or accept the weak mode "
+                f"with {ISOLATION_ENV}=rlimits"
+            )
+        with _lock:
+            _modes[exe] = mode
+    _log_once(mode)
+    return mode
+
+
+def resolve_mode(isolation: str, python: str | None) -> str:
+    if isolation == "auto":
+        return isolation_mode(python)
+    mode = check_mode(isolation)
+    _log_once(mode)
+    return mode
