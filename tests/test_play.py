@@ -17,15 +17,26 @@ from teamrl.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """One training step of the digits task (two agents, two turns) on tiny-llama."""
+def trained(tmp_path_factory):
+    """One training step of the digits task (two agents, two turns) on tiny-llama: the run
+    folder, and each policy's weights as training left them (whatever the checkpoint format)."""
     out = tmp_path_factory.mktemp("play")
     cfg = load_config(
         None,
         tiny_overrides("lora", steps=1, **{"env.max_turns": 2, "log.output_dir": str(out)}),
     )
-    Trainer(cfg).train()
-    return out / "run"
+    trainer = Trainer(cfg)
+    trainer.train()
+    states = {
+        n: {k: v.detach().clone() for k, v in pol.state_dict().items()}
+        for n, pol in trainer.team.policies.items()
+    }
+    return out / "run", states
+
+
+@pytest.fixture(scope="module")
+def run_dir(trained):
+    return trained[0]
 
 
 def blocks(text: str) -> list[tuple[int, str, str, str, float]]:
@@ -63,18 +74,18 @@ def test_play_prints_every_turn_with_its_prompt_reply_and_reward(run_dir, capsys
     assert "success: n/a" in out  # digits has no success test
 
 
-def test_load_run_restores_the_checkpoint_weights(run_dir):
+def test_load_run_restores_the_checkpoint_weights(trained):
+    run_dir, states = trained
     trainer, name = load_run(run_dir)
     assert name == "step-1"
     for pol_name, pol in trainer.team.policies.items():
-        saved = torch.load(run_dir / f"checkpoints/step-1/policies/{pol_name}/weights.pt")
-        now = pol.state_dict()
+        now, saved = pol.state_dict(), states[pol_name]
         assert saved.keys() == now.keys()
         assert all(torch.equal(saved[k], now[k]) for k in saved)
     untrained, name = load_run(run_dir, step=0)
     assert name == "untrained"
     before = untrained.team.policies["alice"].state_dict()
-    after = torch.load(run_dir / "checkpoints/step-1/policies/alice/weights.pt")
+    after = states["alice"]
     assert any(not torch.equal(before[k], after[k]) for k in after)  # the step moved alice
 
 
