@@ -50,9 +50,8 @@ from dataclasses import dataclass
 import torch
 
 from teamrl.generation import hf as reference
-from teamrl.generation.hf import sample_tokens
-from teamrl.generation.types import Generation, Request
-from teamrl.tensors import left_pad
+from teamrl.generation.hf import Batch, Decoded
+from teamrl.generation.types import Request
 
 CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
 
@@ -128,40 +127,19 @@ def _static_cache(model, state: _State, rows: int, length: int, sample_kv: torch
 
 
 @torch.no_grad()
-def generate(
-    model: torch.nn.Module,
-    requests: list[Request],
-    eos_ids: list[int],
-    pad_id: int,
-    ignore_eos: bool = False,
-    compile: bool | None = None,
-) -> list[list[Generation]]:
+def generate(model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, compile=None):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``compile``: None = compile the decode step with CUDA graphs on CUDA only; True/False force.
     Falls back to the reference loop when ``supported(model, requests)`` is False.
     """
-    rows = [(r, k) for r in requests for k in range(r.n)]
-    if not rows:
+    if not any(r.n for r in requests):
         return []
     if not supported(model, requests):
         return reference.generate(model, requests, eos_ids, pad_id, ignore_eos)
     device = next(model.parameters()).device
-    # Prefill each distinct (prompt, adapter) once, exactly as the reference loop does.
-    distinct: dict[tuple, int] = {}
-    row_prefix = [
-        distinct.setdefault((tuple(r.prompt_ids), r.adapter), len(distinct)) for r, _ in rows
-    ]
-    ids, attn = left_pad([list(p) for p, _ in distinct], pad_id)
-    ids, attn = ids.to(device), attn.to(device)
-    expand = torch.tensor(row_prefix, device=device)
-    temp = torch.tensor([r.temperature for r, _ in rows], device=device)
-    top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
-    top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
-    budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
-    eos = torch.tensor(eos_ids, device=device)
-    row_adapters = [r.adapter for r, _ in rows]
-    uses_lora = any(a is not None for a in row_adapters)
+    batch = Batch(requests, pad_id, device)  # the same prefill as the reference loop
+    uses_lora = any(a is not None for a in batch.row_adapters)
     if compile is None:
         compile = device.type == "cuda"
     compile = compile and not uses_lora
@@ -169,18 +147,10 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        with reference._adapters(model, [a for _, a in distinct]) as kw:
-            position = (attn.cumsum(-1) - 1).clamp_min(0)
-            out = model(
-                input_ids=ids,
-                attention_mask=attn,
-                position_ids=position,
-                use_cache=True,
-                logits_to_keep=1,
-                **kw,
-            )
-        n_rows, max_new, width = len(rows), int(budget.max()), ids.shape[1]
-        length = -(-(width + max_new) // CACHE_BUCKET) * CACHE_BUCKET
+        out, position = batch.prefill(model)
+        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device)
+        n_rows, width, expand = len(batch.rows), batch.ids.shape[1], batch.expand
+        length = -(-(width + dec.max_new) // CACHE_BUCKET) * CACHE_BUCKET
         prefill = out.past_key_values
         cache = _static_cache(model, state, n_rows, length, prefill.layers[0].keys)
         for src, dst in zip(prefill.layers, cache.layers):
@@ -189,8 +159,8 @@ def generate(
         logits, last_pos = out.logits[expand, -1], position[expand, -1]
         del out, prefill
         # Fixed for the whole call: the prompt's padding, then ones (causality hides the rest).
-        mask = torch.ones((n_rows, length), dtype=attn.dtype, device=device)
-        mask[:, :width] = attn[expand]
+        mask = torch.ones((n_rows, length), dtype=batch.attn.dtype, device=device)
+        mask[:, :width] = batch.attn[expand]
 
         step = _decode_step
         if compile:
@@ -198,43 +168,16 @@ def generate(
                 state.compiled = torch.compile(_decode_step, mode="reduce-overhead")
             step = state.compiled
 
-        tokens = torch.full((n_rows, max_new), pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros((n_rows, max_new), device=device)
-        done = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        lengths = torch.zeros(n_rows, dtype=torch.long, device=device)
-        with reference._adapters(model, row_adapters):
-            for t in range(max_new):
-                tok, lp = sample_tokens(logits, temp, top_p, top_k)
-                active = ~done
-                tokens[:, t] = torch.where(active, tok, torch.full_like(tok, pad_id))
-                logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
-                lengths += active.long()
-                hit_eos = torch.isin(tok, eos) & (not ignore_eos)
-                done = done | (active & (hit_eos | (lengths >= budget)))
-                if bool(done.all()):
+        with reference._adapters(model, batch.row_adapters):
+            for t in range(dec.max_new):
+                if dec.sample(t, logits):
                     break
                 last_pos = last_pos + 1
                 if compile:
                     torch.compiler.cudagraph_mark_step_begin()
-                logits = step(model, tokens[:, t : t + 1], mask, last_pos.unsqueeze(-1), cache)
+                logits = step(model, dec.tokens[:, t : t + 1], mask, last_pos.unsqueeze(-1), cache)
                 if compile:
                     logits = logits.clone()  # the next replay overwrites the graph's output
     finally:
         model.train(was_training)
-
-    tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
-    results: list[list[Generation]] = [[] for _ in requests]
-    owner = {id(r): i for i, r in enumerate(requests)}
-    for row, (req, _) in enumerate(rows):
-        n = int(lengths[row])
-        comp = tokens[row, :n].tolist()
-        ended = bool(n) and comp[-1] in eos_ids and not ignore_eos
-        results[owner[id(req)]].append(
-            Generation(
-                prompt_ids=list(req.prompt_ids),
-                completion_ids=comp,
-                logprobs=logps[row, :n].tolist(),
-                truncated=not ended,
-            )
-        )
-    return results
+    return dec.generations()

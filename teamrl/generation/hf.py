@@ -83,6 +83,89 @@ def truncation_keep(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tens
     return keep
 
 
+class Batch:
+    """The rows of one generate call: each request's ``n`` samples, with per-row settings.
+
+    Each distinct (prompt, adapter) is prefilled once (``ids``/``attn``, left-padded) and its
+    KV cache copied to every sample row that continues it (``expand``): prefix sharing across
+    samples and across identical requests.
+    """
+
+    def __init__(self, requests: list[Request], pad_id: int, device: torch.device):
+        self.requests = requests
+        self.rows = [(r, k) for r in requests for k in range(r.n)]
+        distinct: dict[tuple, int] = {}
+        row_prefix = [
+            distinct.setdefault((tuple(r.prompt_ids), r.adapter), len(distinct))
+            for r, _ in self.rows
+        ]
+        self.prefix_adapters = [a for _, a in distinct]
+        self.row_adapters = [r.adapter for r, _ in self.rows]
+        ids, attn = left_pad([list(p) for p, _ in distinct], pad_id)
+        self.ids, self.attn = ids.to(device), attn.to(device)
+        self.expand = torch.tensor(row_prefix, device=device)
+        self.shared = not torch.equal(self.expand, torch.arange(len(distinct), device=device))
+
+    def prefill(self, model: torch.nn.Module):
+        """One forward over the distinct prompts; returns (model output, position ids)."""
+        with _adapters(model, self.prefix_adapters) as kw:
+            position = (self.attn.cumsum(-1) - 1).clamp_min(0)
+            kw |= dict(position_ids=position, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=self.ids, attention_mask=self.attn, **kw)
+        return out, position
+
+
+class Decoded:
+    """What a decode loop has produced so far, row by row: tokens, their sampler log-probs,
+    lengths. A row stops at EOS (unless ``ignore_eos``) or at its own token budget."""
+
+    def __init__(self, batch: Batch, eos_ids: list[int], pad_id: int, ignore_eos: bool, device):
+        rows = batch.rows
+        self.batch, self.eos_ids, self.pad_id, self.ignore_eos = batch, eos_ids, pad_id, ignore_eos
+        self.temp = torch.tensor([r.temperature for r, _ in rows], device=device)
+        self.top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
+        self.top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
+        self.budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
+        self.eos = torch.tensor(eos_ids, device=device)
+        self.max_new = int(self.budget.max())
+        n = len(rows)
+        self.tokens = torch.full((n, self.max_new), pad_id, dtype=torch.long, device=device)
+        self.logps = torch.zeros((n, self.max_new), device=device)
+        self.done = torch.zeros(n, dtype=torch.bool, device=device)
+        self.lengths = torch.zeros(n, dtype=torch.long, device=device)
+
+    def sample(self, t: int, logits: torch.Tensor) -> bool:
+        """Draw token ``t`` of every row from ``logits``; True when every row has finished.
+        Finished rows keep being fed pads (the batch stays rectangular) but record nothing."""
+        tok, lp = sample_tokens(logits, self.temp, self.top_p, self.top_k)
+        active = ~self.done
+        self.tokens[:, t] = torch.where(active, tok, torch.full_like(tok, self.pad_id))
+        self.logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
+        self.lengths += active.long()
+        hit_eos = torch.isin(tok, self.eos) & (not self.ignore_eos)
+        self.done = self.done | (active & (hit_eos | (self.lengths >= self.budget)))
+        return bool(self.done.all())
+
+    def generations(self) -> list[list[Generation]]:
+        tokens, logps, lengths = self.tokens.cpu(), self.logps.cpu(), self.lengths.cpu()
+        requests = self.batch.requests
+        results: list[list[Generation]] = [[] for _ in requests]
+        owner = {id(r): i for i, r in enumerate(requests)}
+        for row, (req, _) in enumerate(self.batch.rows):
+            n = int(lengths[row])
+            comp = tokens[row, :n].tolist()
+            ended = bool(n) and comp[-1] in self.eos_ids and not self.ignore_eos
+            results[owner[id(req)]].append(
+                Generation(
+                    prompt_ids=list(req.prompt_ids),
+                    completion_ids=comp,
+                    logprobs=logps[row, :n].tolist(),
+                    truncated=not ended,
+                )
+            )
+        return results
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -92,64 +175,30 @@ def generate(
     ignore_eos: bool = False,
 ) -> list[list[Generation]]:
     """Sample for every request in one batched call; returns ``n`` generations per request."""
-    rows = [(r, k) for r in requests for k in range(r.n)]
-    if not rows:
+    if not any(r.n for r in requests):
         return []
     device = next(model.parameters()).device
-    # Prefill each distinct (prompt, adapter) once, then copy its KV cache to every sample row
-    # that continues it (prefix sharing across samples and across identical requests).
-    distinct: dict[tuple, int] = {}
-    row_prefix = [
-        distinct.setdefault((tuple(r.prompt_ids), r.adapter), len(distinct)) for r, _ in rows
-    ]
-    ids, attn = left_pad([list(p) for p, _ in distinct], pad_id)
-    ids, attn = ids.to(device), attn.to(device)
-    expand = torch.tensor(row_prefix, device=device)
-    temp = torch.tensor([r.temperature for r, _ in rows], device=device)
-    top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
-    top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
-    budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
-    eos = torch.tensor(eos_ids, device=device)
+    batch = Batch(requests, pad_id, device)
     was_training = model.training
     model.eval()
     try:
-        with _adapters(model, [a for _, a in distinct]) as kw:
-            position = (attn.cumsum(-1) - 1).clamp_min(0)
-            out = model(
-                input_ids=ids,
-                attention_mask=attn,
-                position_ids=position,
-                use_cache=True,
-                logits_to_keep=1,
-                **kw,
-            )
+        out, position = batch.prefill(model)
         cache = out.past_key_values
-        if not torch.equal(expand, torch.arange(len(distinct), device=device)):
-            cache.reorder_cache(expand)
-        logits, attn, last_pos = out.logits[expand, -1], attn[expand], position[expand, -1]
+        if batch.shared:
+            cache.reorder_cache(batch.expand)
+        expand = batch.expand
+        logits, attn, last_pos = out.logits[expand, -1], batch.attn[expand], position[expand, -1]
         del out
-
-        n_rows, max_new = len(rows), int(budget.max())
-        tokens = torch.full((n_rows, max_new), pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros((n_rows, max_new), device=device)
-        done = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        lengths = torch.zeros(n_rows, dtype=torch.long, device=device)
-        ones = torch.ones((n_rows, 1), dtype=attn.dtype, device=device)
-        with _adapters(model, [r.adapter for r, _ in rows]) as kw:
-            for t in range(max_new):
-                tok, lp = sample_tokens(logits, temp, top_p, top_k)
-                active = ~done
-                tokens[:, t] = torch.where(active, tok, torch.full_like(tok, pad_id))
-                logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
-                lengths += active.long()
-                hit_eos = torch.isin(tok, eos) & (not ignore_eos)
-                done = done | (active & (hit_eos | (lengths >= budget)))
-                if bool(done.all()):
+        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device)
+        ones = torch.ones((len(batch.rows), 1), dtype=attn.dtype, device=device)
+        with _adapters(model, batch.row_adapters) as kw:
+            for t in range(dec.max_new):
+                if dec.sample(t, logits):
                     break
                 attn = torch.cat([attn, ones], dim=1)
                 last_pos = last_pos + 1
                 out = model(
-                    input_ids=tokens[:, t : t + 1],
+                    input_ids=dec.tokens[:, t : t + 1],
                     attention_mask=attn,
                     position_ids=last_pos.unsqueeze(-1),
                     past_key_values=cache,
@@ -159,23 +208,7 @@ def generate(
                 cache, logits = out.past_key_values, out.logits[:, -1]
     finally:
         model.train(was_training)
-
-    tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
-    results: list[list[Generation]] = [[] for _ in requests]
-    owner = {id(r): i for i, r in enumerate(requests)}
-    for row, (req, _) in enumerate(rows):
-        n = int(lengths[row])
-        comp = tokens[row, :n].tolist()
-        ended = bool(n) and comp[-1] in eos_ids and not ignore_eos
-        results[owner[id(req)]].append(
-            Generation(
-                prompt_ids=list(req.prompt_ids),
-                completion_ids=comp,
-                logprobs=logps[row, :n].tolist(),
-                truncated=not ended,
-            )
-        )
-    return results
+    return dec.generations()
 
 
 class HFBackend:

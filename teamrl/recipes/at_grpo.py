@@ -13,25 +13,12 @@ DEFAULTS = {"discount": None}  # None: a candidate's return is its own reward
 
 def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_path=False):
     a = cfg.algorithm
+    k = 1 if single_path else a.num_generations
     return agent_turn_rollout(
-        team,
-        make_env,
-        examples,
-        num_generations=1 if single_path else a.num_generations,
-        greedy=greedy,
-        selection=a.selection,
-        selection_temperature=a.selection_temperature,
-        alpha=a.alpha,
-        discount=a.discount,
-        seed=cfg.seed * 100_003 + step,
-        **common_args(cfg),
-    )
+        team, make_env, examples, **common_args(cfg, k, greedy), seed=cfg.seed * 100_003 + step,
+        selection=a.selection, selection_temperature=a.selection_temperature,
+        alpha=a.alpha, discount=a.discount,
+    )  # fmt: skip
 
 
-AT_GRPO = Recipe(
-    name="at_grpo",
-    group_key=("problem", "slot", "turn", "agent"),
-    rollout=rollout,
-    eval_rollout=eval_rollout,
-    defaults=DEFAULTS,
-)
+AT_GRPO = Recipe("at_grpo", ("problem", "slot", "turn", "agent"), rollout, eval_rollout, DEFAULTS)

@@ -25,9 +25,12 @@ class Recipe:
     defaults: dict[str, Any]  # what the recipe uses for config values left at None
 
 
-def common_args(cfg: Any) -> dict[str, Any]:
-    """The rollout arguments every recipe takes straight from the env and team sections."""
+def common_args(cfg: Any, num_generations: int, greedy: bool) -> dict[str, Any]:
+    """The rollout arguments every recipe passes: samples per node, greedy or not, and what
+    comes straight from the env and team sections."""
     return dict(
+        num_generations=num_generations,
+        greedy=greedy,
         max_turns=cfg.env.max_turns,
         reward_workers=cfg.env.reward_workers,
         ignore_eos=cfg.team.ignore_eos,

@@ -11,36 +11,18 @@ DEFAULTS: dict = {}  # discount is unused: a sample carries its episode's undisc
 
 
 def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_path=False):
-    a = cfg.algorithm
+    k = 1 if single_path else cfg.algorithm.num_generations
+    seed = cfg.seed * 100_003 + step
     return trajectory_rollout(
-        team,
-        make_env,
-        examples,
-        num_generations=1 if single_path else a.num_generations,
-        greedy=greedy,
-        alpha=a.alpha,
-        seed=cfg.seed * 100_003 + step,
-        **common_args(cfg),
-    )
+        team, make_env, examples, **common_args(cfg, k, greedy), alpha=cfg.algorithm.alpha, seed=seed
+    )  # fmt: skip
 
 
 def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
+    args = common_args(cfg, n, greedy)
     return trajectory_rollout(
-        team,
-        make_env,
-        examples,
-        num_generations=n,
-        greedy=greedy,
-        alpha=cfg.algorithm.alpha,
-        seed=cfg.seed,
-        **common_args(cfg),
+        team, make_env, examples, **args, alpha=cfg.algorithm.alpha, seed=cfg.seed
     )
 
 
-TRAJECTORY_GRPO = Recipe(
-    name="grpo",
-    group_key=("problem", "slot"),
-    rollout=rollout,
-    eval_rollout=eval_rollout,
-    defaults=DEFAULTS,
-)
+TRAJECTORY_GRPO = Recipe("grpo", ("problem", "slot"), rollout, eval_rollout, DEFAULTS)

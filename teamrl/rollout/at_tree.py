@@ -140,71 +140,20 @@ def _lookahead(
     return t_gen
 
 
-def agent_turn_rollout(
-    team: Team,
-    make_env,
-    examples: list[tuple[int, dict]],
-    *,
-    num_generations: int,
-    max_turns: int,
-    selection: str = "greedy",
-    selection_temperature: float = 1.0,
-    alpha: float = 1.0,
-    discount: float | None = None,
-    greedy: bool = False,
-    reward_workers: int = 1,
-    seed: int = 0,
-    ignore_eos: bool = False,
-) -> RolloutResult:
-    """AT-GRPO: one state per problem, K branches per (turn, agent) node, one continues."""
-    return _sequential_rollout(
-        team,
-        make_env,
-        examples,
-        branching=True,
-        num_generations=num_generations,
-        max_turns=max_turns,
-        selection=selection,
-        selection_temperature=selection_temperature,
-        alpha=alpha,
-        discount=discount,
-        greedy=greedy,
-        reward_workers=reward_workers,
-        seed=seed,
-        ignore_eos=ignore_eos,
-    )
+def agent_turn_rollout(team: Team, make_env, examples: list[tuple[int, dict]], **options):
+    """AT-GRPO: one state per problem, K branches per (turn, agent) node, one continues.
+    ``options``: the keyword arguments of ``sequential_rollout``."""
+    return sequential_rollout(team, make_env, examples, branching=True, **options)
 
 
-def trajectory_rollout(
-    team: Team,
-    make_env,
-    examples: list[tuple[int, dict]],
-    *,
-    num_generations: int,
-    max_turns: int,
-    alpha: float = 1.0,
-    greedy: bool = False,
-    reward_workers: int = 1,
-    seed: int = 0,
-    ignore_eos: bool = False,
-) -> RolloutResult:
-    """Trajectory GRPO: K independent episodes per problem, grouped by problem."""
-    return _sequential_rollout(
-        team,
-        make_env,
-        examples,
-        branching=False,
-        num_generations=num_generations,
-        max_turns=max_turns,
-        alpha=alpha,
-        greedy=greedy,
-        reward_workers=reward_workers,
-        seed=seed,
-        ignore_eos=ignore_eos,
-    )
+def trajectory_rollout(team: Team, make_env, examples: list[tuple[int, dict]], **options):
+    """Trajectory GRPO: K independent episodes per problem, grouped by problem.
+    ``options``: the keyword arguments of ``sequential_rollout`` (no selection: nothing
+    branches)."""
+    return sequential_rollout(team, make_env, examples, branching=False, **options)
 
 
-def _sequential_rollout(
+def sequential_rollout(
     team: Team,
     make_env,
     examples: list[tuple[int, dict]],

@@ -8,42 +8,31 @@ from dataclasses import dataclass, field
 ISOLATION_MODES = ("namespaces", "userns", "setuid", "rlimits")
 
 
+def _limit(default, help: str):  # noqa: A002
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one sandboxed program."""
 
-    cpu_seconds: int = field(
-        default=5,
-        metadata={"help": "CPU seconds per process (RLIMIT_CPU: SIGXCPU, SIGKILL 1 s later)."},
+    cpu_seconds: int = _limit(
+        5, "CPU seconds per process (RLIMIT_CPU: SIGXCPU, SIGKILL 1 s later)."
     )
-    wall_seconds: float = field(
-        default=10.0,
-        metadata={"help": "Wall-clock seconds from launch; then everything is killed."},
+    wall_seconds: float = _limit(10.0, "Wall-clock seconds from launch; then everything is killed.")
+    memory_mb: int = _limit(512, "Address space per process in MiB (RLIMIT_AS).")
+    file_size_mb: int = _limit(
+        16,
+        "Largest file the program may write, MiB (RLIMIT_FSIZE); with namespaces "
+        "also the size of its private tmpfs working directory.",
     )
-    memory_mb: int = field(
-        default=512, metadata={"help": "Address space per process in MiB (RLIMIT_AS)."}
+    max_processes: int = _limit(16, "Processes and threads the program may have (RLIMIT_NPROC).")
+    output_bytes: int = _limit(
+        65536, "Bytes kept per stream (stdout, stderr); more kills the program."
     )
-    file_size_mb: int = field(
-        default=16,
-        metadata={
-            "help": "Largest file the program may write, MiB (RLIMIT_FSIZE); with namespaces "
-            "also the size of its private tmpfs working directory."
-        },
-    )
-    max_processes: int = field(
-        default=16,
-        metadata={"help": "Processes and threads the program may have (RLIMIT_NPROC)."},
-    )
-    output_bytes: int = field(
-        default=65536,
-        metadata={"help": "Bytes kept per stream (stdout, stderr); more kills the program."},
-    )
-    open_files: int = field(
-        default=256, metadata={"help": "Open file descriptors per process (RLIMIT_NOFILE)."}
-    )
-    network: bool = field(
-        default=False,
-        metadata={"help": "Allow network access (False: network namespace or socket guard)."},
+    open_files: int = _limit(256, "Open file descriptors per process (RLIMIT_NOFILE).")
+    network: bool = _limit(
+        False, "Allow network access (False: network namespace or socket guard)."
     )
 
     def __post_init__(self) -> None:
