@@ -78,6 +78,9 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.trainer import Trainer
 
+    if args.dry_run:
+        return _dry_run(args)
+
     cfg, task, run_dir = _prepare(args)
     check_run_folder(cfg, run_dir, args.resume)
     trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
@@ -203,6 +206,18 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _dry_run(args: argparse.Namespace) -> int:
+    """The placement plan of ``train --dry-run``: the config only, no task, Ray or model."""
+    from teamrl.config import load_config
+    from teamrl.plugins import import_tasks
+    from teamrl.scale.placement import format_plan, parse_cluster
+
+    import_tasks(args.imports)
+    cfg = load_config(args.config, args.overrides)
+    print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="teamrl", description=__doc__.split("\n")[0])
     _add_help_config(p)
@@ -215,6 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="Continue from the latest checkpoint (anywhere)."
     )
     t.add_argument("--run-dir", default=None, help="Run folder (default log.output_dir/run_name).")
+    t.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Print the placement plan (worker groups, resources) and exit: no Ray, no model.",
+    )
+    t.add_argument(
+        "--cluster",
+        default=None,
+        help="With --dry-run: NODESxGPUS[xCPUS], e.g. 2x8, to show the node of every worker.",
+    )
     _add_common(t)
     t.set_defaults(fn=cmd_train)
 

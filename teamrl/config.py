@@ -130,6 +130,17 @@ class EnvConfig:
     reward_workers: int = _f(
         1, "Threads that step env copies (and so compute rewards) in parallel."
     )
+    step_timeout: float = _f(
+        300.0,
+        "Seconds one env step (its transition and reward) may take; a step past it ends its "
+        "episode as failed with reward 0, counted as episodes/timeouts. 0: no limit.",
+    )
+    sandbox_isolation: Literal["auto", "namespaces", "userns", "setuid", "rlimits"] = _f(
+        "auto",
+        "How model-written programs are fenced off: 'auto' picks the strongest mode the "
+        "machine allows; 'rlimits' is the weak opt-in mode (the program runs as your user), "
+        "see the README's Sandbox section.",
+    )
 
 
 @dataclass
@@ -338,6 +349,40 @@ class GenerationConfig:
 
 
 @dataclass
+class DistributedConfig:
+    backend: Literal["none", "ray"] = _f(
+        "none",
+        "'none': one process (the default; Ray is not needed). 'ray': a single controller runs "
+        "the episodes and each policy is a group of Ray actors that generate and update "
+        "data-parallel (needs: pip install 'teamrl[ray]'). See docs/distributed.md.",
+    )
+    address: str = _f(
+        "local",
+        "Ray cluster to join: 'local' starts a private one on this machine, 'auto' joins the "
+        "cluster `ray start` set up on this node, or a head address 'host:port'.",
+    )
+    num_workers_per_policy: int = _f(
+        1,
+        "Ray actors per policy group (data-parallel replicas). 'shared'/'lora': one group for "
+        "the whole team; 'separate': one group per agent.",
+    )
+    num_gpus_per_worker: float = _f(
+        0.0, "GPUs each worker reserves (0 = CPU workers, gloo; > 0 = CUDA workers, NCCL)."
+    )
+    num_cpus_per_worker: float = _f(1.0, "CPUs each worker reserves (Ray's logical CPUs).")
+    placement_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = _f(
+        "PACK",
+        "Ray placement-group strategy of each policy group: 'PACK' keeps a group's workers on "
+        "as few nodes as possible, 'STRICT_PACK' on one node.",
+    )
+    sandbox_tasks: bool = _f(
+        True,
+        "Under Ray, run sandboxed code (code rewards) as Ray tasks over the cluster's CPUs, "
+        "with the same limits as in one process.",
+    )
+
+
+@dataclass
 class LogConfig:
     output_dir: str = _f("runs", "Parent folder of run folders.")
     save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
@@ -364,6 +409,9 @@ class Config:
     eval: EvalConfig = _f(default_factory=EvalConfig, help="Evaluation.")
     log: LogConfig = _f(default_factory=LogConfig, help="Outputs and checkpoints.")
     generation: GenerationConfig = _f(default_factory=GenerationConfig, help="Generation backend.")
+    distributed: DistributedConfig = _f(
+        default_factory=DistributedConfig, help="Processes and placement (one process, or Ray)."
+    )
 
     def validate(self) -> Config:
         """Every field's range and the checks that relate several fields

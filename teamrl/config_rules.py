@@ -98,6 +98,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("env.name", lambda v: bool(v.strip()), "a registered task name"),
     ("env.max_turns", _ge(1), ">= 1"),
     ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
+    ("env.step_timeout", lambda v: 0 <= v < float("inf"), ">= 0 and finite (0: no limit)"),
     ("algorithm.num_generations", _ge(2), ">= 2"),
     ("algorithm.num_iterations", _ge(1), ">= 1"),
     ("algorithm.discount", lambda v: 0 <= v <= 1, "in [0, 1] or None"),
@@ -123,6 +124,10 @@ RULES: list[tuple[str, Any, str]] = [
     ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),
     ("log.num_completions_to_log", _ge(0), ">= 0"),
     ("log.wandb_project", lambda v: bool(v.strip()), "a non-empty project name"),
+    ("distributed.address", lambda v: bool(v.strip()), "'local', 'auto' or a head 'host:port'"),
+    ("distributed.num_workers_per_policy", _ge(1), ">= 1"),
+    ("distributed.num_gpus_per_worker", _ge(0), ">= 0"),
+    ("distributed.num_cpus_per_worker", _gt(0), "> 0"),
 ]
 
 AGENT_RULES: list[tuple[str, Any, str]] = [

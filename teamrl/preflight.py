@@ -36,7 +36,8 @@ def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
     if uses_lora(cfg):
         for name, model in models.items():
             check_lora_targets(cfg.model.lora_target_modules, model, name)
-    if check_memory:
+    # Under Ray the models live on the workers, which Ray places where their resources are free.
+    if check_memory and cfg.distributed.backend == "none":
         est = estimate_memory(cfg, models, prompt_tokens(cfg, task))
         check_fits(est, available_memory(cfg.model.device))
 

@@ -89,8 +89,13 @@ class Policy:
 class Team:
     """The agents of a run and the policies they map to."""
 
-    def __init__(self, cfg: Config, role_prompts: dict[str, str] | None = None):
+    def __init__(
+        self, cfg: Config, role_prompts: dict[str, str] | None = None, load_models: bool = True
+    ):
+        """``load_models=False``: tokenizers and the agent → policy map only, no weights (the
+        Ray controller, whose models live on worker groups: ``teamrl.scale``)."""
         self.cfg = cfg
+        self.load_models = load_models
         self.agents: dict[str, AgentConfig] = {a.name: a for a in cfg.team.agents}
         self.systems = {
             a.name: (a.system if a.system is not None else (role_prompts or {}).get(a.name, ""))
@@ -101,6 +106,8 @@ class Team:
         self.policy_of: dict[str, str] = {}
         build = {"shared": self._build_shared, "lora": self._build_lora}
         build.get(cfg.team.policies, self._build_separate)()
+        if not load_models:
+            return
         for pol in self.policies.values():
             if cfg.algorithm.beta > 0 and pol.adapter is None:
                 pol.ref_model = copy.deepcopy(pol.model).eval().requires_grad_(False)
@@ -113,6 +120,9 @@ class Team:
 
     def _engine(self, name_or_path: str) -> Engine:
         tok = load_tokenizer(name_or_path)
+        if not self.load_models:  # eos_ids beyond the tokenizer's come from the workers
+            eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+            return Engine(None, tok, eos, tok.pad_token_id, model_path=name_or_path)
         model = load_model(name_or_path, self.cfg.model.dtype, str(self.device), self.cfg.seed)
         eos = {tok.eos_token_id}
         gen_eos = model.generation_config.eos_token_id
@@ -160,6 +170,8 @@ class Team:
     def _add_adapters(self, engine: Engine, names: list[str]) -> None:
         from peft import get_peft_model
 
+        if engine.model is None:  # no weights here (load_models=False)
+            return
         torch.manual_seed(self.cfg.seed)
         engine.model = get_peft_model(engine.model, self._lora_config(), adapter_name=names[0])
         for name in names[1:]:

@@ -64,6 +64,23 @@ def lr_lambda(cfg: Config):
     return f
 
 
+def make_optimizer(pol: Policy, cfg: Config) -> None:
+    """AdamW over the policy's trainable parameters and its LR schedule (``lr_lambda``)."""
+    t = cfg.train
+    params = pol.parameters()
+    if not params:
+        raise RuntimeError(f"policy {pol.name!r} has no trainable parameters")
+    fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
+    pol.optimizer = torch.optim.AdamW(
+        params,
+        lr=agent_setting(cfg, pol.agents, "learning_rate", t.learning_rate),
+        betas=(t.adam_beta1, t.adam_beta2),
+        weight_decay=t.weight_decay,
+        **fused,
+    )
+    pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(cfg))
+
+
 def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -102,10 +119,16 @@ class Trainer:
             run_preflight(cfg, self.task)
         for w in advantage_warnings(cfg.algorithm.baseline, cfg.algorithm.scale_rewards):
             warnings.warn(w, stacklevel=2)
-        self.team = Team(cfg, self.task.agents)
+        if cfg.distributed.backend == "ray":  # the models live on Ray worker groups
+            from teamrl.scale import ray_team
+
+            self.team = ray_team(cfg, self.task.agents)
+        else:
+            self.team = Team(cfg, self.task.agents)
         self.ctx = ctx or DistContext(device=str(self.team.device))
         for pol in self.team.policies.values():
-            self._make_optimizer(pol)
+            if pol.optimizer is None:  # a remote policy's optimizer lives on its workers
+                self._make_optimizer(pol)
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
         self.step = 0
         self.nan_skips = 0
@@ -117,26 +140,18 @@ class Trainer:
     # --- optimisation ---------------------------------------------------------------------------
 
     def _make_optimizer(self, pol: Policy) -> None:
-        t = self.cfg.train
-        params = pol.parameters()
-        if not params:
-            raise RuntimeError(f"policy {pol.name!r} has no trainable parameters")
-        fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
-        pol.optimizer = torch.optim.AdamW(
-            params,
-            lr=agent_setting(self.cfg, pol.agents, "learning_rate", t.learning_rate),
-            betas=(t.adam_beta1, t.adam_beta2),
-            weight_decay=t.weight_decay,
-            **fused,
-        )
-        pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(self.cfg))
+        make_optimizer(pol, self.cfg)
 
     def update(self, pol: Policy, samples: list[Sample]) -> dict[str, float]:
         """One policy's update on its samples (``teamrl.algorithms.update``)."""
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
-        metrics, skipped = update_policy(
-            pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
-        )
+        run = getattr(pol, "remote_update", None)  # a RemotePolicy updates on its worker group
+        if run is not None:
+            metrics, skipped = run(samples, self.cfg, step=self.step, max_completion_length=max_len)
+        else:
+            metrics, skipped = update_policy(
+                pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
+            )
         self.nan_skips += skipped
         return metrics
 
@@ -322,7 +337,10 @@ class Trainer:
         state = checkpoints.load_checkpoint(path, self.cfg, self.team)
         for pol in self.team.policies.values():  # the *current* config's LR schedule
             lr = agent_setting(self.cfg, pol.agents, "learning_rate", self.cfg.train.learning_rate)
-            checkpoints.apply_schedule(pol, lr, lr_lambda(self.cfg), self.cfg)
+            if hasattr(pol, "apply_schedule"):  # a RemotePolicy: on its workers
+                pol.apply_schedule(lr, self.cfg)
+            else:
+                checkpoints.apply_schedule(pol, lr, lr_lambda(self.cfg), self.cfg)
         self.step = state["step"]
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
@@ -334,6 +352,9 @@ class Trainer:
         out = Path(out_dir)
         for name, pol in self.team.policies.items():
             d = out / name
+            if hasattr(pol, "export"):  # a RemotePolicy: its rank 0 writes (teamrl.scale)
+                pol.export(str(d))
+                continue
             if pol.adapter is not None:
                 pol.model.save_pretrained(str(d), selected_adapters=[pol.adapter])
             else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-import re
 import zlib
 from collections import OrderedDict
 
@@ -215,17 +214,18 @@ class FakeUnitRunner:
     def __init__(self, verdicts: list[bool]) -> None:
         self.verdicts, self.calls = verdicts, []
 
-    def __call__(self, codes, stdins, timeout_s):
+    def __call__(self, codes, stdins, timeout_s, report=False):
         self.calls.append((list(codes), list(stdins), timeout_s))
         out = []
-        for code in codes:
-            marker = re.search(r"@@teamrl-unit-[0-9a-f]{16}@@", code).group(0)
-            lines = ["noise from the program"]
+        for _ in codes:
+            lines = []
             for i, ok in enumerate(self.verdicts):
                 rec = {"unit": i, "ok": ok} if ok else {"unit": i, "ok": False, "error": "E"}
-                lines.append(marker + json.dumps(rec))
-            lines.append(marker + json.dumps({"done": True}))
-            out.append(ExecResult("\n".join(lines), "", 0, False, None, 0.01))
+                lines.append(json.dumps(rec))
+            lines.append(json.dumps({"done": True}))
+            out.append(
+                ExecResult("noise from the program", "", 0, False, None, 0.01, "\n".join(lines))
+            )
         return out
 
 
@@ -240,14 +240,18 @@ def test_fake_runner_batches_and_parses():
     a, b, c = leveled_rewards(jobs, config=cfg, runner=runner)
     assert len(runner.calls) == 1
     codes, stdins, timeout = runner.calls[0]
-    assert len(codes) == 2 and stdins == ["", ""] and timeout == 7.0
+    # The tests travel on stdin, read by the harness only after the solution's worker forked.
+    assert len(codes) == 2 and timeout == 7.0
+    assert all(
+        "candidate([1, 2])" in s and "candidate([1, 2])" not in c for c, s in zip(codes, stdins)
+    )
     assert a.tests == pytest.approx(0.5) and a.score == pytest.approx(1.5 + 0.5 + 1.5)
     assert b.score == pytest.approx(0.4) and b.units == []
     assert c.score == pytest.approx(1.5 + 0.5 + 1.0)
 
 
 def test_unreported_units_fail():
-    def silent(codes, stdins, timeout_s):
+    def silent(codes, stdins, timeout_s, report=False):
         return [ExecResult("", "", None, True, "wall_time", timeout_s) for _ in codes]
 
     r = _score(AUX, MAIN_FULL, runner=silent)
@@ -782,13 +786,9 @@ def test_feedback_never_shows_the_tests_that_decide_success():
 
 def test_hidden_run_errors_stay_hidden():
     # Unit 0 (visible) passes, then the program dies: the crash happens in hidden units.
-    def dies_after_unit_0(codes, stdins, timeout_s):
-        out = []
-        for code in codes:
-            marker = re.search(r"@@teamrl-unit-[0-9a-f]{16}@@", code).group(0)
-            stdout = marker + json.dumps({"unit": 0, "ok": True})
-            out.append(ExecResult(stdout, "MemoryError", 1, False, None, 0.01))
-        return out
+    def dies_after_unit_0(codes, stdins, timeout_s, report=False):
+        report_ = json.dumps({"unit": 0, "ok": True})
+        return [ExecResult("", "MemoryError", 1, False, None, 0.01, report_) for _ in codes]
 
     env = AuxMainCodingEnv(max_turns=2, runner=dies_after_unit_0)
     env.reset(ROW)

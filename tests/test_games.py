@@ -80,7 +80,8 @@ def test_parse_moves_formats():
     assert parse_moves("think...\n#### ['U', 'R']\nbecause") == ["U", "R"]
     assert parse_moves("first [up, Left] then final [D, d]") == ["D", "D"]
     assert parse_moves("#### UURD") == ["U", "U", "R", "D"]
-    assert parse_moves("#### right, down, jump") == ["R", "D", "jump"]
+    # Issue 11: a list with a word that is not a move is no action list at all.
+    assert parse_moves("#### right, down, jump") is None
     assert parse_moves("no list at all") is None
     assert parse_moves("R R\nL U", last_line_fallback=False) is None
     assert parse_moves("path:\nL U\n", last_line_fallback=True) == ["L", "U"]
@@ -433,9 +434,9 @@ def test_single_agent_env_multi_turn():
     assert env.agents == ["solver"] and set(task.agents) == {"solver"}
     env.reset(task.train[2])
     start = env.state.render()
-    step = env.step({"solver": "#### [jump]"})
-    assert step.reward == pytest.approx(-0.06) and env.state.render() == start
-    assert "1 invalid" in step.observations["solver"] and not step.done
+    step = env.step({"solver": "#### [jump]"})  # not a move list (issue 11): no action
+    assert step.reward == pytest.approx(-1.0) and env.state.render() == start
+    assert "no action list found" in step.observations["solver"] and not step.done
     moves = env.state.solve()
     end, expected, _ = env.state.apply(moves)
     step = env.step({"solver": f"#### {moves}"})
@@ -459,3 +460,25 @@ def test_game_steps_set_the_protocol_fields():
     plan = env.step({"plan": "#### ['D', 'D', 'R', 'R']"})
     assert plan.pending is False and plan.success is True  # D, D, R, R reaches G
     assert plan.reward_components["plan_n_actions"] == 4.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11, item 2: printed garbage is the no-action case, never cheap invalid moves
+
+
+def test_garbage_is_no_action_and_scores_below_a_valid_list():
+    garbage = ["ALL TESTS PASSED", "[ALL, TESTS, PASSED]", "#### ALL TESTS PASSED", "UP!!1"]
+    for text in garbage:
+        assert parse_moves(text, True) is None, text
+        assert parse_placements(text, True) is None, text
+    assert parse_placements("#### [(0, 1, 3), oops, (1, 2, 4)]") is None
+    assert parse_moves("#### [U, R, D, D]") == ["U", "R", "D", "D"]
+    # The tool agent printed garbage: the no-action penalty (-1.0), below a valid 4-move list
+    # whose moves all fail (4 * (-0.01 - 0.1) = -0.44), where main gave it -0.33.
+    env = _pp_env(FakeRunner())
+    step = env.step({"tool": "```python\nprint('ALL TESTS PASSED')\n```"})
+    garbage_reward = step.local_rewards["tool"]
+    assert garbage_reward == pytest.approx(-1.0) and step.reward_components["tool_parsed"] == 0.0
+    _, valid_reward, info = env.state.apply(["U", "L", "U", "L"])
+    assert info["n_invalid"] == 4 and valid_reward == pytest.approx(-0.44)
+    assert garbage_reward <= env.rewards.no_action_penalty < valid_reward

@@ -23,6 +23,11 @@ aggregated by ``loss_type`` over the completion mask M:
     dapo:    sum_it l_it M_it / (active tokens in the whole optimizer step)
     bnpo:    sum_it l_it M_it / (active tokens in this forward chunk)
 
+Data parallel: a rank's forward may hold only its share of a chunk. grpo and dr_grpo are
+sums over rows divided by the (global) minibatch size, and dapo's ``step_tokens`` is global,
+so their shares add up as they are; bnpo is a mean over the whole chunk's tokens, so it takes
+that chunk's ``chunk_tokens`` (denominator) and ``chunk_rows`` (accumulation weight).
+
 Gradient accumulation: an optimizer step's minibatch may run as several forward chunks whose
 gradients add up. dapo is already normalised by the whole step's tokens, so its chunk losses
 simply add; the other aggregations are means over a chunk, so each chunk's loss is weighted
@@ -233,6 +238,8 @@ def policy_loss(
     step_tokens: float | None = None,
     chunk_size: int | None = None,
     minibatch_size: int | None = None,
+    chunk_tokens: float | None = None,
+    chunk_rows: int | None = None,
     delta: float | None = None,
     importance_sampling_level: str = "token",
     is_weights: torch.Tensor | None = None,
@@ -275,13 +282,14 @@ def policy_loss(
     elif loss_type == "dapo":
         loss = (per_token * mask).sum() / (step_tokens if step_tokens else tokens)
     elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / tokens
+        loss = (per_token * mask).sum() / (max(chunk_tokens, 1.0) if chunk_tokens else tokens)
     else:
         raise ValueError(f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {loss_type!r}")
     report_scale = 1
     if chunk_size is not None and minibatch_size is not None and loss_type != "dapo":
-        loss = loss * chunk_size / minibatch_size  # a mean over the chunk: weight by its share
-        report_scale = minibatch_size / chunk_size
+        rows = chunk_rows if loss_type == "bnpo" and chunk_rows else chunk_size
+        loss = loss * rows / minibatch_size  # a mean over the chunk: weight by its share
+        report_scale = minibatch_size / rows
 
     with torch.no_grad():
         is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))

@@ -18,6 +18,14 @@ ratio is exactly 1. When more steps follow, pass 1's other minibatches get their
 no-grad forward made before that first step: taken lazily, after earlier minibatches have
 stepped, they would give ratio 1 against a policy that has already moved, and those steps
 would never be clipped.
+
+Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of the policy's
+samples and builds the same passes, minibatches and chunks; each rank then runs its share of
+each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
+sample's old log-probs is the one that uses them), and every loss denominator stays the one of the whole minibatch or
+chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
+gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
+a mean) gives it back: W ranks make the update one process makes, for every loss_type.
 """
 
 from __future__ import annotations
@@ -103,6 +111,11 @@ def update_policy(
     def counted(s: Sample) -> int:  # tokens that enter the loss
         return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
 
+    rank_of = {id(s): i % ctx.world_size for i, s in enumerate(samples)}
+
+    def share(chunk: Minibatch) -> Minibatch:  # this rank's samples (all of them in 1 process)
+        return [s for s in chunk if rank_of[id(s)] == ctx.rank]
+
     # 1. Every pass's minibatches up front, so pass 1's old log-probs can be taken before a step.
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
@@ -121,8 +134,8 @@ def update_policy(
     if sum(len(p) for p in passes) > 1:
         with torch.no_grad():
             for mb in passes[0][1:]:
-                for chunk in chunks(mb):
-                    keep(chunk, logprobs(pol.model, batch_of(chunk))[0])
+                for piece in filter(None, map(share, chunks(mb))):
+                    keep(piece, logprobs(pol.model, batch_of(piece))[0])
 
     # 3. The clipped steps.
     skipped, stepped = 0, False
@@ -133,7 +146,11 @@ def update_policy(
             pol.optimizer.zero_grad(set_to_none=True)
             finite = True
             for chunk in chunks(mb):
-                batch = batch_of(chunk)
+                piece = share(chunk)
+                if not piece:
+                    continue
+                whole = (float(sum(counted(s) for s in chunk)), len(chunk))  # for bnpo
+                chunk, batch = piece, batch_of(piece)
                 logp, entropy = logprobs(pol.model, batch, with_entropy=(it == 0))
                 mask = batch.completion_mask
                 if first_step:
@@ -175,6 +192,8 @@ def update_policy(
                     step_tokens=step_tokens,
                     chunk_size=len(chunk),
                     minibatch_size=len(mb),
+                    chunk_tokens=whole[0],
+                    chunk_rows=whole[1],
                     delta=a.delta,
                     importance_sampling_level=a.importance_sampling_level,
                     is_weights=weights,
@@ -198,16 +217,17 @@ def update_policy(
                 stats["ratio"].append(out.ratio_mean)
                 if first_step:  # exactly 0 by construction: a check, not a measurement
                     stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
+            if ctx.world_size > 1:  # a non-finite loss on any rank skips the step on every rank
+                bad = ctx.all_reduce_sum(torch.tensor([0.0 if finite else 1.0], device=device))
+                finite = bool(bad.item() == 0)
             if not finite:
                 skipped += 1
                 pol.optimizer.zero_grad(set_to_none=True)
                 continue
-            # 5. Gradients averaged over ranks (nothing to do in one process), clipped, stepped.
+            # 5. Gradients summed over ranks (nothing to do in one process), clipped, stepped.
             params = pol.parameters()
             if ctx.world_size > 1:
-                for p in params:
-                    if p.grad is not None:
-                        ctx.all_reduce_sum(p.grad).div_(ctx.world_size)
+                all_reduce_grads(params, ctx)
             if t.max_grad_norm is not None:
                 norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
             else:
@@ -222,3 +242,28 @@ def update_policy(
         pol.engine.backend.weights_changed(pol.adapter)
     metrics = {k: (sum(v) / len(v) if v else float("nan")) for k, v in stats.items()}
     return metrics, skipped
+
+
+def all_reduce_grads(params: list[torch.nn.Parameter], ctx: DistContext) -> None:
+    """Sum every parameter's gradient over the ranks, in one flat all-reduce.
+
+    A parameter without a gradient on some rank (that rank had no sample of the minibatch)
+    counts as zeros there; one without a gradient on every rank keeps ``grad = None``, as in
+    one process (AdamW then leaves it and its moments alone).
+    """
+    device = params[0].device
+    has = ctx.all_reduce_sum(
+        torch.tensor([float(p.grad is not None) for p in params], device=device)
+    )
+    live = [p for p, h in zip(params, has.tolist()) if h > 0]
+    for p in live:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if not live:
+        return
+    flat = ctx.all_reduce_sum(torch.cat([p.grad.reshape(-1) for p in live]))
+    offset = 0
+    for p in live:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        offset += n

@@ -124,7 +124,10 @@ def task_from_config(env: EnvConfig) -> Task:
     value), so the env's own horizon (its "turn k of n" prompts, its truncation) is the one the
     rollout stops at.
     """
+    from teamrl.tasks.run_program import set_isolation  # here: envs import no task at load
+
     check_max_turns(env)
+    set_isolation(env.sandbox_isolation)  # every model-written program of this run
     kwargs = dict(env.kwargs)
     if "max_turns" in inspect.signature(_builder(env.name)).parameters:
         kwargs["max_turns"] = env.max_turns

@@ -95,7 +95,7 @@ class FunctionEnv:
             obs = {a: f"{self.observations[a]}\n\nThis turn so far:\n{seen}" for a in self.agents}
             return Step(
                 observations=obs,
-                reward=float(reward),
+                reward=reward,  # checked where it enters the rollout (float() would take "1.0")
                 terminations={a: False for a in self.agents},
                 truncations={a: False for a in self.agents},
                 reward_components=dict(components),
@@ -111,10 +111,10 @@ class FunctionEnv:
             }
         self.observations = nxt
         self.prompts.append(dict(nxt))
-        finished = bool(self.done_fn(float(reward), self.example)) if self.done_fn else False
+        finished = bool(self.done_fn(reward, self.example)) if self.done_fn else False
         return Step(
             observations=dict(nxt),
-            reward=float(reward),
+            reward=reward,  # checked where it enters the rollout (float() would take "1.0")
             terminations={a: finished for a in self.agents},
             truncations={a: False for a in self.agents},
             reward_components=dict(components),

@@ -34,4 +34,5 @@ def common_args(cfg: Any, num_generations: int, greedy: bool) -> dict[str, Any]:
         max_turns=cfg.env.max_turns,
         reward_workers=cfg.env.reward_workers,
         ignore_eos=cfg.team.ignore_eos,
+        step_timeout=getattr(cfg.env, "step_timeout", 0.0),  # duck-typed cfgs may lack it
     )

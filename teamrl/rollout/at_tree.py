@@ -32,13 +32,12 @@ import dataclasses
 import math
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import RolloutResult, parallel_map, step_env
+from teamrl.rollout.common import EnvRunner, RolloutResult
 from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
 from teamrl.sample import Sample
 from teamrl.team import Team
@@ -96,7 +95,8 @@ def _lookahead(
     later: list[str],
     greedy: bool,
     turn: int,
-    ignore_eos: bool = False,
+    ignore_eos: bool,
+    pool: EnvRunner,
 ) -> float:
     """Score pending candidates by finishing the turn on a copy: one sample per later agent.
 
@@ -120,7 +120,7 @@ def _lookahead(
         for i, gen in zip(idx, gens):
             text = team.decode(agent, gen[0].completion_ids)
             where = f"example {work[i][0].problem}, turn {turn}, lookahead {agent}"
-            final[i] = step_env(envs[i], {agent: text}, where)
+            final[i] = pool.step(envs[i], {agent: text}, where)
             obs[i] = final[i].observations
     for i in idx:
         acting = next(iter(work[i][6]))
@@ -167,6 +167,7 @@ def sequential_rollout(
     discount: float | None = None,
     greedy: bool = False,
     reward_workers: int = 1,
+    step_timeout: float = 0.0,
     seed: int = 0,
     ignore_eos: bool = False,
 ) -> RolloutResult:
@@ -174,7 +175,7 @@ def sequential_rollout(
     Otherwise K independent episodes per problem, one candidate per node (trajectory GRPO)."""
     k_branches = 1 if greedy else num_generations
     rng = random.Random(seed)
-    pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
+    pool = EnvRunner(reward_workers, step_timeout)
     copies = 1 if (branching or greedy) else num_generations
     episodes = []
     for slot, (problem, example) in enumerate(examples):
@@ -214,11 +215,11 @@ def sequential_rollout(
                     env = clone(ep.env) if branching else ep.env
                     work.append((ep, k, gen, text, env, where, {agent: text}))
                     n_tokens += len(gen.completion_ids)
-            steps = parallel_map(pool, lambda w: step_env(w[4], w[6], w[5]), work)
+            steps = pool.map(lambda w: pool.step(w[4], w[6], w[5]), work)
             t_env += time.perf_counter() - t0
             if branching and k_branches > 1 and any(st.pending for st in steps):
                 later = order[order.index(agent) + 1 :]
-                t_gen += _lookahead(team, work, steps, later, greedy, turn, ignore_eos)
+                t_gen += _lookahead(team, work, steps, later, greedy, turn, ignore_eos, pool)
 
             # 3. Record the group, then select the branch that continues.
             by_ep: dict[int, list] = {}
@@ -262,13 +263,11 @@ def sequential_rollout(
                 ep.outcome.record(st)
                 if st.done:
                     ep.done = True
-    if pool:
-        pool.shutdown()
     _assign_returns(episodes, branching, discount)
     samples = [s for ep in episodes for s in ep.samples]
     _check_groups(samples, k_branches if branching else copies, branching)
     stats = {"time/generate": t_gen, "time/reward": t_env, "tokens/generated": float(n_tokens)}
-    metrics = episode_metrics(episodes, samples, order)
+    metrics = {**episode_metrics(episodes, samples, order), **pool.metrics()}
     summaries = [
         episode_summary(ep.problem, ep.outcome, sum(r for _, r in ep.path), episode=ep.index)
         for ep in episodes

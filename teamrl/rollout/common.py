@@ -1,9 +1,21 @@
-"""Pieces shared by the episode builders: the result type and guarded env steps."""
+"""Pieces shared by the episode builders: the result type and guarded env steps.
+
+Every reward enters a rollout through ``EnvRunner.step``: the env's step runs under a time
+limit (``env.step_timeout``) on daemon threads (a hung reward can neither hang the run nor
+keep the interpreter from exiting on Ctrl-C), and what it returns is validated once, here,
+for the joint tree and the agent-turn tree alike (``check_rewards``).
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import dataclasses
+import math
+import numbers
+import queue
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from teamrl.envs.base import Env, Step
 from teamrl.sample import Sample
@@ -22,7 +34,58 @@ class RewardError(RuntimeError):
     """An environment's step (its reward or transition) raised or returned garbage."""
 
 
+def as_reward(value: Any, what: str, where: str) -> float:
+    """``value`` as a finite float, or a RewardError naming ``where`` (example, turn, agents)
+    and ``what`` (which reward). Safe numbers are converted: int, float, bool, numpy and
+    torch scalars (one element). Strings, None, containers, bigger tensors, NaN and
+    infinities are errors: here, where the reward enters, not later as a NaN loss."""
+    number = None
+    if isinstance(value, numbers.Real):
+        number = value
+    elif callable(getattr(value, "item", None)) and not isinstance(value, str | bytes):
+        numel = getattr(value, "numel", None)
+        size = numel() if callable(numel) else getattr(value, "size", None)
+        if size == 1:
+            item = value.item()
+            number = item if isinstance(item, numbers.Real) else None
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:80] + "..."
+    if number is None:
+        raise RewardError(
+            f"{where}: reward error: {what} is {shown} of type {type(value).__name__}; a reward "
+            "must be a finite number (int, float, or a one-element numpy/torch scalar)"
+        )
+    result = float(number)
+    if not math.isfinite(result):
+        raise RewardError(
+            f"{where}: reward error: {what} is {shown}; NaN and infinite rewards are errors"
+        )
+    return result
+
+
+def check_rewards(step: Step, where: str) -> Step:
+    """The step with ``reward``, ``local_rewards`` and ``reward_components`` as finite floats."""
+    for name in ("local_rewards", "reward_components"):
+        if not isinstance(getattr(step, name), dict):
+            got = type(getattr(step, name)).__name__
+            raise RewardError(f"{where}: reward error: {name} must be a dict, got {got}")
+    return dataclasses.replace(
+        step,
+        reward=as_reward(step.reward, "the team reward", where),
+        local_rewards={
+            a: as_reward(v, f"local_rewards[{a!r}] (agent {a})", where)
+            for a, v in step.local_rewards.items()
+        },
+        reward_components={
+            k: as_reward(v, f"reward_components[{k!r}]", where)
+            for k, v in step.reward_components.items()
+        },
+    )
+
+
 def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
+    """One validated env step (no time limit); ``where`` names the example and turn."""
+    where = f"{where}, agents {list(actions)}"
     try:
         out = env.step(actions)
     except Exception as err:  # re-raised with the context a user needs to debug their env
@@ -30,13 +93,110 @@ def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
         raise RewardError(f"{where}: env.step raised {err!r} on actions {preview}") from err
     if not isinstance(out, Step):
         raise RewardError(f"{where}: env.step must return a teamrl Step, got {type(out).__name__}")
-    if out.reward != out.reward or any(v != v for v in out.local_rewards.values()):
-        raise RewardError(f"{where}: env.step returned a NaN reward on actions {actions}")
-    return out
+    return check_rewards(out, where)
 
 
-def parallel_map(pool: ThreadPoolExecutor | None, fn, items: list) -> list:
-    return list(pool.map(fn, items)) if pool else [fn(x) for x in items]
+def timed_out_step(env: Env, seconds: float) -> Step:
+    """What a step that ran past ``env.step_timeout`` counts as: the episode ends, failed,
+    with reward 0 for everyone (``infos["timed_out"]``)."""
+    agents = list(getattr(env, "agents", []))
+    return Step(
+        observations={a: "" for a in agents},
+        reward=0.0,
+        terminations={a: True for a in agents},
+        truncations={a: False for a in agents},
+        infos={"timed_out": seconds},
+        success=False,
+    )
+
+
+def _run_daemon(
+    fn: Callable[[], Any], timeout: float | None
+) -> tuple[bool, Any, BaseException | None]:
+    """Run ``fn`` on a daemon thread; (finished, value, error). A thread still running past
+    ``timeout`` is abandoned: being a daemon, it never blocks the interpreter's exit."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # handed to the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True, name="teamrl-env-step")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return False, None, None
+    return True, box.get("value"), box.get("error")
+
+
+class EnvRunner:
+    """Steps env copies for one rollout: ``workers`` at a time, each step limited to
+    ``step_timeout`` seconds (0: no limit). A step past its limit ends its episode as failed
+    (``timed_out_step``) and is counted in ``timeouts`` (logged as ``episodes/timeouts``).
+
+    Workers are daemon threads and waiting is interruptible, so Ctrl-C stops a run even while
+    a reward hangs (a ``ThreadPoolExecutor`` joins its threads at exit and would hang)."""
+
+    def __init__(self, workers: int = 1, step_timeout: float = 0.0) -> None:
+        self.workers = max(1, int(workers))
+        self.step_timeout = float(step_timeout or 0.0)
+        self.timeouts = 0
+        self._lock = threading.Lock()
+
+    def step(self, env: Env, actions: dict[str, str], where: str) -> Step:
+        if self.step_timeout <= 0:
+            return step_env(env, actions, where)
+        finished, value, error = _run_daemon(
+            lambda: step_env(env, actions, where), self.step_timeout
+        )
+        if error is not None:
+            raise error
+        if finished:
+            return value
+        with self._lock:
+            self.timeouts += 1
+        return timed_out_step(env, self.step_timeout)
+
+    def map(self, fn: Callable[[Any], Any], items: list) -> list:
+        """``[fn(x) for x in items]``, ``workers`` at a time on daemon threads, in order."""
+        if self.workers == 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        todo: queue.Queue = queue.Queue()
+        for i, x in enumerate(items):
+            todo.put((i, x))
+        results: list[Any] = [None] * len(items)
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            while not errors:
+                try:
+                    i, x = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[i] = fn(x)
+                except BaseException as err:  # the first error stops the others
+                    errors.append(err)
+
+        def run_all() -> None:
+            threads = [
+                threading.Thread(target=work, daemon=True, name="teamrl-reward-worker")
+                for _ in range(min(self.workers, len(items)))
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        _run_daemon(run_all, None)
+        if errors:
+            raise errors[0]
+        return results
+
+    def metrics(self) -> dict[str, float]:
+        return {"episodes/timeouts": float(self.timeouts)}
 
 
 def check_observations(obs: dict, agents: list[str], where: str) -> None:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import RolloutResult, check_observations, parallel_map, step_env
+from teamrl.rollout.common import EnvRunner, RolloutResult, check_observations
 from teamrl.rollout.summary import (
     Outcome,
     add_components,
@@ -71,6 +70,7 @@ def joint_rollout(
     early_termination_threshold: float | None = None,
     greedy: bool = False,
     reward_workers: int = 1,
+    step_timeout: float = 0.0,
     ignore_eos: bool = False,
 ) -> RolloutResult:
     """Grow one tree per example and return its samples with rewards and returns set."""
@@ -85,7 +85,7 @@ def joint_rollout(
         roots.append(Node(problem, slot, "root", 0, env, obs, example))
 
     frontier = list(roots)
-    pool = ThreadPoolExecutor(reward_workers) if reward_workers > 1 else None
+    pool = EnvRunner(reward_workers, step_timeout)
     n_tokens = 0
     for turn in range(max_turns):
         if not frontier:
@@ -130,7 +130,7 @@ def joint_rollout(
                 actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
                 where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
                 work.append((node, clone(node.env), actions, where))
-        stepped = parallel_map(pool, lambda w: step_env(w[1], w[2], w[3]), work)
+        stepped = pool.map(lambda w: pool.step(w[1], w[2], w[3]), work)
         t_env += time.perf_counter() - t0
 
         # 3. Rewards, early termination, children.
@@ -165,8 +165,6 @@ def joint_rollout(
                 node.children[j] = child
                 next_frontier.append(child)
         frontier = next_frontier
-    if pool:
-        pool.shutdown()
 
     samples: list[Sample] = []
     for root in roots:
@@ -181,7 +179,7 @@ def joint_rollout(
         samples=samples,
         roots=roots,
         stats=stats,
-        metrics=rollout_metrics(roots, samples, agents),
+        metrics={**rollout_metrics(roots, samples, agents), **pool.metrics()},
         episodes=[path_summary(root) for root in roots] if g == 1 else [],
     )
 

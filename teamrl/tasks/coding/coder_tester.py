@@ -32,7 +32,7 @@ Data loads when a task is built, never at import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
@@ -46,6 +46,7 @@ from teamrl.tasks.coding.stdio import (
     run_stdio,
     stdio_pass_ratio,
 )
+from teamrl.tasks.options import option
 from teamrl.tasks.rows import limit_rows
 from teamrl.tasks.run_program import Runner
 from teamrl.text import clip
@@ -69,21 +70,14 @@ CODE_CONTEST_MODES = ("sequential", "simultaneous")
 class CodeContestConfig:
     """Knobs of the coder + tester environment."""
 
-    mode: str = field(
-        default="sequential",
-        metadata={"help": "'sequential' (coder then tester; AT-GRPO) or 'simultaneous' (MAGRPO)."},
+    mode: str = option(
+        "sequential", "'sequential' (coder then tester; AT-GRPO) or 'simultaneous' (MAGRPO)."
     )
-    max_turns: int = field(default=4, metadata={"help": "Turns (coder then tester) at most."})
-    max_tests: int = field(
-        default=4, metadata={"help": "Ground-truth tests used for the rewards (the first N)."}
-    )
-    max_tester_tests: int = field(
-        default=4, metadata={"help": "Test cases read from one tester completion (the first N)."}
-    )
-    timeout_s: float = field(default=4.0, metadata={"help": "Wall-clock limit of one run."})
-    discrimination_weight: float = field(
-        default=1.0, metadata={"help": "Weight of the tester's discrimination term."}
-    )
+    max_turns: int = option(4, "Turns (coder then tester) at most.")
+    max_tests: int = option(4, "Ground-truth tests used for the rewards (the first N).")
+    max_tester_tests: int = option(4, "Test cases read from one tester completion (the first N).")
+    timeout_s: float = option(4.0, "Wall-clock limit of one run.")
+    discrimination_weight: float = option(1.0, "Weight of the tester's discrimination term.")
 
     def __post_init__(self) -> None:
         if self.mode not in CODE_CONTEST_MODES:
@@ -383,14 +377,8 @@ def code_contest_task(
     into train (before) and test (on/after); as a ``test_source`` for another ``source`` all
     of its problems are test problems. Splits: ``teamrl.tasks.coding.contest_data.stdio_task_splits``.
     """
-    cfg = CodeContestConfig(
-        mode=mode,
-        max_turns=max_turns,
-        max_tests=max_tests,
-        max_tester_tests=max_tester_tests,
-        timeout_s=timeout_s,
-        discrimination_weight=discrimination_weight,
-    )
+    given = locals()
+    cfg = CodeContestConfig(**{f.name: given[f.name] for f in fields(CodeContestConfig)})
     for name, value in (("source", source), ("test_source", test_source or source)):
         if value not in CODE_CONTEST_SOURCES:
             raise ValueError(

@@ -47,25 +47,29 @@ AUX_MAIN_ROLES = {
 }
 
 
+_TASKS = {
+    "helper": "Write a helper function named `{aux}` that does one useful part of the work for "
+    "the main function `{entry}`, which a teammate writes and which will call `{aux}`. Choose "
+    "its arguments, and make it return its result. Output only the Python code of `{aux}` "
+    "(with any imports it needs), with no explanation and no markdown.",
+    "main": "Implement `{entry}`. A teammate writes a helper function `{aux}(...)` that does "
+    "part of the work: call it and use its result, and add the rest of the logic yourself. Do "
+    "not define `{aux}`. Output only the Python code of `{entry}` (with any imports it needs), "
+    "with no explanation and no markdown.",
+}
+
+
+def _agent_prompt(agent: str, problem: str, entry_point: str) -> str:
+    task = _TASKS[agent].format(aux=AUX_NAME, entry=entry_point)
+    return f"Problem:\n{problem.rstrip()}\n\n{task}"
+
+
 def _helper_prompt(problem: str, entry_point: str) -> str:
-    return (
-        f"Problem:\n{problem.rstrip()}\n\n"
-        f"Write a helper function named `{AUX_NAME}` that does one useful part of the work for "
-        f"the main function `{entry_point}`, which a teammate writes and which will call "
-        f"`{AUX_NAME}`. Choose its arguments, and make it return its result. Output only the "
-        f"Python code of `{AUX_NAME}` (with any imports it needs), with no explanation and "
-        "no markdown."
-    )
+    return _agent_prompt("helper", problem, entry_point)
 
 
 def _main_prompt(problem: str, entry_point: str) -> str:
-    return (
-        f"Problem:\n{problem.rstrip()}\n\n"
-        f"Implement `{entry_point}`. A teammate writes a helper function `{AUX_NAME}(...)` that "
-        f"does part of the work: call it and use its result, and add the rest of the logic "
-        f"yourself. Do not define `{AUX_NAME}`. Output only the Python code of "
-        f"`{entry_point}` (with any imports it needs), with no explanation and no markdown."
-    )
+    return _agent_prompt("main", problem, entry_point)
 
 
 @dataclass

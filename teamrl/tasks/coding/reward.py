@@ -12,7 +12,8 @@ entry point), max 4.0:
 
 These are the formulas of LLM_Collab_Code_Generation, with three fixes: calls are found with
 ``ast`` (the reference's regex for discarded calls never matched, so its -0.5 was dead),
-tests run in a sandboxed subprocess (the reference ``exec``s them in the trainer), and the
+tests run in a sandboxed subprocess (the reference ``exec``s them in the trainer) and are
+judged outside the solution's reach (see ``teamrl.tasks.coding.harness``), and the
 prompt's own definitions (helpers, constants) are part of the program, so the tests that call
 them (HumanEval/32, 38, 50) can pass at all.
 
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 from teamrl.tasks.coding.code_text import FunctionCode, find_function, find_imports, prompt_context
 from teamrl.tasks.coding.harness import UnitResult, build_test_program, unit_results
+from teamrl.tasks.options import option
 from teamrl.tasks.run_program import Runner, run_programs
 
 AUX_NAME = "aux"
@@ -42,19 +44,12 @@ AUX_NAME = "aux"
 class LeveledRewardConfig:
     """Knobs of the leveled aux/main code reward."""
 
-    reward_shift: float = field(
-        default=0.0,
-        metadata={"help": "Added to the 0..4 score to give the reward (reference configs: -4)."},
+    reward_shift: float = option(
+        0.0, "Added to the 0..4 score to give the reward (reference configs: -4)."
     )
-    per_test_timeout_s: float = field(
-        default=3.0, metadata={"help": "Time limit of one test unit (SIGALRM in the sandbox)."}
-    )
-    max_timeouts: int = field(
-        default=3, metadata={"help": "After this many unit timeouts the rest are not run."}
-    )
-    program_timeout_s: float = field(
-        default=20.0, metadata={"help": "Wall-clock limit of the whole test program."}
-    )
+    per_test_timeout_s: float = option(3.0, "Time limit of one test unit (SIGALRM in the sandbox).")
+    max_timeouts: int = option(3, "After this many unit timeouts the rest are not run.")
+    program_timeout_s: float = option(20.0, "Wall-clock limit of the whole test program.")
 
     def __post_init__(self) -> None:
         if self.per_test_timeout_s <= 0 or self.program_timeout_s <= 0:
@@ -120,14 +115,8 @@ class LeveledReward:
 
     def components(self) -> dict[str, float]:
         """Floats for ``Step.reward_components``."""
-        return {
-            "definitions": self.definitions,
-            "syntax": self.syntax,
-            "tests": self.tests,
-            "cooperation": self.cooperation,
-            "score": self.score,
-            "pass_rate": self.pass_rate,
-        }
+        names = ("definitions", "syntax", "tests", "cooperation", "score", "pass_rate")
+        return {name: getattr(self, name) for name in names}
 
 
 def _calls_to(node: ast.AST, name: str) -> list[ast.Call]:
@@ -231,22 +220,28 @@ def leveled_rewards(
         r.syntax += 0.5
         pending.append((r, job, code))
 
-    # L3: run the test units.
+    # L3: run the test units (the verdicts come back on the report channel).
     programs = []
     for _, job, code in pending:
-        program, sources, marker = build_test_program(
-            code,
-            job.test,
-            job.entry_point,
-            per_test_timeout_s=cfg.per_test_timeout_s,
-            max_timeouts=cfg.max_timeouts,
+        programs.append(
+            build_test_program(
+                code,
+                job.test,
+                job.entry_point,
+                context=prompt_context(job.prompt, job.entry_point),
+                per_test_timeout_s=cfg.per_test_timeout_s,
+                max_timeouts=cfg.max_timeouts,
+            )
         )
-        programs.append((program, sources, marker))
     results = run_programs(
-        [p for p, _, _ in programs], [""] * len(programs), cfg.program_timeout_s, runner
+        [p for p, _, _ in programs],
+        [s for _, s, _ in programs],
+        cfg.program_timeout_s,
+        runner,
+        report=True,
     )
-    for (r, _, _), (_, sources, marker), result in zip(pending, programs, results):
-        r.units, r.run_error = unit_results(result, sources, marker)
+    for (r, _, _), (_, _, sources), result in zip(pending, programs, results):
+        r.units, r.run_error = unit_results(result, sources)
         r.tests = 1.0 * r.pass_rate
         # Cooperation bonus.
         main_node = ast.parse(r.main.source).body[0]

@@ -60,13 +60,16 @@ MOVES: dict[str, tuple[int, int]] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R
 
 
 def parse_moves(text: str, last_line_fallback: bool = False) -> list[str] | None:
-    """A list of moves "U"/"D"/"L"/"R" from ``text``, or None when no action list is found.
+    """A list of moves "U"/"D"/"L"/"R" from ``text``, or None when no well-formed action list
+    is found.
 
-    Words up/down/left/right (any case) and runs of the letters UDLR ("UURD") are read as moves.
-    Any other word in the list is kept as-is, so that ``apply`` counts it as an invalid action.
+    Words up/down/left/right (any case) and runs of the letters UDLR ("UURD") are moves,
+    separated by commas, quotes, brackets or spaces. A list with any other word or character
+    in it is not an action list (None: the no-action case, with its penalty), so printed text
+    such as "ALL TESTS PASSED" never counts as three cheap invalid moves (issue 11).
     """
     segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
-    if segment is None:
+    if segment is None or not _WELL_FORMED_MOVES.fullmatch(segment):
         return None
     moves: list[str] = []
     for token in re.findall(r"[A-Za-z]+", segment):
@@ -75,8 +78,12 @@ def parse_moves(text: str, last_line_fallback: bool = False) -> list[str] | None
         elif set(token.upper()) <= set("UDLR"):
             moves.extend(token.upper())
         else:
-            moves.append(token)
+            return None
     return moves
+
+
+# Only move words, letters, separators and brackets may appear in a move list.
+_WELL_FORMED_MOVES = re.compile(r"[A-Za-z\s,;'\"\[\]()]*")
 
 
 def extract_code(completion: str) -> str:

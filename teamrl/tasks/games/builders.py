@@ -140,6 +140,34 @@ def _game_builder(
     return build
 
 
+def game_table(text: str) -> dict[str, str]:
+    """``key value...`` lines (an indented line continues the one above) as a dict."""
+    entries: list[str] = []
+    for line in text.strip().splitlines():
+        if line.startswith(" ") and entries:
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append(line)
+    return dict(entry.split(maxsplit=1) for entry in entries)
+
+
+def game_spec(table: str, rules: str, build: Callable, parse: Callable) -> GameSpec:
+    """A ``GameSpec`` whose name, title, action example and tool hint come from ``table``."""
+    row = game_table(table)
+    keys = ("name", "title", "action_example", "tool_hint")
+    return GameSpec(**{k: row[k] for k in keys}, rules=rules, build=build, parse=parse)
+
+
+def register_game(
+    table: str, spec: GameSpec, rewards_cls: type, params: dict[str, Any]
+) -> tuple[Callable[..., Task], Callable[..., Task]]:
+    """``register_game_tasks`` with the summary and the board's description (a format string
+    of the board parameters) read from ``table``."""
+    row = game_table(table)
+    describe = row["describe"].format
+    return register_game_tasks(spec, rewards_cls, params, summary=row["summary"], describe=describe)
+
+
 def register_game_tasks(
     spec: GameSpec,
     rewards_cls: type,

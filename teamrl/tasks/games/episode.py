@@ -30,23 +30,35 @@ An unparseable answer (no action list, or tool code that fails) earns the game's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
 from teamrl.envs.base import Step
 from teamrl.tasks.games.actions import extract_code, format_actions
+from teamrl.tasks.options import option
 from teamrl.tasks.run_program import run_program
 from teamrl.text import clip
 
 
 def reward_field(default: float, help: str) -> Any:
     """One constant of a game's frozen rewards dataclass, with the help string a config shows."""
-    return field(default=default, metadata={"help": help})
+    return option(default, help)
 
 
 def no_action_penalty_field() -> Any:
     """The constant every game has: what an answer with no usable action list earns."""
     return reward_field(-1.0, "reward when no action list can be parsed (or code fails)")
+
+
+def rewards_class(name: str, table: str, module: str) -> type:
+    """A game's frozen rewards dataclass from a table, one constant a line:
+    ``<field> <default> <help...>``; ``no_action_penalty`` (every game has it) comes last."""
+    rows = [line.split(maxsplit=2) for line in table.strip().splitlines()]
+    specs = [(key, float, reward_field(float(value), help)) for key, value, help in rows]
+    specs.append(("no_action_penalty", float, no_action_penalty_field()))
+    cls = make_dataclass(name, specs, frozen=True)
+    cls.__module__ = module
+    return cls
 
 
 def make_rewards(cls: type, overrides: Any, game: str) -> Any:
@@ -83,6 +95,35 @@ def apply_info(
         "solved": solved,
         "components": dict(components),
     }
+
+
+def apply_actions(
+    state: Any, actions: list, move: Callable[[Any, Any, dict], bool], extra: tuple = ()
+) -> tuple[Any, float, dict[str, Any]]:
+    """The loop every game's ``apply`` shares, on a copy of ``state``: (new state, reward, info).
+
+    Each action tried costs ``step_penalty``; ``move(s, action, components)`` applies one action
+    to the copy ``s`` (adding its own terms, e.g. ``shaping``) and returns False when the
+    action is invalid (then ``invalid_penalty``, nothing moves). Reaching the solved state adds
+    ``win_bonus``; actions after it are unused. ``extra`` names the game's own components.
+    """
+    rw = state.rewards
+    s = state.copy()
+    comps = {"step": 0.0, "invalid": 0.0, **dict.fromkeys(extra, 0.0), "shaping": 0.0, "win": 0.0}
+    n_invalid = n_unused = 0
+    for action in actions:
+        if s.is_solved():
+            n_unused += 1
+            continue
+        comps["step"] += rw.step_penalty
+        if not move(s, action, comps):
+            n_invalid += 1
+            comps["invalid"] += rw.invalid_penalty
+            continue
+        if s.is_solved():
+            comps["win"] += rw.win_bonus
+    info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
+    return s, sum(comps.values()), info
 
 
 @dataclass(frozen=True)

@@ -17,27 +17,26 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
+from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
-@dataclass(frozen=True)
-class PlanPathRewards:
-    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.1, "added for a move off the grid, into an obstacle, or an unknown token"
-    )
-    win_bonus: float = reward_field(10.0, "added when the goal is reached")
-    shaping: float = reward_field(
-        0.1, "lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+PlanPathRewards = rewards_class(
+    "PlanPathRewards",
+    """
+step_penalty      -0.01  added for every move tried (valid or not)
+invalid_penalty   -0.1   added for a move off the grid, into an obstacle, or an unknown token
+win_bonus         10.0   added when the goal is reached
+shaping           0.1    lambda of the shaping lambda*(Phi(s')-Phi(s)), Phi = -BFS distance
+""",
+    __name__,
+)
 
 
 def bfs_distances(grid: tuple[str, ...], source: Cell) -> dict[Cell, int]:
@@ -129,28 +128,17 @@ class PlanPathState:
 
     def apply(self, actions: list) -> tuple[PlanPathState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
-        rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            delta = MOVES.get(action) if isinstance(action, str) else None
-            nxt = None if delta is None else (s.pos[0] + delta[0], s.pos[1] + delta[1])
-            if nxt is None or not _free(s.grid, nxt):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
-            comps["shaping"] += rw.shaping * (s.dist[s.pos] - s.dist[nxt])
-            s.pos = nxt
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        return apply_actions(self, actions, PlanPathState._move)
+
+    def _move(self, action: Any, comps: dict) -> bool:
+        delta = MOVES.get(action) if isinstance(action, str) else None
+        nxt = None if delta is None else (self.pos[0] + delta[0], self.pos[1] + delta[1])
+        if nxt is None or not _free(self.grid, nxt):
+            return False
+        # Phi = -dist, so Phi(s') - Phi(s) = dist(s) - dist(s')
+        comps["shaping"] += self.rewards.shaping * (self.dist[self.pos] - self.dist[nxt])
+        self.pos = nxt
+        return True
 
     def render(self) -> str:
         rows = []
@@ -209,22 +197,17 @@ def _build(example: dict, rewards: PlanPathRewards) -> PlanPathState:
     return generate_plan_path(seed, size, example.get("density", 0.3), rewards)
 
 
-SPEC = GameSpec(
-    name="plan_path",
-    title="Plan-Path",
-    rules=RULES,
-    action_example="['R', 'R', 'D']",
-    tool_hint="Compute a shortest path from P to G (for example with breadth-first search).",
-    build=_build,
-    parse=parse_moves,
-)
-
+_GAME = """
+name            plan_path
+title           Plan-Path
+action_example  ['R', 'R', 'D']
+tool_hint       Compute a shortest path from P to G (for example with breadth-first search).
+summary         Plan-Path grid navigation
+describe        Plan-Path {size}x{size}
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "plan_path" (tool + plan agents) and "plan_path_single"; the board parameters come first.
-plan_path_task, plan_path_single_task = register_game_tasks(
-    SPEC,
-    PlanPathRewards,
-    {"size": 10, "density": 0.3},
-    summary="Plan-Path grid navigation",
-    describe=lambda size, density: f"Plan-Path {size}x{size}",
+plan_path_task, plan_path_single_task = register_game(
+    _GAME, SPEC, PlanPathRewards, {"size": 10, "density": 0.3}
 )

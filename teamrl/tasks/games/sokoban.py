@@ -21,29 +21,28 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
+from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, parse_moves
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Cell = tuple[int, int]
 
 
-@dataclass(frozen=True)
-class SokobanRewards:
-    step_penalty: float = reward_field(-0.01, "added for every move tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.05, "added for walking into a wall, a blocked push, or an unknown token"
-    )
-    box_on_goal: float = reward_field(1.0, "added when a box enters a goal")
-    box_off_goal: float = reward_field(-0.5, "added when a box leaves a goal")
-    win_bonus: float = reward_field(10.0, "added when all boxes are on goals")
-    shaping: float = reward_field(
-        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+SokobanRewards = rewards_class(
+    "SokobanRewards",
+    """
+step_penalty      -0.01  added for every move tried (valid or not)
+invalid_penalty   -0.05  added for walking into a wall, a blocked push, or an unknown token
+box_on_goal       1.0    added when a box enters a goal
+box_off_goal      -0.5   added when a box leaves a goal
+win_bonus         10.0   added when all boxes are on goals
+shaping           0.1    lambda of lambda*(Phi(s')-Phi(s)), Phi = -sum of box-to-nearest-goal distances
+""",
+    __name__,
+)
 
 
 class SokobanState:
@@ -118,41 +117,28 @@ class SokobanState:
 
     def apply(self, actions: list) -> tuple[SokobanState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
+        return apply_actions(self, actions, SokobanState._move, extra=("box_on", "box_off"))
+
+    def _move(self, action: Any, comps: dict) -> bool:
         rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "box_on": 0.0, "box_off": 0.0}
-        comps |= {"shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            delta = MOVES.get(action) if isinstance(action, str) else None
-            if delta is None:
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            nxt = (s.player[0] + delta[0], s.player[1] + delta[1])
-            beyond = (nxt[0] + delta[0], nxt[1] + delta[1])
-            pushing = nxt in s.boxes
-            if not s._open(nxt) or (pushing and (not s._open(beyond) or beyond in s.boxes)):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            if pushing:
-                phi = s.potential()
-                s.boxes = (s.boxes - {nxt}) | {beyond}
-                if beyond in s.goals and nxt not in s.goals:
-                    comps["box_on"] += rw.box_on_goal
-                elif nxt in s.goals and beyond not in s.goals:
-                    comps["box_off"] += rw.box_off_goal
-                comps["shaping"] += rw.shaping * (s.potential() - phi)
-            s.player = nxt
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        delta = MOVES.get(action) if isinstance(action, str) else None
+        if delta is None:
+            return False
+        nxt = (self.player[0] + delta[0], self.player[1] + delta[1])
+        beyond = (nxt[0] + delta[0], nxt[1] + delta[1])
+        pushing = nxt in self.boxes
+        if not self._open(nxt) or (pushing and (not self._open(beyond) or beyond in self.boxes)):
+            return False
+        if pushing:
+            phi = self.potential()
+            self.boxes = (self.boxes - {nxt}) | {beyond}
+            if beyond in self.goals and nxt not in self.goals:
+                comps["box_on"] += rw.box_on_goal
+            elif nxt in self.goals and beyond not in self.goals:
+                comps["box_off"] += rw.box_off_goal
+            comps["shaping"] += rw.shaping * (self.potential() - phi)
+        self.player = nxt
+        return True
 
     def solve(self, max_states: int = 200_000) -> list[str] | None:
         """A shortest move list solving the board (BFS over player and boxes), None if none."""
@@ -284,23 +270,18 @@ def _build(example: dict, rewards: SokobanRewards) -> SokobanState:
     return generate_sokoban(seed, size, n_boxes, rewards)
 
 
-SPEC = GameSpec(
-    name="sokoban",
-    title="Sokoban",
-    rules=RULES,
-    action_example="['U', 'L', 'L']",
-    tool_hint="Search for a move list that pushes every box onto a goal (for example a "
-    "breadth-first search over the player and box positions).",
-    build=_build,
-    parse=parse_moves,
-)
-
+_GAME = """
+name            sokoban
+title           Sokoban
+action_example  ['U', 'L', 'L']
+tool_hint       Search for a move list that pushes every box onto a goal (for example a
+    breadth-first search over the player and box positions).
+summary         Sokoban box pushing
+describe        Sokoban {size}x{size}, {n_boxes} box(es)
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "sokoban" (tool + plan agents) and "sokoban_single"; the board parameters come first.
-sokoban_task, sokoban_single_task = register_game_tasks(
-    SPEC,
-    SokobanRewards,
-    {"size": 6, "n_boxes": 1},
-    summary="Sokoban box pushing",
-    describe=lambda size, n_boxes: f"Sokoban {size}x{size}, {n_boxes} box(es)",
+sokoban_task, sokoban_single_task = register_game(
+    _GAME, SPEC, SokobanRewards, {"size": 6, "n_boxes": 1}
 )

@@ -20,28 +20,27 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
 from math import isqrt
+from typing import Any
 
 from teamrl.tasks.games.actions import extract_action_segment
-from teamrl.tasks.games.builders import register_game_tasks
-from teamrl.tasks.games.episode import GameSpec, apply_info, no_action_penalty_field, reward_field
+from teamrl.tasks.games.builders import game_spec, register_game
+from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
 
 Grid = list[list[int]]
 
 
-@dataclass(frozen=True)
-class SudokuRewards:
-    step_penalty: float = reward_field(-0.01, "added for every placement tried (valid or not)")
-    invalid_penalty: float = reward_field(
-        -0.1, "added for a placement off the board, on a clue, or in conflict"
-    )
-    win_bonus: float = reward_field(10.0, "added when the grid is solved")
-    shaping: float = reward_field(
-        0.1, "lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells"
-    )
-    no_action_penalty: float = no_action_penalty_field()
+SudokuRewards = rewards_class(
+    "SudokuRewards",
+    """
+step_penalty      -0.01  added for every placement tried (valid or not)
+invalid_penalty   -0.1   added for a placement off the board, on a clue, or in conflict
+win_bonus         10.0   added when the grid is solved
+shaping           0.1    lambda of lambda*(Phi(s')-Phi(s)), Phi = correctly filled cells
+""",
+    __name__,
+)
 
 
 def box_shape(size: int) -> tuple[int, int]:
@@ -175,27 +174,16 @@ class SudokuState:
 
     def apply(self, actions: list) -> tuple[SudokuState, float, dict]:
         """Simulate placements on a copy; returns (new state, shaped reward, info)."""
-        rw = self.rewards
-        s = self.copy()
-        comps = {"step": 0.0, "invalid": 0.0, "shaping": 0.0, "win": 0.0}
-        n_invalid = n_unused = 0
-        for action in actions:
-            if s.is_solved():
-                n_unused += 1
-                continue
-            comps["step"] += rw.step_penalty
-            if not s._valid(action):
-                n_invalid += 1
-                comps["invalid"] += rw.invalid_penalty
-                continue
-            r, c, v = action
-            before = s.grid[r][c] == s.solution[r][c]
-            s.grid[r][c] = v
-            comps["shaping"] += rw.shaping * ((v == s.solution[r][c]) - before)
-            if s.is_solved():
-                comps["win"] += rw.win_bonus
-        info = apply_info(len(actions), n_invalid, n_unused, s.is_solved(), comps)
-        return s, sum(comps.values()), info
+        return apply_actions(self, actions, SudokuState._place)
+
+    def _place(self, action: Any, comps: dict) -> bool:
+        if not self._valid(action):
+            return False
+        r, c, v = action
+        before = self.grid[r][c] == self.solution[r][c]
+        self.grid[r][c] = v
+        comps["shaping"] += self.rewards.shaping * ((v == self.solution[r][c]) - before)
+        return True
 
     def render(self) -> str:
         n = self.size
@@ -266,9 +254,10 @@ _TRIPLE = re.compile(r"[(\[]\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*[)\]]")
 
 
 def parse_placements(text: str, last_line_fallback: bool = False) -> list | None:
-    """Placements ``(row, col, value)`` from the action list in ``text``; None if no list."""
+    """Placements ``(row, col, value)`` from the action list in ``text``; None if there is no
+    well-formed list (anything but triples, commas, spaces and brackets in it: issue 11)."""
     segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
-    if segment is None:
+    if segment is None or _TRIPLE.sub("", segment).strip("[](), \t\n"):
         return None
     return [tuple(int(x) for x in m) for m in _TRIPLE.findall(segment)]
 
@@ -289,23 +278,18 @@ def _build(example: dict, rewards: SudokuRewards) -> SudokuState:
     return generate_sudoku(seed, size, n_empty, rewards)
 
 
-SPEC = GameSpec(
-    name="sudoku",
-    title="Sudoku",
-    rules=RULES,
-    action_example="[(0, 1, 3), (2, 0, 4)]",
-    tool_hint="Solve the grid (for example with backtracking search) and print a placement "
-    "for every empty cell.",
-    build=_build,
-    parse=parse_placements,
-)
-
+_GAME = """
+name            sudoku
+title           Sudoku
+action_example  [(0, 1, 3), (2, 0, 4)]
+tool_hint       Solve the grid (for example with backtracking search) and print a placement
+    for every empty cell.
+summary         Sudoku 4x4 (or 9x9)
+describe        Sudoku {size}x{size}
+"""
+SPEC = game_spec(_GAME, RULES, _build, parse_placements)
 
 # Registers "sudoku" (tool + plan agents) and "sudoku_single"; the board parameters come first.
-sudoku_task, sudoku_single_task = register_game_tasks(
-    SPEC,
-    SudokuRewards,
-    {"size": 4, "n_empty": None},
-    summary="Sudoku 4x4 (or 9x9)",
-    describe=lambda size, n_empty: f"Sudoku {size}x{size}",
+sudoku_task, sudoku_single_task = register_game(
+    _GAME, SPEC, SudokuRewards, {"size": 4, "n_empty": None}
 )

@@ -29,9 +29,12 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from teamrl.tasks.options import option
 
 # --------------------------------------------------------------------------------------
 # Upstream loaders
@@ -81,115 +84,111 @@ def _row_id(row: dict, index: int, source: str, split: str, names=("id",)) -> An
     return f"{source}-{split}-{index}"
 
 
-def load_gsm8k(
-    split: str = "train",
-    *,
-    dataset_id: str = "openai/gsm8k",
-    name: str | None = "main",
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """GSM8K grade-school word problems; the gold answer is what follows ``####``."""
-    rows = []
-    for i, row in enumerate(_load_rows(dataset_id, name, split, limit, cache_dir)):
-        question = _text(row, i, "gsm8k", ("question",))
-        solution = _text(row, i, "gsm8k", ("answer",))
-        if "####" not in solution:
-            raise ValueError(
-                f"gsm8k row {i}: field 'answer' has no '#### <final answer>' marker: "
-                f"{solution[-60:]!r}"
-            )
-        final = solution.rsplit("####", 1)[1].strip().replace(",", "")
-        if not final:
-            raise ValueError(f"gsm8k row {i}: field 'answer' is empty after '####'")
-        rows.append(
-            {"question": question, "answer": final, "source": "gsm8k", "id": f"gsm8k-{split}-{i}"}
+def _gsm8k_row(row: dict, i: int, split: str) -> tuple[str, str, str]:
+    """GSM8K: the gold answer is what follows ``####``."""
+    question = _text(row, i, "gsm8k", ("question",))
+    solution = _text(row, i, "gsm8k", ("answer",))
+    if "####" not in solution:
+        raise ValueError(
+            f"gsm8k row {i}: field 'answer' has no '#### <final answer>' marker: {solution[-60:]!r}"
         )
-    return rows
+    final = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    if not final:
+        raise ValueError(f"gsm8k row {i}: field 'answer' is empty after '####'")
+    return question, final, f"gsm8k-{split}-{i}"
 
 
-def _load_aime(
-    source: str, split: str, dataset_id: str, name: str | None, limit: int | None, cache_dir
-) -> list[dict]:
+def _aime_row(source: str) -> Callable[[dict, int, str], tuple[str, str, str]]:
     # Column names in either casing: Maxwell-Jia/AIME_2024 capitalises them (ID, Problem,
     # Answer), the HuggingFaceH4 and yentinglin sets do not.
-    rows = []
-    for i, row in enumerate(_load_rows(dataset_id, name, split, limit, cache_dir)):
+    def read(row: dict, i: int, split: str) -> tuple[str, str, str]:
         question = _text(row, i, source, ("problem", "Problem", "question", "Question"))
         answer = _text(row, i, source, ("answer", "Answer"))
         if answer.isdigit():  # "033" and 33 are the same AIME answer
             answer = str(int(answer))
-        rows.append(
-            {
-                "question": question,
-                "answer": answer,
-                "source": source,
-                "id": _row_id(row, i, source, split, ("id", "ID")),
-            }
+        return question, answer, _row_id(row, i, source, split, ("id", "ID"))
+
+    return read
+
+
+def _olympiadbench_row(row: dict, i: int, split: str) -> tuple[str, str, str]:
+    """OlympiadBench: ``final_answer`` items (``$...$`` stripped) joined with ", "."""
+    question = _text(row, i, "olympiadbench", ("question",))
+    finals = row.get("final_answer")
+    if isinstance(finals, str):
+        finals = [finals]
+    if not isinstance(finals, (list, tuple)) or not finals:
+        raise ValueError(
+            f"olympiadbench row {i}: field 'final_answer' must be a non-empty list, "
+            f"got {finals!r:.60}"
         )
-    return rows
+    parts = []
+    for item in finals:
+        text = str(item).strip() if item is not None else ""
+        text = text[1:-1].strip() if len(text) >= 2 and text[0] == text[-1] == "$" else text
+        if not text:
+            raise ValueError(f"olympiadbench row {i}: field 'final_answer' has an empty item")
+        parts.append(text)
+    return question, ", ".join(parts), _row_id(row, i, "olympiadbench", split)
 
 
-def load_aime2024(
-    split: str = "train",
-    *,
-    dataset_id: str = "Maxwell-Jia/AIME_2024",
-    name: str | None = None,
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """AIME 2024 I and II (30 problems, integer answers 0-999)."""
-    return _load_aime("aime2024", split, dataset_id, name, limit, cache_dir)
+def _loader(
+    source: str,
+    default_id: str,
+    default_name: str | None,
+    read: Callable[[dict, int, str], tuple[str, str, str]],
+    doc: str,
+) -> Callable[..., list[dict]]:
+    """``load(split, *, dataset_id, name, limit, cache_dir)``: one benchmark's rows
+    ``{"question", "answer", "source", "id"}``, each read from a hub row by ``read``."""
+
+    def load(
+        split: str = "train",
+        *,
+        dataset_id: str = default_id,
+        name: str | None = default_name,
+        limit: int | None = None,
+        cache_dir: str | None = None,
+    ) -> list[dict]:
+        rows = []
+        for i, row in enumerate(_load_rows(dataset_id, name, split, limit, cache_dir)):
+            question, answer, row_id = read(row, i, split)
+            rows.append({"question": question, "answer": answer, "source": source, "id": row_id})
+        return rows
+
+    load.__name__ = load.__qualname__ = f"load_{source}"
+    load.__doc__ = doc
+    return load
 
 
-def load_aime2025(
-    split: str = "train",
-    *,
-    dataset_id: str = "yentinglin/aime_2025",
-    name: str | None = None,
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """AIME 2025 I and II (30 problems, integer answers 0-999)."""
-    return _load_aime("aime2025", split, dataset_id, name, limit, cache_dir)
-
-
-def load_olympiadbench(
-    split: str = "train",
-    *,
-    dataset_id: str = "Hothan/OlympiadBench",
-    name: str | None = "OE_TO_maths_en_COMP",
-    limit: int | None = None,
-    cache_dir: str | None = None,
-) -> list[dict]:
-    """OlympiadBench open-ended problems; ``final_answer`` items are joined with ", "."""
-    rows = []
-    for i, row in enumerate(_load_rows(dataset_id, name, split, limit, cache_dir)):
-        question = _text(row, i, "olympiadbench", ("question",))
-        finals = row.get("final_answer")
-        if isinstance(finals, str):
-            finals = [finals]
-        if not isinstance(finals, (list, tuple)) or not finals:
-            raise ValueError(
-                f"olympiadbench row {i}: field 'final_answer' must be a non-empty list, "
-                f"got {finals!r:.60}"
-            )
-        parts = []
-        for item in finals:
-            text = str(item).strip() if item is not None else ""
-            text = text[1:-1].strip() if len(text) >= 2 and text[0] == text[-1] == "$" else text
-            if not text:
-                raise ValueError(f"olympiadbench row {i}: field 'final_answer' has an empty item")
-            parts.append(text)
-        rows.append(
-            {
-                "question": question,
-                "answer": ", ".join(parts),
-                "source": "olympiadbench",
-                "id": _row_id(row, i, "olympiadbench", split),
-            }
-        )
-    return rows
+load_gsm8k = _loader(
+    "gsm8k",
+    "openai/gsm8k",
+    "main",
+    _gsm8k_row,
+    "GSM8K grade-school word problems; the gold answer is what follows ``####``.",
+)
+load_aime2024 = _loader(
+    "aime2024",
+    "Maxwell-Jia/AIME_2024",
+    None,
+    _aime_row("aime2024"),
+    "AIME 2024 I and II (30 problems, integer answers 0-999).",
+)
+load_aime2025 = _loader(
+    "aime2025",
+    "yentinglin/aime_2025",
+    None,
+    _aime_row("aime2025"),
+    "AIME 2025 I and II (30 problems, integer answers 0-999).",
+)
+load_olympiadbench = _loader(
+    "olympiadbench",
+    "Hothan/OlympiadBench",
+    "OE_TO_maths_en_COMP",
+    _olympiadbench_row,
+    'OlympiadBench open-ended problems; ``final_answer`` items are joined with ", ".',
+)
 
 
 LOADERS = {
@@ -209,15 +208,10 @@ LOADERS = {
 class ArithmeticConfig:
     """Difficulty knobs of ``arithmetic_problems``."""
 
-    min_ops: int = field(default=1, metadata={"help": "Fewest operations in a problem."})
-    max_ops: int = field(default=3, metadata={"help": "Most operations in a problem."})
-    max_value: int = field(
-        default=20, metadata={"help": "Largest operand (operands are drawn from 1..max_value)."}
-    )
-    word_ratio: float = field(
-        default=0.5,
-        metadata={"help": "Share of word problems (when a template fits the op range)."},
-    )
+    min_ops: int = option(1, "Fewest operations in a problem.")
+    max_ops: int = option(3, "Most operations in a problem.")
+    max_value: int = option(20, "Largest operand (operands are drawn from 1..max_value).")
+    word_ratio: float = option(0.5, "Share of word problems (when a template fits the op range).")
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ops <= self.max_ops:

@@ -42,13 +42,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
 from teamrl.tasks.math.data import LOADERS, ArithmeticConfig, arithmetic_problems
 from teamrl.tasks.math.equivalence import check_equivalence
+from teamrl.tasks.options import option
 from teamrl.tasks.run_program import run_program
 from teamrl.text import clip, extract_code_block
 
@@ -74,31 +75,22 @@ SOLO_ROLE = (
 class MathEnvConfig:
     """Behaviour of ``MathEnv``; every field is a task kwarg."""
 
-    mode: str = field(
-        default="sequential",
-        metadata={"help": "'sequential' (tool then reasoner; AT-GRPO) or 'simultaneous' (MAGRPO)."},
+    mode: str = option(
+        "sequential", "'sequential' (tool then reasoner; AT-GRPO) or 'simultaneous' (MAGRPO)."
     )
-    max_turns: int = field(default=4, metadata={"help": "Turns before truncation."})
-    stop_on: str = field(
-        default="agree",
-        metadata={"help": "End the episode on 'agree' (answers match), 'correct' or 'either'."},
+    max_turns: int = option(4, "Turns before truncation.")
+    stop_on: str = option(
+        "agree", "End the episode on 'agree' (answers match), 'correct' or 'either'."
     )
-    alpha: float = field(
-        default=1.0, metadata={"help": "Team weight in infos['mixed_rewards'] = alpha*team+local."}
+    alpha: float = option(1.0, "Team weight in infos['mixed_rewards'] = alpha*team+local.")
+    require_boxed: bool = option(
+        True,
+        "Reasoner answers only count inside \\boxed{}, as the prompts ask (False: "
+        "also 'answer is X', '#### X' or the last number).",
     )
-    require_boxed: bool = field(
-        default=True,
-        metadata={
-            "help": "Reasoner answers only count inside \\boxed{}, as the prompts ask (False: "
-            "also 'answer is X', '#### X' or the last number)."
-        },
-    )
-    feedback_chars: int = field(
-        default=1500, metadata={"help": "Longest program/output text shown back to agents."}
-    )
-    limits: dict | None = field(
-        default=None,
-        metadata={"help": "Keyword arguments of the sandbox's Limits for the tool's program."},
+    feedback_chars: int = option(1500, "Longest program/output text shown back to agents.")
+    limits: dict | None = option(
+        None, "Keyword arguments of the sandbox's Limits for the tool's program."
     )
 
     def __post_init__(self) -> None:
@@ -447,24 +439,15 @@ def load_math_splits(
     if name is not None:
         upstream["name"] = name
     if source == "arithmetic":
-        cfg = ArithmeticConfig(**(arithmetic or {}))
-        return tuple(
-            arithmetic_problems(split, _cap(n, limit), seed, config=cfg)
-            for split, n in (("train", n_train), ("eval", n_eval), ("test", n_test))
-        )
+        sizes = {"train": n_train, "eval": n_eval, "test": n_test}
+        return _arithmetic_splits(arithmetic, limit, seed, sizes)
     if source == "gsm8k":
         train, eval_ = _gsm8k_train_eval(upstream, eval_size)
         return train, eval_, LOADERS["gsm8k"]("test", **upstream)
     # a benchmark: test rows from it, train/eval rows from train_source
     if train_source == "arithmetic":
-        train, eval_, _ = load_math_splits(
-            "arithmetic",
-            limit=limit,
-            seed=seed,
-            n_train=n_train,
-            n_eval=n_eval,
-            n_test=0,
-            arithmetic=arithmetic,
+        train, eval_ = _arithmetic_splits(
+            arithmetic, limit, seed, {"train": n_train, "eval": n_eval}
         )
     elif train_source == "gsm8k":
         gsm8k = {"limit": limit} | ({"dataset_id": train_dataset_id} if train_dataset_id else {})
@@ -474,6 +457,16 @@ def load_math_splits(
             f"math.train_source: expected 'arithmetic' or 'gsm8k', got {train_source!r}"
         )
     return train, eval_, LOADERS[source]("train", **upstream)
+
+
+def _arithmetic_splits(
+    arithmetic: dict | None, limit: int | None, seed: int, sizes: dict[str, int]
+) -> tuple[list[dict], ...]:
+    """Generated arithmetic problems, one list per split of ``sizes`` ({split: n}), in order."""
+    cfg = ArithmeticConfig(**(arithmetic or {}))
+    return tuple(
+        arithmetic_problems(split, _cap(n, limit), seed, config=cfg) for split, n in sizes.items()
+    )
 
 
 def _gsm8k_train_eval(upstream: dict, eval_size: int) -> tuple[list[dict], list[dict]]:

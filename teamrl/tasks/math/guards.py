@@ -16,38 +16,23 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from teamrl.tasks.options import option
 
 
 @dataclass(frozen=True)
 class MathCheckConfig:
-    """Limits and tolerances of ``check_equivalence``."""
+    """Limits and tolerances of ``check_equivalence``: bounds on the work a prediction may
+    cause before and while it is parsed, and when two numbers count as equal."""
 
-    max_chars: int = field(
-        default=400, metadata={"help": "Predictions longer than this are refused unchecked."}
-    )
-    max_exponent: int = field(
-        default=10_000, metadata={"help": "Largest |exponent| allowed in a power."}
-    )
-    max_digits: int = field(
-        default=20_000,
-        metadata={"help": "Largest estimated number of digits of a numeric power."},
-    )
-    max_factorial: int = field(
-        default=1_000,
-        metadata={"help": "Largest number allowed in an answer that uses !, binom, etc."},
-    )
-    max_depth: int = field(
-        default=20, metadata={"help": "Deepest bracket nesting allowed in a prediction."}
-    )
-    time_limit: float = field(
-        default=3.0,
-        metadata={"help": "Seconds for one whole check (see time_box); <= 0 turns it off."},
-    )
-    rel_tol: float = field(
-        default=1e-6,
-        metadata={"help": "Sympy fallback: |a - b| <= rel_tol * max(1, |gold|) is equal."},
-    )
+    max_chars: int = option(400, "Predictions longer than this are refused unchecked.")
+    max_exponent: int = option(10_000, "Largest |exponent| allowed in a power.")
+    max_digits: int = option(20_000, "Largest estimated number of digits of a numeric power.")
+    max_factorial: int = option(1_000, "Largest number allowed with !, binom, etc.")
+    max_depth: int = option(20, "Deepest bracket nesting allowed in a prediction.")
+    time_limit: float = option(3.0, "Seconds for one whole check (time_box); <= 0: no limit.")
+    rel_tol: float = option(1e-6, "Sympy fallback: |a - b| <= rel_tol * max(1, |gold|) is equal.")
 
 
 DEFAULT_CONFIG = MathCheckConfig()

@@ -31,66 +31,54 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from teamrl.tasks.options import option
+
 # --------------------------------------------------------------------------------------
 # Word lists (our own)
 # --------------------------------------------------------------------------------------
 
 # 12 categories of discourse connectives. Matching is on the lower-cased text.
-# fmt: off
-TRANSITION_WORDS: dict[str, tuple[str, ...]] = {
-    "addition": (
-        "additionally", "furthermore", "moreover", "in addition", "besides", "also",
-        "as well", "on top of that", "not only", "what's more", "along with", "plus",
-    ),
-    "example": (
-        "for example", "for instance", "such as", "to illustrate", "namely", "in particular",
-        "including", "especially", "e.g.", "as an example", "specifically", "to show this",
-    ),
-    "clarification": (
-        "in other words", "that is", "i.e.", "to clarify", "put differently", "simply put",
-        "to be clear", "meaning that", "which means", "to put it another way", "in fact",
-        "actually",
-    ),
-    "cause_effect": (
-        "because", "therefore", "thus", "consequently", "as a result", "hence", "so that",
-        "due to", "since", "which led to", "for this reason", "as a consequence", "so",
-    ),
-    "contrast": (
-        "however", "but", "on the other hand", "in contrast", "yet", "instead", "whereas",
-        "conversely", "by contrast", "unlike", "rather than", "on the contrary",
-    ),
-    "sequence": (
-        "first", "second", "third", "next", "then", "afterwards", "after that", "finally",
-        "lastly", "to begin with", "subsequently", "followed by",
-    ),
-    "emphasis": (
-        "indeed", "certainly", "clearly", "above all", "notably", "most importantly",
-        "especially important", "undoubtedly", "of course", "obviously", "significantly",
-        "crucially",
-    ),
-    "summary": (
-        "in summary", "to summarize", "to summarise", "in short", "overall", "in conclusion",
-        "to sum up", "all in all", "in brief", "ultimately", "in the end", "on the whole",
-    ),
-    "comparison": (
-        "similarly", "likewise", "in the same way", "just as", "compared to", "compared with",
-        "equally", "in comparison", "much like", "as with", "by the same token",
-        "correspondingly",
-    ),
-    "concession": (
-        "although", "though", "even though", "despite", "in spite of", "nevertheless",
-        "nonetheless", "admittedly", "even so", "still", "granted", "regardless",
-    ),
-    "condition": (
-        "if", "unless", "provided that", "as long as", "in case", "assuming", "otherwise",
-        "only if", "even if", "whether or not", "given that", "in the event",
-    ),
-    "time": (
-        "when", "while", "meanwhile", "during", "before", "after", "until", "eventually",
-        "currently", "recently", "at the same time", "later",
-    ),
-}
-# fmt: on
+# One category a line ("name: phrase, phrase, ..."; an indented line goes on the one above).
+_TRANSITIONS = """
+addition: additionally, furthermore, moreover, in addition, besides, also, as well, on top of
+    that, not only, what's more, along with, plus
+example: for example, for instance, such as, to illustrate, namely, in particular, including,
+    especially, e.g., as an example, specifically, to show this
+clarification: in other words, that is, i.e., to clarify, put differently, simply put, to be
+    clear, meaning that, which means, to put it another way, in fact, actually
+cause_effect: because, therefore, thus, consequently, as a result, hence, so that, due to,
+    since, which led to, for this reason, as a consequence, so
+contrast: however, but, on the other hand, in contrast, yet, instead, whereas, conversely, by
+    contrast, unlike, rather than, on the contrary
+sequence: first, second, third, next, then, afterwards, after that, finally, lastly, to begin
+    with, subsequently, followed by
+emphasis: indeed, certainly, clearly, above all, notably, most importantly, especially
+    important, undoubtedly, of course, obviously, significantly, crucially
+summary: in summary, to summarize, to summarise, in short, overall, in conclusion, to sum up,
+    all in all, in brief, ultimately, in the end, on the whole
+comparison: similarly, likewise, in the same way, just as, compared to, compared with, equally,
+    in comparison, much like, as with, by the same token, correspondingly
+concession: although, though, even though, despite, in spite of, nevertheless, nonetheless,
+    admittedly, even so, still, granted, regardless
+condition: if, unless, provided that, as long as, in case, assuming, otherwise, only if, even
+    if, whether or not, given that, in the event
+time: when, while, meanwhile, during, before, after, until, eventually, currently, recently, at
+    the same time, later
+"""
+
+
+def _phrase_table(text: str) -> dict[str, tuple[str, ...]]:
+    entries: list[str] = []
+    for line in text.strip().splitlines():
+        if line.startswith(" "):
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append(line)
+    pairs = (entry.split(":", 1) for entry in entries)
+    return {name: tuple(p.strip() for p in phrases.split(",")) for name, phrases in pairs}
+
+
+TRANSITION_WORDS: dict[str, tuple[str, ...]] = _phrase_table(_TRANSITIONS)
 
 # Function words left out of the Jaccard word sets (not out of L3: the reference reward
 # counts stopwords there too, and we keep its numbers).
@@ -125,51 +113,31 @@ class WritingRewardConfig:
     """Thresholds of the writing reward. The defaults are the TLDR preset; build a task's
     thresholds with ``WritingRewardConfig.tldr()`` or ``WritingRewardConfig.arxiv(variant)``."""
 
-    min_tokens: int = field(
-        default=8, metadata={"help": "L1: fewest whitespace tokens per completion."}
+    min_tokens: int = option(8, "L1: fewest whitespace tokens per completion.")
+    max_tokens: int = option(256, "L1: most whitespace tokens per completion.")
+    structure_reward: float = option(0.5, "L1: reward when both lengths are in range.")
+    length_band: tuple[float, float, float, float] = option(
+        (1.1, 1.6, 3.2, 5.0), "L2: (zero_lo, full_lo, full_hi, zero_hi) of chars(c2)/chars(c1)."
     )
-    max_tokens: int = field(
-        default=256, metadata={"help": "L1: most whitespace tokens per completion."}
+    length_reward: float = option(1.0, "L2: reward on the flat top.")
+    unique_band: tuple[float, float, float, float] = option(
+        (1.3, 2.0, math.inf, math.inf),
+        "L3: (zero_lo, full_lo, full_hi, zero_hi) of uniq(c2)/uniq(c1).",
     )
-    structure_reward: float = field(
-        default=0.5, metadata={"help": "L1: reward when both lengths are in range."}
+    unique_reward: float = option(0.5, "L3: reward on the flat top.")
+    transition_text: str = option(
+        "c2", "L4: where transition words are looked for: 'c2' or 'both' (c1 and c2)."
     )
-    length_band: tuple[float, float, float, float] = field(
-        default=(1.1, 1.6, 3.2, 5.0),
-        metadata={"help": "L2: (zero_lo, full_lo, full_hi, zero_hi) of chars(c2)/chars(c1)."},
+    transition_match: str = option(
+        "substring", "L4: 'substring' (as the paper; 'so' matches 'also') or 'word' (whole words)."
     )
-    length_reward: float = field(default=1.0, metadata={"help": "L2: reward on the flat top."})
-    unique_band: tuple[float, float, float, float] = field(
-        default=(1.3, 2.0, math.inf, math.inf),
-        metadata={"help": "L3: (zero_lo, full_lo, full_hi, zero_hi) of uniq(c2)/uniq(c1)."},
+    transition_base: float = option(0.4, "L4: transition score for one category.")
+    transition_step: float = option(0.05, "L4: added per further category (capped at 1).")
+    transition_weight: float = option(0.4, "L4: weight of the transition score.")
+    jaccard_cap: float = option(
+        0.03, "L4: Jaccard similarity at which the overlap score saturates at 1."
     )
-    unique_reward: float = field(default=0.5, metadata={"help": "L3: reward on the flat top."})
-    transition_text: str = field(
-        default="c2",
-        metadata={"help": "L4: where transition words are looked for: 'c2' or 'both' (c1 and c2)."},
-    )
-    transition_match: str = field(
-        default="substring",
-        metadata={
-            "help": "L4: 'substring' (as the paper; 'so' matches 'also') or 'word' (whole words)."
-        },
-    )
-    transition_base: float = field(
-        default=0.4, metadata={"help": "L4: transition score for one category."}
-    )
-    transition_step: float = field(
-        default=0.05, metadata={"help": "L4: added per further category (capped at 1)."}
-    )
-    transition_weight: float = field(
-        default=0.4, metadata={"help": "L4: weight of the transition score."}
-    )
-    jaccard_cap: float = field(
-        default=0.03,
-        metadata={"help": "L4: Jaccard similarity at which the overlap score saturates at 1."},
-    )
-    jaccard_weight: float = field(
-        default=0.6, metadata={"help": "L4: weight of the overlap score."}
-    )
+    jaccard_weight: float = option(0.6, "L4: weight of the overlap score.")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -321,12 +289,8 @@ class WritingScore:
 
     def components(self) -> dict[str, float]:
         """The four level values, keyed as they are logged (``reward/<name>``)."""
-        return {
-            "structure": self.structure,
-            "length_ratio": self.length_ratio,
-            "unique_words": self.unique_words,
-            "style": self.style,
-        }
+        names = ("structure", "length_ratio", "unique_words", "style")
+        return {name: getattr(self, name) for name in names}
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -347,27 +311,21 @@ def score_pair(c1: str, c2: str, cfg: WritingRewardConfig) -> WritingScore:
     out.structure = cfg.structure_reward
     out.levels_passed = 1
 
-    # L2 length ratio in characters.
-    if not c1:  # only possible with min_tokens == 0
-        return _finish(out)
-    ratio = len(c2) / len(c1)
-    metrics["char_ratio"] = ratio
-    l2 = band_score(ratio, cfg.length_band, cfg.length_reward)
-    if l2 is None:
-        return _finish(out)
-    out.length_ratio = l2
-    out.levels_passed = 2
-
-    # L3 unique-word ratio.
-    if u1 == 0:
-        return _finish(out)
-    uratio = u2 / u1
-    metrics["unique_ratio"] = uratio
-    l3 = band_score(uratio, cfg.unique_band, cfg.unique_reward)
-    if l3 is None:
-        return _finish(out)
-    out.unique_words = l3
-    out.levels_passed = 3
+    # L2 length ratio in characters, then L3 unique-word ratio: each a band score of c2/c1
+    # (an empty c1, only possible with min_tokens == 0, or a failed band stops the scoring).
+    levels = (
+        ("length_ratio", "char_ratio", len(c1), len(c2), cfg.length_band, cfg.length_reward),
+        ("unique_words", "unique_ratio", u1, u2, cfg.unique_band, cfg.unique_reward),
+    )
+    for level, (name, metric, first, second, band, top) in enumerate(levels, start=2):
+        if first == 0:
+            return _finish(out)
+        metrics[metric] = ratio = second / first
+        score = band_score(ratio, band, top)
+        if score is None:
+            return _finish(out)
+        setattr(out, name, score)
+        out.levels_passed = level
 
     # L4 style: transition categories and content-word overlap.
     text = c2 if cfg.transition_text == "c2" else c1 + "\n" + c2

@@ -1,0 +1,309 @@
+"""Worker groups on Ray, seen from the single controller.
+
+    ray_team(cfg)  ->  a Team whose engines generate on, and whose policies update on,
+                       one WorkerGroup per placement-plan group (teamrl.scale.placement)
+
+    WorkerGroup    = a Ray placement group + one PolicyWorker actor per bundle, whose ranks
+                     form one torch.distributed process group (gloo on CPU, NCCL on GPU)
+    RemoteBackend  = the group behind the generation ``Backend`` seam: the requests of one
+                     call are sharded across the workers (round robin) and gathered in order
+    RemotePolicy   = a Policy stand-in: ``remote_update`` (every rank gets all the samples and
+                     works on its shard, see teamrl.algorithms.update), and the weights,
+                     optimizer and scheduler states that checkpoints read (rank 0) and restore
+                     (every rank)
+
+Placement and transport are Ray's (placement groups, the object store) and torch's; nothing
+here schedules or launches a process itself. A worker that dies ends the run with
+``WorkerDiedError`` naming its group, policies and rank; ``--resume`` continues from the last
+checkpoint on fresh workers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from teamrl.config import Config, ConfigError, to_dict
+from teamrl.models import resolve
+from teamrl.scale.placement import GroupPlan, placement_plan
+from teamrl.scale.worker import PolicyWorker
+from teamrl.team import Team
+
+# Settings a worker process takes from the controller (an offline hub, the builtin model cache).
+_ENV_KEYS = ("HF_HUB_OFFLINE", "TEAMRL_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM")
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process of a policy group died (killed, out of memory, node lost)."""
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("distributed.backend=ray needs Ray: pip install 'teamrl[ray]'") from None
+    return ray
+
+
+def connect(cfg: Config) -> None:
+    """Join (or start) the Ray cluster ``distributed.address`` names, once per process."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return
+    address = cfg.distributed.address
+    if address == "local":
+        ray.init(include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+
+
+class WorkerGroup:
+    """The Ray actors of one placement-plan group; every call returns once all ranks did."""
+
+    def __init__(self, plan: GroupPlan, cfg: Config):
+        ray = require_ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.plan = plan
+        self.pg = placement_group(plan.bundles, strategy=cfg.distributed.placement_strategy)
+        ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            ray.util.remove_placement_group(self.pg)
+            raise ConfigError(
+                f"distributed: cannot place group {plan.name!r} ({plan.workers} worker(s) of "
+                f"{plan.bundles[0]}) within {PLACEMENT_TIMEOUT_S:g}s; the cluster has "
+                f"{ray.available_resources()} free. Lower distributed.num_workers_per_policy "
+                "or the resources per worker, or add nodes"
+            )
+        device = "cuda" if plan.gpus_per_worker > 0 else "cpu"
+        env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
+        actor = ray.remote(PolicyWorker)
+        self.workers = [
+            actor.options(
+                num_cpus=plan.cpus_per_worker,
+                num_gpus=plan.gpus_per_worker,
+                max_restarts=0,  # a dead worker ends the run (resume restarts it cleanly)
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=rank
+                ),
+            ).remote(rank, plan.workers, device, env, max(1, int(plan.cpus_per_worker)))
+            for rank in range(plan.workers)
+        ]
+        self.info = [{"pid": None, "node": None}] * plan.workers  # until they answer
+        self.info = self._call("describe")
+        if plan.workers > 1:
+            (address,) = self._call("rendezvous", ranks=[0])
+            self._call("join", address)
+        self.configure(plan, cfg)
+
+    def configure(self, plan: GroupPlan, cfg: Config) -> None:
+        """Build (or rebuild, for another plan of as many workers) every worker's replica."""
+        if plan.workers != len(self.workers):
+            raise ValueError(
+                f"group {self.plan.name!r} has {len(self.workers)} workers, not {plan.workers}"
+            )
+        self.plan = plan
+        self._call("configure", to_dict(cfg), list(plan.agents))
+        self.info = self._call("describe")
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def _call(self, method: str, *args, ranks: list[int] | None = None, per_rank=None) -> list:
+        """Call ``method`` on the given ranks (all by default) and wait for every result.
+
+        ``per_rank`` maps a rank to its own arguments (overrides ``args``). The first failure
+        shuts the whole group down (the other ranks may wait on it in a collective) and is
+        raised: a dead worker as WorkerDiedError, an exception inside a worker as itself.
+        """
+        ray = require_ray()
+        ranks = list(range(len(self.workers))) if ranks is None else ranks
+        refs = [
+            getattr(self.workers[r], method).remote(*(per_rank(r) if per_rank else args))
+            for r in ranks
+        ]
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayActorError as err:
+                rank = ranks[refs.index(done[0])]
+                self.shutdown()
+                raise WorkerDiedError(self._died(rank, method, err)) from None
+            except Exception:
+                self.shutdown()
+                raise
+        return ray.get(refs)
+
+    def _died(self, rank: int, method: str, err: Exception) -> str:
+        p, info = self.plan, self.info[rank]
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (
+            f"worker {rank} of {p.workers} of policy group {p.name!r} (policies "
+            f"{list(p.policies)}, pid {info.get('pid')}, node {info.get('node')}) died during "
+            f"{method}: {first}. Continue the run from its last checkpoint with --resume"
+        )
+
+    def generate(self, requests: list, ignore_eos: bool) -> list:
+        """Requests sharded round robin over the workers, results back in request order."""
+        n = len(self.workers)
+        shards = [list(range(r, len(requests), n)) for r in range(n)]
+        ranks = [r for r in range(n) if shards[r]]
+        if not ranks:
+            return []
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # the controller's RNG decides
+        outs = self._call(
+            "generate",
+            ranks=ranks,
+            per_rank=lambda r: ([requests[i] for i in shards[r]], ignore_eos, seed + 7919 * r),
+        )
+        results: list = [None] * len(requests)
+        for r, out in zip(ranks, outs):
+            for i, gens in zip(shards[r], out):
+                results[i] = gens
+        return results
+
+    def update(self, policy: str, samples: list, cfg: Config, step: int, max_len: int):
+        """One data-parallel update; metrics averaged over ranks (grad_norm and lr are the
+        same on every rank), the NaN-skip count of rank 0 (every rank skips together)."""
+        ray = require_ray()
+        ref = ray.put(samples)  # one copy in the object store, read by every rank
+        outs = self._call("update", policy, ref, cfg, step, max_len)
+        metrics = {}
+        for k in outs[0][0]:
+            vals = [m[k] for m, _ in outs if m[k] == m[k]]  # skip NaN (no sample on a rank)
+            metrics[k] = sum(vals) / len(vals) if vals else float("nan")
+        return metrics, outs[0][1]
+
+    def state(self, policy: str, part: str):
+        return self._call("state", policy, part, ranks=[0])[0]
+
+    def load_state(self, policy: str, part: str, value) -> None:
+        ray = require_ray()
+        self._call("load_state", policy, part, ray.put(value))
+
+    def shutdown(self) -> None:
+        ray = require_ray()
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        self.workers = []
+        try:
+            ray.util.remove_placement_group(self.pg)
+        except Exception:  # already gone with its cluster
+            pass
+
+
+@dataclass
+class RemoteBackend:
+    """The generation ``Backend`` of an engine whose model lives on a worker group."""
+
+    group: WorkerGroup
+    name: str = "ray"
+
+    def generate(self, requests: list, ignore_eos: bool = False) -> list:
+        return self.group.generate(requests, ignore_eos)
+
+    def weights_changed(self, adapter: str | None) -> None:
+        pass  # each worker samples from its own live model, which its update just stepped
+
+
+@dataclass
+class RemoteState:
+    """The optimizer or scheduler of a remote policy, as checkpoints see it."""
+
+    group: WorkerGroup
+    policy: str
+    part: str
+
+    def state_dict(self):
+        return self.group.state(self.policy, self.part)
+
+    def load_state_dict(self, value) -> None:
+        self.group.load_state(self.policy, self.part, value)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """(optimizer) Each parameter group's current LR, as rank 0 has it (what trainers log)."""
+        return [{"lr": lr} for lr in self.group._call("lrs", self.policy, ranks=[0])[0]]
+
+    def step(self) -> None:
+        """(scheduler) One LR-schedule step on every rank."""
+        self.group._call("scheduler_step", self.policy)
+
+
+@dataclass
+class RemotePolicy:
+    """A policy whose weights and optimizer live on a WorkerGroup (the fields of ``Policy``
+    that the trainer, the team and checkpoints read)."""
+
+    name: str
+    engine: object
+    adapter: str | None
+    agents: list[str]
+    group: WorkerGroup
+    optimizer: RemoteState = field(init=False)
+    scheduler: RemoteState = field(init=False)
+
+    def __post_init__(self):
+        self.optimizer = RemoteState(self.group, self.name, "optimizer")
+        self.scheduler = RemoteState(self.group, self.name, "scheduler")
+
+    @property
+    def model(self):
+        return None  # on the workers
+
+    def remote_update(self, samples, cfg: Config, *, step: int, max_completion_length: int):
+        return self.group.update(self.name, samples, cfg, step, max_completion_length)
+
+    def state_dict(self):
+        return self.group.state(self.name, "weights")
+
+    def load_state_dict(self, state) -> None:
+        self.group.load_state(self.name, "weights", state)
+
+    def apply_schedule(self, lr: float, cfg: Config) -> None:
+        """``checkpoints.apply_schedule`` on every rank (after a checkpoint load)."""
+        self.group._call("apply_schedule", self.name, lr, cfg)
+
+    def export(self, out_dir: str) -> None:
+        self.group._call("export", self.name, out_dir, ranks=[0])
+
+
+def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
+    """The controller's Team: tokenizers and prompts here, models on one WorkerGroup per
+    placement-plan group. ``team.worker_groups`` lists the groups (``shutdown_team``)."""
+    connect(cfg)
+    if cfg.distributed.sandbox_tasks:
+        from teamrl.scale import sandbox
+
+        sandbox.install()
+    team = Team(cfg, role_prompts, load_models=False)
+    team.worker_groups = []
+    try:
+        for plan in placement_plan(cfg):
+            # builtin models are built (or converted) into the cache once, here, rather than
+            # by several workers of one node at the same time
+            resolve(plan.model, cfg.seed)
+            group = WorkerGroup(plan, cfg)
+            team.worker_groups.append(group)
+            engine = team.policies[plan.policies[0]].engine
+            engine.backend = RemoteBackend(group)
+            engine.eos_ids = group.info[0]["eos_ids"]
+            for name in plan.policies:
+                pol = team.policies[name]
+                team.policies[name] = RemotePolicy(name, engine, pol.adapter, pol.agents, group)
+    except BaseException:
+        shutdown_team(team)
+        raise
+    return team
+
+
+def shutdown_team(team: Team) -> None:
+    """Kill a Ray team's workers and free their placement groups (a no-op for a local Team)."""
+    for group in getattr(team, "worker_groups", []):
+        group.shutdown()
+    team.worker_groups = []

@@ -1,0 +1,147 @@
+"""One worker of a policy group: a Ray actor process holding one replica of the group's
+model(s), its optimizer(s), and one rank of the group's ``torch.distributed`` process group.
+
+The controller calls it through ``teamrl.scale.group``; nothing here imports Ray, so the
+class is plain Python (``ray.remote`` wraps it there) and the tests can read it top to bottom.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+class PolicyWorker:
+    def __init__(
+        self, rank: int, world_size: int, device: str, env: dict[str, str], num_threads: int
+    ):
+        os.environ.update(env)  # offline hub, model cache: the controller's settings
+        import torch
+
+        from teamrl.distributed import DistContext
+
+        torch.set_num_threads(num_threads)
+        self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
+        self.team = None
+
+    def configure(self, cfg_data: dict, agents: list[str]) -> None:
+        """(Re)build this replica: the group's agents' model(s) and optimizer(s)."""
+        import dataclasses
+
+        from teamrl.config import Config, from_dict
+        from teamrl.team import Team
+        from teamrl.trainer import make_optimizer, set_seed
+
+        device = self.ctx.device
+        cfg = from_dict(Config, cfg_data)
+        # This group's agents only ('separate': one agent; 'shared'/'lora': all of them), on
+        # this worker's device. Same seed as one process: the same initial weights.
+        team_cfg = dataclasses.replace(
+            cfg.team, agents=[a for a in cfg.team.agents if a.name in agents]
+        )
+        model_cfg = dataclasses.replace(cfg.model, device=device)
+        self.cfg = dataclasses.replace(cfg, team=team_cfg, model=model_cfg)
+        set_seed(cfg.seed)
+        self.team = Team(self.cfg)
+        for pol in self.team.policies.values():
+            make_optimizer(pol, self.cfg)
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    def rendezvous(self) -> str:
+        """(rank 0) A TCP address for the group's process group: this node and a free port."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"tcp://{_node_ip()}:{port}"
+
+    def join(self, init_method: str) -> None:
+        from teamrl.distributed import init_group
+
+        self.ctx = init_group(self.ctx.rank, self.ctx.world_size, init_method, self.ctx.device)
+
+    def describe(self) -> dict:
+        """What the controller needs to know: process, node, and each engine's token ids."""
+        eos = self.team.engines()[0].eos_ids if self.team is not None else None
+        return {"pid": os.getpid(), "node": _node_ip(), "eos_ids": eos}
+
+    # --- work -------------------------------------------------------------------------------
+
+    def generate(self, requests: list, ignore_eos: bool, seed: int) -> list:
+        """Generate this worker's share of the group's requests, from a seed the controller
+        drew (so the controller's checkpointed RNG decides every sample: resume is exact)."""
+        import torch
+
+        torch.manual_seed(seed)
+        return self.team.engines()[0].backend.generate(requests, ignore_eos)
+
+    def update(self, policy: str, samples: list, cfg, step: int, max_completion_length: int):
+        """One data-parallel update of ``policy`` (every rank gets all its samples; see
+        ``teamrl.algorithms.update``). ``cfg`` is the controller's config."""
+        from teamrl.algorithms.update import update_policy
+
+        pol = self.team.policies[policy]
+        return update_policy(
+            pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=self.ctx
+        )
+
+    def state(self, policy: str, part: str):
+        """'weights' | 'optimizer' | 'scheduler' of ``policy``, on the CPU."""
+        import torch
+
+        pol = self.team.policies[policy]
+        obj = pol.state_dict() if part == "weights" else getattr(pol, part).state_dict()
+        return _to_cpu(obj, torch)
+
+    def load_state(self, policy: str, part: str, value) -> None:
+        pol = self.team.policies[policy]
+        if part == "weights":
+            pol.load_state_dict(value)
+        else:
+            getattr(pol, part).load_state_dict(value)
+
+    def scheduler_step(self, policy: str) -> None:
+        """Once per trainer step, whether or not the policy had samples (as in one process)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
+            self.team.policies[policy].scheduler.step()
+
+    def lrs(self, policy: str) -> list[float]:
+        return [g["lr"] for g in self.team.policies[policy].optimizer.param_groups]
+
+    def apply_schedule(self, policy: str, lr: float, cfg) -> None:
+        """After a checkpoint load: follow the controller's config (``checkpoints``)."""
+        from teamrl.checkpoints import apply_schedule
+        from teamrl.trainer import lr_lambda
+
+        apply_schedule(self.team.policies[policy], lr, lr_lambda(cfg), cfg)
+
+    def export(self, policy: str, out_dir: str) -> None:
+        """save_pretrained the policy (adapter or full model) and its tokenizer (rank 0)."""
+        pol = self.team.policies[policy]
+        if pol.adapter is not None:
+            pol.model.save_pretrained(out_dir, selected_adapters=[pol.adapter])
+        else:
+            pol.model.save_pretrained(out_dir)
+        pol.engine.tokenizer.save_pretrained(out_dir)
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (a plain-Python test of this class)
+        return "127.0.0.1"
+
+
+def _to_cpu(obj, torch):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v, torch) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v, torch) for v in obj]
+    return obj

@@ -1,0 +1,146 @@
+"""One step on Ray worker groups of 1 and 2 workers equals the one-process update on the
+same samples (resulting weights within float tolerance): MAGRPO and AT-GRPO, for shared,
+lora and separate policies, and every loss_type with several minibatches, chunks and passes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("ray.util")  # not the tests/ray folder itself
+
+import torch  # noqa: E402
+from conftest import tiny_overrides  # noqa: E402
+from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
+
+from teamrl.algorithms.advantages import compute_advantages  # noqa: E402
+from teamrl.config import load_config  # noqa: E402
+from teamrl.scale.group import WorkerGroup  # noqa: E402
+from teamrl.scale.placement import placement_plan  # noqa: E402
+from teamrl.trainer import Trainer  # noqa: E402
+
+AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
+
+
+def one_process_step(tmp_path, cfg, advantages=None):
+    """Samples of one rollout (advantages computed once) and each policy's weights before and
+    after one update in this process."""
+    tr = Trainer(cfg, run_dir=tmp_path)
+    result = tr.rollout(tr.data.next(cfg.train.prompts_per_step))
+    a = cfg.algorithm
+    compute_advantages(result.samples, a.baseline, a.scale_rewards)
+    for i, s in enumerate(result.samples if advantages else []):
+        s.advantage = advantages[i % len(advantages)]  # a signal whatever the rewards were
+    before = {n: snapshot(p) for n, p in tr.team.policies.items()}
+    max_len = {n: 8 for n in tr.team.policies}
+    by_policy = {n: [s for s in result.samples if s.policy == n] for n in tr.team.policies}
+    norms = {n: tr.update(p, by_policy[n])["grad_norm"] for n, p in tr.team.policies.items()}
+    after = {n: snapshot(p) for n, p in tr.team.policies.items()}
+    after["grad_norm"] = norms
+    return by_policy, before, after, max_len
+
+
+def snapshot(pol) -> dict:
+    # a LoRA policy's state_dict holds the live adapter tensors: copy them
+    return {k: v.detach().clone() for k, v in pol.state_dict().items()}
+
+
+def assert_same(got: dict, want: dict, what: str, atol=1e-4):
+    """Equal within float tolerance. AdamW's first step is lr * g / (|g| + 1e-8): where a
+    gradient entry is itself ~1e-8 (sums that cancel), its summation-order noise is amplified
+    to ~1e-5 of a weight at lr = 1e-2; so at most 1% of the entries may differ by > 1e-6, none
+    by more than ``atol`` (lr / 100). Adam hides a gradient's scale: grad_norm checks it."""
+    assert got.keys() == want.keys()
+    diffs = torch.cat([(got[k] - want[k]).abs().flatten() for k in want])
+    worst, off = float(diffs.max()), float((diffs > 1e-6).float().mean())
+    assert worst <= atol and (atol == 0 or off <= 1e-2), f"{what}: max {worst:.3g}, off {off:.3g}"
+
+
+def moved(before: dict, after: dict) -> float:
+    return max(float((after[k] - before[k]).abs().max()) for k in before)
+
+
+class Replicas:
+    """One worker group of W workers, rebuilt for each config's placement plan in turn (for
+    'separate', one plan per agent: the groups of one step are independent)."""
+
+    def __init__(self, cfg, workers: int):
+        self.workers = workers
+        first = placement_plan(self.with_workers(cfg))[0]
+        self.group = WorkerGroup(first, self.with_workers(cfg))
+
+    def with_workers(self, cfg):
+        d = dataclasses.replace(cfg.distributed, num_workers_per_policy=self.workers, **_cpu())
+        return dataclasses.replace(cfg, distributed=d)
+
+    def step(self, cfg, by_policy, max_len, before) -> dict:
+        """Each policy's weights after one update on the workers, built afresh from the seed
+        (their initial weights must be this process's)."""
+        cfg = self.with_workers(cfg)
+        out = {"grad_norm": {}}
+        for plan in placement_plan(cfg):
+            self.group.configure(plan, cfg)
+            for name in plan.policies:
+                start = self.group.state(name, "weights")
+                assert_same(start, before[name], f"initial weights of {name}", atol=0)
+                metrics, _ = self.group.update(name, by_policy[name], cfg, 0, max_len[name])
+                out["grad_norm"][name] = metrics["grad_norm"]
+                out[name] = self.group.state(name, "weights")
+        return out
+
+
+def _cpu():
+    return {"num_cpus_per_worker": CPU["distributed.num_cpus_per_worker"]}
+
+
+@pytest.fixture(scope="module")
+def replicas(ray_cluster):  # noqa: F811
+    cfg = load_config(None, tiny_overrides("shared", 1))
+    made = {w: Replicas(cfg, w) for w in (1, 2)}
+    yield made
+    for r in made.values():
+        r.group.shutdown()
+
+
+def check(got: dict, want: dict, what: str) -> None:
+    """Same weights, and the same gradient norm (the mean over the update's optimizer steps)."""
+    for name, norm in want["grad_norm"].items():
+        assert_same(got[name], want[name], f"{what}, policy {name}")
+        assert got["grad_norm"][name] == pytest.approx(norm, rel=1e-4), f"{what}: grad_norm"
+
+
+@pytest.mark.parametrize("mode", ["shared", "lora", "separate"])
+@pytest.mark.parametrize("algorithm", ["magrpo", "at_grpo"])
+def test_one_step_on_1_and_2_workers_equals_one_process(replicas, mode, algorithm, tmp_path):
+    extra = AT_GRPO if algorithm == "at_grpo" else {}
+    cfg = load_config(None, tiny_overrides(mode, 1, **extra))
+    by_policy, before, after, max_len = one_process_step(tmp_path, cfg)
+    for w, r in replicas.items():
+        check(r.step(cfg, by_policy, max_len, before), after, f"{mode}/{algorithm}/{w} workers")
+    assert max(moved(before[n], after[n]) for n in before) > 1e-4  # the step did something
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+def test_every_loss_type_with_minibatches_chunks_and_passes(replicas, loss_type, tmp_path):
+    extra = {
+        "algorithm.loss_type": loss_type,
+        "algorithm.num_iterations": 2,  # old log-probs from before the first step, then clipped
+        "train.num_mini_batches": 2,
+        "train.micro_batch_size": 3,  # chunks of 3 rows, each split over the 2 ranks
+        "algorithm.num_generations": 5,
+    }
+    cfg = load_config(None, tiny_overrides("lora", 1, **extra))
+    by_policy, before, after, max_len = one_process_step(tmp_path, cfg)
+    check(replicas[2].step(cfg, by_policy, max_len, before), after, f"{loss_type}/2 workers")
+    assert max(moved(before[n], after[n]) for n in before) > 1e-4
+
+
+def test_a_rank_without_samples_still_matches(replicas, tmp_path):
+    # 2 workers, minibatches of one sample: rank 1 has nothing in every step
+    extra = {"train.num_mini_batches": 8, "algorithm.num_generations": 2}
+    cfg = load_config(None, tiny_overrides("shared", 1, **extra))
+    by_policy, before, after, max_len = one_process_step(tmp_path, cfg, [1.0, -0.5, 0.25])
+    assert len(by_policy["shared"]) == 4  # 2 agents x 2 samples: 4 minibatches of 1
+    check(replicas[2].step(cfg, by_policy, max_len, before), after, "single-sample minibatches")
+    assert moved(before["shared"], after["shared"]) > 1e-4

@@ -1,0 +1,132 @@
+"""Whole runs under Ray: a 3-step run killed (kill -9) after its first checkpoint resumes to
+the same metrics and weights as an uninterrupted run; a worker killed mid-step ends the run
+with an error naming its policy group and rank, and --resume continues; sandboxed programs
+run as Ray tasks with their limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.util")  # not the tests/ray folder itself
+
+import torch  # noqa: E402
+from conftest import tiny_overrides  # noqa: E402
+from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
+
+from teamrl.config import dump_config, load_config  # noqa: E402
+from teamrl.scale import shutdown_team  # noqa: E402
+from teamrl.scale.group import WorkerDiedError  # noqa: E402
+from teamrl.trainer import Trainer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+VOLATILE = ("time/", "tokens_per_second")  # wall-clock measurements
+
+
+def ray_cfg(address: str, policies: str, steps: int, workers: int, **extra):
+    items = {
+        "distributed.backend": "ray",
+        "distributed.address": address,
+        "distributed.num_workers_per_policy": workers,
+        "log.save_steps": 1,
+        "log.save_total_limit": "null",
+        **CPU,
+        **extra,
+    }
+    return load_config(None, tiny_overrides(policies, steps, **items))
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def weights(run_dir: Path, step: int) -> dict:
+    root = run_dir / "checkpoints" / f"step-{step}" / "policies"
+    return {p.name: torch.load(p / "weights.pt") for p in sorted(root.iterdir())}
+
+
+def cli(cfg_path: Path, run_dir: Path, *flags: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "teamrl.cli", "train", str(cfg_path), "--run-dir", str(run_dir)]
+    return subprocess.Popen([*cmd, *flags], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_killed_run_resumes_exactly(ray_cluster, tmp_path):  # noqa: F811
+    cfg = ray_cfg(ray_cluster, "lora", 3, 1)
+    whole = Trainer(cfg, run_dir=tmp_path / "whole")
+    try:
+        whole.train()
+    finally:
+        shutdown_team(whole.team)
+
+    cfg_path = tmp_path / "config.yaml"
+    dump_config(cfg, cfg_path)
+    run = tmp_path / "killed"
+    proc = cli(cfg_path, run)
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "step-1").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (run / "checkpoints" / "step-3").exists()  # it really stopped before the end
+
+    resumed = cli(cfg_path, run, "--resume")
+    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
+    assert metrics(run) == metrics(tmp_path / "whole")
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3]
+    got, want = weights(run, 3), weights(tmp_path / "whole", 3)
+    for name in want:
+        for k in want[name]:
+            assert torch.equal(got[name][k], want[name][k]), (name, k)
+
+
+def test_a_worker_killed_mid_step_names_it_and_resume_continues(ray_cluster, tmp_path):  # noqa: F811
+    cfg = ray_cfg(ray_cluster, "shared", 2, 2)
+    tr = Trainer(cfg, run_dir=tmp_path / "run")
+    (group,) = tr.team.worker_groups
+    pid = group.info[1]["pid"]
+    rollout = tr.rollout
+
+    def rollout_then_kill(examples, **kw):  # step 2: rollout done, update not yet
+        out = rollout(examples, **kw)
+        if tr.step == 1:
+            os.kill(pid, signal.SIGKILL)
+        return out
+
+    tr.rollout = rollout_then_kill
+    with pytest.raises(WorkerDiedError) as err:
+        tr.train()
+    msg = str(err.value)
+    assert msg.startswith(f"worker 1 of 2 of policy group 'shared' (policies ['shared'], pid {pid}")
+    assert "died during update" in msg and "--resume" in msg
+    assert group.workers == []  # the whole group was shut down
+
+    again = Trainer(cfg, run_dir=tmp_path / "run")
+    try:
+        history = again.train(resume=True)
+    finally:
+        shutdown_team(again.team)
+    assert [h["step"] for h in history] == [2]
+    assert [r["step"] for r in metrics(tmp_path / "run")] == [1, 2]
+
+
+def test_sandboxed_programs_run_as_ray_tasks_with_their_limits(ray_cluster, monkeypatch):  # noqa: F811
+    from teamrl.scale import sandbox
+    from teamrl.tasks import run_program
+
+    monkeypatch.setattr(run_program, "sandbox_runner", run_program.sandbox_runner)  # restored
+    sandbox.install()  # what distributed.sandbox_tasks=true does: code rewards go to Ray
+    assert run_program.sandbox_runner is sandbox.ray_sandbox_runner
+    out = run_program.run_programs(["print(6 * 7)", "while True:\n    pass\n"], ["", ""], 1.0)
+    assert out[0].stdout == "42\n" and out[0].ok
+    assert out[1].timed_out and not out[1].ok

@@ -1,0 +1,118 @@
+"""The distributed pieces that need no Ray: the placement plan (``--dry-run``), the loss
+shares of data-parallel ranks, and the one-line error when Ray is missing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from conftest import tiny_overrides
+
+from teamrl.algorithms.losses import policy_loss
+from teamrl.cli import main
+from teamrl.config import ConfigError, load_config
+from teamrl.scale.placement import format_plan, parse_cluster, placement_plan, simulate_nodes
+
+SEVEN_B = [
+    "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",
+    "team.policies=separate",
+    "model.use_peft=true",
+    "distributed.backend=ray",
+    "distributed.num_workers_per_policy=8",
+    "distributed.num_gpus_per_worker=1",
+    "distributed.num_cpus_per_worker=4",
+]
+
+
+def test_plan_has_one_group_for_shared_and_lora_and_one_per_agent_for_separate():
+    shared = placement_plan(load_config(None, tiny_overrides("shared")))
+    assert [(g.name, g.policies, g.agents) for g in shared] == [
+        ("shared", ("shared",), ("alice", "bob"))
+    ]
+    lora = placement_plan(load_config(None, tiny_overrides("lora")))
+    assert [(g.name, g.policies) for g in lora] == [("lora", ("alice", "bob"))]
+    extra = {"distributed.num_workers_per_policy": 3, "distributed.num_gpus_per_worker": 0.5}
+    sep = placement_plan(load_config(None, tiny_overrides("separate", **extra)))
+    assert [(g.name, g.policies, g.agents) for g in sep] == [
+        ("alice", ("alice",), ("alice",)),
+        ("bob", ("bob",), ("bob",)),
+    ]
+    assert sep[0].bundles == [{"CPU": 1.0, "GPU": 0.5}] * 3
+
+
+def test_seven_b_two_agents_separate_on_two_nodes_of_eight_gpus():
+    cfg = load_config(None, tiny_overrides("separate") + SEVEN_B)
+    groups = placement_plan(cfg)
+    # PACK puts each agent's 8 workers on its own node: alice on node 0, bob on node 1
+    assert simulate_nodes(groups, parse_cluster("2x8")) == [[0] * 8, [1] * 8]
+    # one node of 8 GPUs holds only one agent
+    assert simulate_nodes(groups, parse_cluster("1x8")) is None
+    text = format_plan(cfg, parse_cluster("2x8"))
+    assert "group 'bob': model Qwen/Qwen2.5-7B-Instruct" in text
+    assert "  worker 7: rank 7 of 8 -> node 1" in text
+    assert "total: 2 group(s), 64 CPU(s), 16 GPU(s)" in text
+
+
+def test_dry_run_prints_the_plan_and_loads_nothing(capsys, monkeypatch):
+    import teamrl.trainer
+
+    def fail(*a, **k):
+        raise AssertionError("--dry-run must not build a trainer")
+
+    monkeypatch.setattr(teamrl.trainer, "Trainer", fail)
+    assert main(["train", "teamrl/configs/quickstart.yaml", *SEVEN_B[1:], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "distributed.backend=ray" in out and "8 worker(s) x 4 CPU, 1 GPU" in out
+    assert main(["train", "teamrl/configs/quickstart.yaml", "--dry-run", "--cluster", "2y"]) == 2
+    assert "--cluster: expected NODESxGPUS" in capsys.readouterr().err
+
+
+def test_bad_worker_count_is_a_config_error():
+    with pytest.raises(ConfigError, match="distributed.num_workers_per_policy: expected >= 1"):
+        load_config(None, tiny_overrides("shared", **{"distributed.num_workers_per_policy": 0}))
+
+
+def test_ray_backend_without_ray_is_a_one_line_error(monkeypatch):
+    from teamrl.scale.group import require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ConfigError) as err:
+        require_ray()
+    assert str(err.value) == "distributed.backend=ray needs Ray: pip install 'teamrl[ray]'"
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+def test_rank_shares_of_a_chunk_add_up_to_the_one_process_loss(loss_type):
+    # one minibatch of 5 rows in 2 chunks (3 + 2 rows); each chunk split over 2 ranks (rows
+    # 0::2 and 1::2). The ranks' weighted losses and gradients must sum to one process's.
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(5, 4, generator=g).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0.0]])
+    adv = torch.tensor([1.0, -0.5, 0.25, 2.0, -1.0])
+    old = logp.detach() + 0.1 * torch.randn(5, 4, generator=g)
+    kw = dict(loss_type=loss_type, epsilon=0.2, max_completion_length=4, minibatch_size=5)
+    kw["step_tokens"] = float(mask.sum())
+    chunks = [[0, 1, 2], [3, 4]]
+
+    def total(shares: bool) -> torch.Tensor:
+        out = 0
+        for rows in chunks:
+            pieces = [rows[0::2], rows[1::2]] if shares else [rows]
+            for p in pieces:
+                extra = dict(chunk_tokens=float(mask[rows].sum()), chunk_rows=len(rows))
+                out = (
+                    out
+                    + policy_loss(
+                        logp[p], old[p], adv[p], mask[p], chunk_size=len(p), **kw, **extra
+                    ).loss
+                )
+        return out
+
+    one = total(False)
+    (g_one,) = torch.autograd.grad(one, logp)
+    two = total(True)
+    (g_two,) = torch.autograd.grad(two, logp)
+    assert float(two.detach()) == pytest.approx(float(one.detach()), rel=1e-6)
+    assert torch.allclose(g_two, g_one, atol=1e-7)
+    assert abs(float(one.detach())) > 1e-3  # a loss that is not trivially zero
