@@ -1,4 +1,4 @@
-"""Command line: ``teamrl train | eval | envs | plot``.
+"""Command line: ``teamrl train | eval | envs | play | plot``.
 
 A user mistake (a bad config value, a missing file, a missing optional package) ends with one
 line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
@@ -141,6 +141,25 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    from teamrl.config import ConfigError
+    from teamrl.play import format_episode, load_run, play_episode
+
+    if args.step is not None and args.step < 0:
+        raise ConfigError(f"--step: expected a checkpoint step >= 0, got {args.step}")
+    trainer, ckpt = load_run(args.run_dir, args.step, args.imports)
+    episode = play_episode(
+        trainer,
+        args.example,
+        args.split,
+        greedy=not args.sample,
+        prompt=args.prompt,
+        checkpoint=ckpt,
+    )
+    print(format_episode(episode, args.max_prompt_chars or None))
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from teamrl.plot import plot_run
 
@@ -251,6 +270,36 @@ def build_parser() -> argparse.ArgumentParser:
     en = sub.add_parser("envs", help="List registered tasks (builtin, --import, entry points).")
     _add_common(en)
     en.set_defaults(fn=cmd_envs)
+
+    pp = sub.add_parser(
+        "play", help="Print one episode of a trained team, turn by turn: teamrl play RUN_DIR"
+    )
+    pp.add_argument("run_dir", help="A run folder (its config.yaml and checkpoints/).")
+    pp.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="Checkpoint step-N (default: the latest; 0: untrained).",
+    )
+    pp.add_argument("--example", type=int, default=0, help="Index of the example in the split.")
+    pp.add_argument(
+        "--split",
+        default=None,
+        choices=["test", "eval", "train"],
+        help="Split to take the example from (default: test, else eval, else train).",
+    )
+    pp.add_argument(
+        "--prompt", default=None, help="Replace the first observation every agent sees."
+    )
+    pp.add_argument("--sample", action="store_true", help="Sample instead of greedy decoding.")
+    pp.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=600,
+        help="Clip each shown prompt to its head and tail (0: show it whole).",
+    )
+    _add_common(pp)
+    pp.set_defaults(fn=cmd_play)
 
     pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
     pl.add_argument("run_dir")
