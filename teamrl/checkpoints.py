@@ -158,9 +158,12 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def resume_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
-    """The newest intact checkpoint (or ``step-<step>``). A corrupt one is moved aside to
-    ``corrupt-step-N`` with a warning naming the bad file; none intact is a one-line error."""
+def resume_checkpoint(
+    run_dir: str | Path, step: int | None = None, move_aside: bool = True
+) -> Path:
+    """The newest intact checkpoint (or ``step-<step>``). A corrupt one gets a warning naming the
+    bad file and (``move_aside``, for a resume) is renamed ``corrupt-step-N``; none intact is a
+    one-line error."""
     root = Path(run_dir, "checkpoints")
     candidates = [root / f"step-{step}"] if step is not None else _sorted(root)[::-1]
     if step is not None and not candidates[0].is_dir():
@@ -172,7 +175,7 @@ def resume_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
         if problem is None:
             return ckpt
         bad.append(problem)
-        if step is None:
+        if move_aside and step is None:
             aside = ckpt.with_name(f"corrupt-{ckpt.name}")
             shutil.rmtree(aside, ignore_errors=True)
             os.replace(ckpt, aside)

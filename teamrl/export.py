@@ -101,7 +101,9 @@ def push_to_hub(folder: Path, repo: str) -> str:
         api = HfApi()
         api.create_repo(repo, exist_ok=True)
         info = api.upload_folder(repo_id=repo, folder_path=str(folder))
-    except Exception as err:  # noqa: BLE001 (every hub failure becomes one line)
+    except Exception as err:  # every hub failure (offline, no token) is one line
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise RunError(f"--push-to-hub {repo}: upload failed ({type(err).__name__}: {reason})")
+        raise RunError(
+            f"--push-to-hub {repo}: upload failed ({type(err).__name__}: {reason})"
+        ) from None
     return str(getattr(info, "commit_url", repo))

@@ -10,6 +10,7 @@ safetensors stores the exact bits, so a resume from these files is exact.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -28,7 +29,10 @@ def save_policy(pol, folder: Path, tokenizer: bool = True) -> None:
     if pol.adapter is not None:
         state = {k: v.detach().cpu().contiguous() for k, v in pol.state_dict().items()}
         save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-        pol.model.peft_config[pol.adapter].save_pretrained(str(folder))
+        config = copy.copy(pol.model.peft_config[pol.adapter])
+        # PEFT records the base only for the first adapter; every folder names it
+        config.base_model_name_or_path = config.base_model_name_or_path or pol.engine.model_path
+        config.save_pretrained(str(folder))
     else:
         # one file (no shards): the manifest and the loader below read exactly these names
         pol.model.save_pretrained(str(folder), max_shard_size="10000GB")
