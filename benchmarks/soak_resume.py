@@ -3,7 +3,7 @@ exactly where an uninterrupted run ends (every step's metrics and the final weig
 
     python benchmarks/soak_resume.py --trials 20
 
-One uninterrupted reference run first, then per trial: a fresh run in a subprocess, ``kill -9``
+One uninterrupted reference run first, then per trial: a fresh run in a forked process, ``kill -9``
 at a random moment, then ``--resume`` (or a fresh start if no checkpoint was written yet) until
 it finishes. The child widens the windows a kill can land in: each metrics/samples line is
 written in two halves with a pause between, and the checkpoint writer and the metrics rewrite
@@ -21,7 +21,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,12 +42,8 @@ OVERRIDES = [
 ]
 
 
-def child(argv: list[str]) -> int:
+def child(argv: list[str], delay: float) -> int:
     """The trainer, with pauses inside its writes (the kill windows)."""
-    import torch
-
-    torch.set_num_threads(1)
-    delay = float(os.environ.get("SOAK_WRITE_DELAY", "0"))
     if delay:
         from teamrl import checkpoints, logging, run_files
 
@@ -84,12 +79,44 @@ def child(argv: list[str]) -> int:
     return main(argv)
 
 
-def run_child(config: Path, run_dir: Path, steps: int, delay: float, extra=()) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    env["SOAK_WRITE_DELAY"] = str(delay)
-    cmd = [sys.executable, __file__, "--child", "train", str(config), *OVERRIDES]
-    cmd += [f"train.max_steps={steps}", "--run-dir", str(run_dir), *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+class Child:
+    """A trainer in a forked copy of this process: teamrl, torch and the tiny model's files
+    are already loaded, so a trial costs its training steps, not a Python start-up."""
+
+    def __init__(self, config: Path, run_dir: Path, steps: int, delay: float, extra=()):
+        argv = ["train", str(config), *OVERRIDES, f"train.max_steps={steps}"]
+        argv += ["--run-dir", str(run_dir), *extra]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = run_dir.parent / f"{run_dir.name}.stderr"
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            rc = 1
+            try:
+                fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(fd, 2)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+                rc = child(argv, delay)
+            finally:
+                os._exit(rc)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+    def stderr(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
 
 
 def outcome(run_dir: Path, steps: int) -> dict:
@@ -112,16 +139,15 @@ def finish(config: Path, run_dir: Path, steps: int, delay: float) -> tuple[int, 
         return 0, ""  # killed after its last checkpoint: the run is complete
     has_ckpt = any((run_dir / "checkpoints").glob("step-*"))
     extra = ["--resume"] if has_ckpt else ["log.overwrite=true"]
-    proc = run_child(config, run_dir, steps, delay, extra)
-    err = proc.communicate()[1].decode()
-    return proc.returncode, err
+    proc = Child(config, run_dir, steps, delay, extra)
+    return proc.wait(), proc.stderr()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--write-delay", type=float, default=0.15)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--write-delay", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak_resume"))
     args = p.parse_args()
@@ -133,13 +159,18 @@ def main() -> int:
     config.write_text("run_name: soak\n")
 
     t0 = time.time()
-    ref = run_child(config, work / "ref", args.steps, args.write_delay)
+    import torch
+
+    torch.set_num_threads(1)
+    import teamrl.cli  # noqa: F401  (loaded once, before the forks)
+
+    ref = Child(config, work / "ref", args.steps, args.write_delay)
     first_line = None
     while ref.poll() is None:
         if first_line is None and (work / "ref" / "metrics.jsonl").exists():
             first_line = time.time() - t0
         time.sleep(0.05)
-    assert ref.returncode == 0, ref.stderr.read().decode()
+    assert ref.returncode == 0, ref.stderr()
     total = time.time() - t0
     first_line = first_line or total
     reference = outcome(work / "ref", args.steps)
@@ -152,7 +183,7 @@ def main() -> int:
         # timed from the first metrics line, since start-up time varies with the machine's load
         at_start = rng.random() < 0.15
         at = rng.uniform(0.5, first_line) if at_start else rng.uniform(0, total - first_line)
-        proc = run_child(config, run_dir, args.steps, args.write_delay)
+        proc = Child(config, run_dir, args.steps, args.write_delay)
         metrics = run_dir / "metrics.jsonl"
         while not at_start and proc.poll() is None and not metrics.exists():
             time.sleep(0.01)
@@ -161,7 +192,7 @@ def main() -> int:
             time.sleep(0.01)
         killed = proc.poll() is None
         if killed:
-            proc.send_signal(signal.SIGKILL)
+            proc.kill()
         proc.wait()
         ckdir = run_dir / "checkpoints"
         left = {
@@ -173,7 +204,7 @@ def main() -> int:
         if killed:
             rc, err = finish(config, run_dir, args.steps, args.write_delay)
         else:
-            rc, err = proc.returncode, proc.stderr.read().decode()
+            rc, err = proc.returncode, proc.stderr()
         exact = rc == 0 and outcome(run_dir, args.steps) == reference
         trials.append(
             {
@@ -188,7 +219,15 @@ def main() -> int:
             }
         )
         print(json.dumps(trials[-1]), flush=True)
+        write_report(args, trials, args.trials)  # a report survives an early stop too
 
+    exact = write_report(args, trials, args.trials)
+    print(f"{exact}/{len(trials)} exact continuations; report: {args.out}.md")
+    return 0 if exact == len(trials) else 1
+
+
+def write_report(args, trials: list[dict], planned: int) -> int:
+    """Write the .json and .md report of the trials so far; return the exact count."""
     exact = sum(t["exact"] for t in trials)
     summary = {
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -207,7 +246,8 @@ def main() -> int:
     md = [
         "# kill -9 / resume soak",
         "",
-        f"`python benchmarks/soak_resume.py --trials {args.trials}` ({summary['date_utc']} UTC,",
+        f"`python benchmarks/soak_resume.py --trials {args.trials}` ({summary['date_utc']} UTC, "
+        f"{len(trials)} of {planned} trials done,",
         f"tiny-llama, {args.steps} steps, a checkpoint every step, write delay "
         f"{args.write_delay} s, load average {summary['load_average'][0]:.1f}).",
         "",
@@ -230,8 +270,7 @@ def main() -> int:
             f"{t['exact']} |"
         )
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print(f"{exact}/{len(trials)} exact continuations; report: {out.with_suffix('.md')}")
-    return 0 if exact == len(trials) else 1
+    return exact
 
 
 def _torn(path: Path) -> bool:
@@ -243,6 +282,4 @@ def _lines(path: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        sys.exit(child(sys.argv[2:]))
     sys.exit(main())

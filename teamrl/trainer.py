@@ -319,7 +319,8 @@ class Trainer:
                 saved = None
                 if (save_every and self.step % save_every == 0) or self.step == cfg.train.max_steps:
                     saved = self.save_checkpoint()
-                if stop.signum is not None:  # at a step boundary: nothing is half applied
+                if stop.signum is not None and self.step < cfg.train.max_steps:
+                    # at a step boundary: nothing is half applied
                     saved = saved or self.save_checkpoint()
                     raise TrainingInterrupted(self.step, saved, stop.signum)
         finally:
