@@ -30,7 +30,8 @@ class TrainingInterrupted(Exception):
 class StopRequest:
     """``with StopRequest() as stop:`` handles SIGINT/SIGTERM by setting ``stop.signum``.
 
-    Outside the main thread (signal handlers can only be set there) it does nothing.
+    Outside the main thread (signal handlers can only be set there) it does nothing, and a
+    signal that is ignored when it starts (``nohup``, a shell's background job) stays ignored.
     """
 
     def __init__(self) -> None:
@@ -39,7 +40,9 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in SIGNALS}
+            # a signal the parent set to be ignored (SIGINT in a background job) stays ignored
+            mine = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+            self._old = {s: signal.signal(s, self._handle) for s in mine}
         return self
 
     def __exit__(self, *exc) -> None:

@@ -35,8 +35,9 @@ def child_env() -> dict:
 
 SLOW_CLI = textwrap.dedent(
     """
-    import sys, time, torch
+    import signal, sys, time, torch
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, not a bg job
     from teamrl.trainer import Trainer
     real = Trainer.train_step
     def slow(self):  # time for the test to send its signal mid-run
@@ -96,12 +97,19 @@ def weights(run: Path, step: int) -> dict:
 
 
 def test_a_second_signal_aborts_at_once():
-    with StopRequest() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.signum == signal.SIGINT  # the first only asks for a stop
-        with pytest.raises(KeyboardInterrupt):
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with StopRequest() as stop:
             os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+            assert stop.signum == signal.SIGINT  # the first only asks for a stop
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job ignores Ctrl-C
+        with StopRequest():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_save_steps_defaults_to_periodic():
