@@ -1,9 +1,22 @@
-"""Checkpoints: ``run_dir/checkpoints/step-N`` with each policy's weights, optimizer and
-scheduler, the RNG states, the trainer state and the config. Written atomically (a temp
-folder renamed into place) and by the main rank only."""
+"""Checkpoints: ``run_dir/checkpoints/step-N``, written by the main rank only.
+
+    step-N/
+      policies/<policy>/   adapter_config.json + adapter_model.safetensors (LoRA; PEFT loads it)
+                           or config.json + model.safetensors (full), the tokenizer,
+                           optimizer.pt, scheduler.pt
+      rng.pt  trainer_state.json  config.yaml  base_model.json (base name + weights fingerprint)
+      manifest.json        every other file's size and sha256, written last
+
+Written into a temp folder ``.step-N-*`` that is renamed into place, so ``step-N`` exists only
+complete. A checkpoint is verified against its manifest before a resume; a corrupt one is moved
+aside (``corrupt-step-N``) with a warning naming the bad file and the newest intact one is used.
+A full disk ends with one line naming the folder and the free space; the previous checkpoint is
+untouched and the temp folder removed.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -17,7 +30,11 @@ import torch
 
 from teamrl.config import Config, dump_config, from_dict, to_dict
 from teamrl.distributed import DistContext
+from teamrl.policy_weights import base_record, load_policy, save_policy
+from teamrl.run_files import RunError, disk_full, free_space
 from teamrl.team import Team
+
+MANIFEST = "manifest.json"
 
 
 def save_checkpoint(
@@ -35,45 +52,193 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{state['step']}-", dir=root))
     try:
-        for name, pol in team.policies.items():
-            d = tmp / "policies" / name
-            d.mkdir(parents=True)
-            torch.save(pol.state_dict(), d / "weights.pt")
-            torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
-            torch.save(pol.scheduler.state_dict(), d / "scheduler.pt")
-        torch.save(
-            {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            tmp / "rng.pt",
-        )
-        (tmp / "trainer_state.json").write_text(json.dumps(state))
-        dump_config(cfg, tmp / "config.yaml")
+        write_checkpoint_files(tmp, cfg, team, state)
+        write_manifest(tmp)  # last: a folder with a manifest was written completely
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+        _fsync_dir(root)
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full(err):
+            prev = latest_checkpoint(run_dir)
+            raise RunError(
+                f"disk full while writing checkpoint {final} ({free_space(root)} free in "
+                f"{root}); removed the partial checkpoint; "
+                + (f"the previous checkpoint {prev.name} is intact" if prev else "no checkpoint")
+            ) from err
         raise
     prune_checkpoints(root, cfg.log.save_total_limit)
     return final
 
 
+def write_checkpoint_files(folder: Path, cfg: Config, team: Team, state: dict) -> None:
+    for name, pol in team.policies.items():
+        d = folder / "policies" / name
+        save_policy(pol, d)
+        torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
+        torch.save(pol.scheduler.state_dict(), d / "scheduler.pt")
+    torch.save(
+        {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
+        folder / "rng.pt",
+    )
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    (folder / "base_model.json").write_text(json.dumps(base_record(team, cfg), indent=1))
+    dump_config(cfg, folder / "config.yaml")
+
+
 def prune_checkpoints(root: Path, limit: int | None) -> None:
-    """Keep the ``limit`` latest checkpoints (all when None)."""
+    """Keep the ``limit`` latest checkpoints (all when None; never fewer than the newest)."""
     if limit is None:
         return
-    for old in _sorted(root)[:-limit]:
+    for old in _sorted(root)[: -max(1, limit)]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# --- the manifest -----------------------------------------------------------------------------
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: every file's size and sha256; each file is fsynced on the way."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+        files[path.relative_to(folder).as_posix()] = {
+            "size": path.stat().st_size,
+            "sha256": _sha256(path),
+        }
+    with (folder / MANIFEST).open("w") as f:
+        json.dump({"files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify_checkpoint(folder: Path) -> str | None:
+    """None if every file matches the manifest, else what is wrong, naming the file. A folder
+    with no manifest (written by teamrl before manifests) is accepted unverified."""
+    mpath = folder / MANIFEST
+    if not mpath.exists():
+        return None
+    try:
+        files = json.loads(mpath.read_text())["files"]
+        entries = [(str(k), int(v["size"]), str(v["sha256"])) for k, v in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        return f"{mpath}: unreadable manifest ({type(err).__name__})"
+    for rel, size, digest in entries:
+        path = folder / rel
+        if not path.is_file():
+            return f"{path}: missing"
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{path}: {actual} bytes, the manifest says {size} (truncated or overwritten)"
+        if _sha256(path) != digest:
+            return f"{path}: its sha256 differs from the manifest (the file was altered)"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resume_checkpoint(
+    run_dir: str | Path, step: int | None = None, move_aside: bool = True
+) -> Path:
+    """The newest intact checkpoint (or ``step-<step>``). A corrupt one gets a warning naming the
+    bad file and (``move_aside``, for a resume) is renamed ``corrupt-step-N``; none intact is a
+    one-line error."""
+    root = Path(run_dir, "checkpoints")
+    candidates = [root / f"step-{step}"] if step is not None else _sorted(root)[::-1]
+    if step is not None and not candidates[0].is_dir():
+        have = ", ".join(p.name for p in _sorted(root)) or "none"
+        raise RunError(f"--step {step}: no {candidates[0]} (checkpoints: {have})")
+    bad = []
+    for ckpt in candidates:
+        problem = verify_checkpoint(ckpt)
+        if problem is None:
+            return ckpt
+        bad.append(problem)
+        if move_aside and step is None:
+            aside = ckpt.with_name(f"corrupt-{ckpt.name}")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(ckpt, aside)
+            problem += f"; moved it aside to {aside.name}"
+        warnings.warn(f"checkpoint {ckpt.name} is corrupt: {problem}", stacklevel=2)
+    if not bad:
+        raise RunError(f"--resume: no checkpoint in {root}")
+    raise RunError(f"no intact checkpoint in {root}: {bad[0]}")
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def check_compatible(path: Path, saved: Config, cfg: Config, team: Team) -> None:
+    """One-line errors for a checkpoint that cannot go into this team: other policies, other
+    LoRA target modules or rank, or another base model (by the weights fingerprint)."""
+    mine, theirs = (
+        sorted(team.policies),
+        sorted(p.name for p in (path / "policies").iterdir() if p.is_dir()),
+    )
+    if mine != theirs:
+        raise RunError(f"checkpoint {path} holds policies {theirs}, this run has {mine}")
+    lora = any(pol.adapter for pol in team.policies.values())
+    saved_lora = (path / "policies" / theirs[0] / "adapter_config.json").exists()
+    if lora != saved_lora and not (path / "policies" / theirs[0] / "weights.pt").exists():
+        kinds = {True: "LoRA adapters", False: "full weights"}
+        raise RunError(
+            f"checkpoint {path} holds {kinds[saved_lora]}, this run trains {kinds[lora]}"
+        )
+    sm, m = saved.model, cfg.model
+    if lora and (sorted(sm.lora_target_modules), sm.lora_r) != (
+        sorted(m.lora_target_modules),
+        m.lora_r,
+    ):
+        raise RunError(
+            f"checkpoint {path} was trained with model.lora_target_modules="
+            f"{list(sm.lora_target_modules)} and model.lora_r={sm.lora_r}; this run has "
+            f"{list(m.lora_target_modules)} and {m.lora_r}: set them as in its config.yaml"
+        )
+    record = path / "base_model.json"
+    if not record.exists():
+        return
+    saved_base = json.loads(record.read_text())
+    for name, now in base_record(team, cfg).items():
+        was = saved_base.get(name)
+        if (
+            was
+            and was["fingerprint"]
+            and now["fingerprint"]
+            and was["fingerprint"] != now["fingerprint"]
+        ):
+            raise RunError(
+                f"checkpoint {path} was trained on base model {was['name']!r} (fingerprint "
+                f"{was['fingerprint']}), this run loads {now['name']!r} (fingerprint "
+                f"{now['fingerprint']}): refusing to load it into a different base"
+            )
 
 
 def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     """Restore the policies and the RNG states from ``path``; return its trainer state."""
     path = Path(path)
     saved = from_dict(Config, _yaml(path / "config.yaml"))
+    check_compatible(path, saved, cfg, team)
     if to_dict(saved)["algorithm"] != to_dict(cfg)["algorithm"]:
         warnings.warn(f"resuming from {path} with a different algorithm config", stacklevel=3)
     changed = schedule_changes(saved, cfg)
@@ -86,7 +251,7 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
         )
     for name, pol in team.policies.items():
         d = path / "policies" / name
-        pol.load_state_dict(torch.load(d / "weights.pt", weights_only=True))
+        load_policy(pol, d)
         pol.optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True))
         pol.scheduler.load_state_dict(torch.load(d / "scheduler.pt", weights_only=True))
         if pol.engine.backend is not None:

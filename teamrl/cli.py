@@ -1,4 +1,4 @@
-"""Command line: ``teamrl train | eval | envs | play | plot``.
+"""Command line: ``teamrl train | eval | export | envs | play | plot``.
 
 A user mistake (a bad config value, a missing file, a missing optional package) ends with one
 line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
@@ -53,7 +53,9 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
     """Before the model loads: a used folder without --resume, a resume with nothing to resume,
     and a resume of a run that is already finished each get their one line."""
     from teamrl.config import ConfigError
+    from teamrl.run_files import check_unlocked
 
+    check_unlocked(run_dir)  # another trainer on this folder: one line, before the model loads
     if not resume:
         if (run_dir / "metrics.jsonl").exists() and not cfg.log.overwrite:
             raise ConfigError(
@@ -76,6 +78,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from teamrl.interrupt import TrainingInterrupted
     from teamrl.trainer import Trainer
 
     if args.dry_run:
@@ -84,7 +87,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, task, run_dir = _prepare(args)
     check_run_folder(cfg, run_dir, args.resume)
     trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
-    history = trainer.train(resume=args.resume)
+    try:
+        history = trainer.train(resume=args.resume)
+    except TrainingInterrupted as stop:  # SIGTERM / Ctrl-C: checkpoint written, one line
+        print(f"teamrl: {stop}; resume with teamrl train {args.config} --resume", file=sys.stderr)
+        return 128 + stop.signum
     if history:
         first, last = history[0], history[-1]
         print(
@@ -100,6 +107,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from teamrl.evaluation import evaluate_trainer, markdown_table, write_report
     from teamrl.trainer import Trainer
 
+    from_run_folder(args)
     cfg, task, run_dir = _prepare(args)
     if args.checkpoint and not Path(args.checkpoint).is_dir():
         raise ConfigError(f"--checkpoint {args.checkpoint}: no such folder")
@@ -124,6 +132,50 @@ def cmd_eval(args: argparse.Namespace) -> int:
     jpath, mpath = write_report(reports, out_dir)
     print(markdown_table(reports))
     print(f"\nreport: {jpath}  {mpath}")
+    return 0
+
+
+def from_run_folder(args: argparse.Namespace) -> None:
+    """``teamrl eval RUN_DIR [--step N]``: the run's config.yaml (extra overrides still apply)
+    and its newest intact checkpoint (or step N); ``eval CONFIG --checkpoint DIR`` as before."""
+    from teamrl.checkpoints import resume_checkpoint
+    from teamrl.config import ConfigError
+
+    run = Path(args.config)
+    if not run.is_dir():
+        if args.step is not None:
+            raise ConfigError(f"--step {args.step}: needs a run folder, got the file {run}")
+        return
+    if not (run / "config.yaml").exists():
+        raise ConfigError(f"{run}: not a run folder (no config.yaml)")
+    args.config = str(run / "config.yaml")
+    args.run_dir = args.run_dir or str(run)
+    if not args.checkpoint:
+        args.checkpoint = str(resume_checkpoint(run, args.step, move_aside=False))
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from teamrl.checkpoints import resume_checkpoint
+    from teamrl.config import ConfigError, load_config
+    from teamrl.envs.base import task_from_config
+    from teamrl.export import push_to_hub, write_team_folder
+    from teamrl.plugins import ensure_task, import_tasks
+
+    run = Path(args.run_dir)
+    if not (run / "config.yaml").exists():
+        raise ConfigError(f"{run}: not a run folder (no config.yaml)")
+    ckpt = resume_checkpoint(run, args.step, move_aside=False)
+    import_tasks(args.imports)
+    cfg = load_config(ckpt / "config.yaml")
+    ensure_task(cfg.env.name)
+    roles = task_from_config(cfg.env).agents  # the task's role prompts, when no system is set
+    systems = {
+        a.name: a.system if a.system is not None else roles.get(a.name, "") for a in cfg.team.agents
+    }
+    out = write_team_folder(Path(args.out), cfg, systems, checkpoint=ckpt)
+    print(f"exported {ckpt} to {out}")
+    if args.push_to_hub:
+        print(f"pushed to {push_to_hub(out, args.push_to_hub)}")
     return 0
 
 
@@ -246,8 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "eval", help="Greedy accuracy, pass@k, avg@k, turns and reward components on a split."
     )
-    e.add_argument("config")
+    e.add_argument("config", help="A run folder (its config.yaml and checkpoint), or a config.")
     e.add_argument("overrides", nargs="*")
+    e.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="With a run folder: checkpoint step-N (default: the newest intact).",
+    )
     e.add_argument(
         "--checkpoint",
         default=None,
@@ -266,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--run-dir", default=None)
     _add_common(e)
     e.set_defaults(fn=cmd_eval)
+
+    x = sub.add_parser("export", help="Write a run's team as standard weights + team.yaml.")
+    x.add_argument("run_dir", help="The run folder.")
+    x.add_argument("out", help="Output folder: one weights folder per policy and team.yaml.")
+    x.add_argument("--step", type=int, default=None, help="Checkpoint step (default: newest).")
+    x.add_argument("--push-to-hub", default=None, metavar="REPO", help="Upload OUT to this repo.")
+    _add_common(x)
+    x.set_defaults(fn=cmd_export)
 
     en = sub.add_parser("envs", help="List registered tasks (builtin, --import, entry points).")
     _add_common(en)
@@ -333,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
+    except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: no final checkpoint, earlier ones intact
+        print("teamrl: aborted; the last complete checkpoint is intact", file=sys.stderr)
+        return 130
     except (ConfigError, FileExistsError, FileNotFoundError) as err:
         message = str(err).replace("\r", " ").replace("\n", " ")  # one line, always
         print(f"teamrl: error: {message}", file=sys.stderr)

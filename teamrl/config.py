@@ -302,7 +302,7 @@ class EvalConfig:
 @dataclass
 class LogConfig:
     output_dir: str = _f("runs", "Parent folder of run folders.")
-    save_steps: int = _f(0, "Write a checkpoint every K steps (0 = only at the end).")
+    save_steps: int = _f(50, "Checkpoint every K steps (0: at the end only; SIGTERM also saves).")
     overwrite: bool = _f(
         False, "Start afresh in a run folder that already holds a run (else it is an error)."
     )

@@ -1,4 +1,9 @@
-"""Run outputs: metrics.jsonl (one line per step), samples.jsonl, optional TensorBoard and wandb."""
+"""Run outputs: metrics.jsonl (one line per step), samples.jsonl, optional TensorBoard and wandb.
+
+Each line is appended with one write (``teamrl.run_files.append_line``), the files are fsynced
+before every checkpoint, and the resume rewrite is atomic; a line torn by a crash is dropped with
+a warning naming the file and line.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from teamrl.distributed import DistContext
+from teamrl.run_files import append_line, atomic_write_text, fsync_file, read_jsonl
 from teamrl.sample import Sample
 
 
@@ -71,19 +77,21 @@ class RunLogger:
         for path in (self.metrics_path, self.samples_path):
             if not path.exists():
                 continue
-            keep = [
-                ln
-                for ln in path.read_text().splitlines()
-                if ln.strip() and json.loads(ln).get("step", 0) <= step
-            ]
-            path.write_text("".join(ln + "\n" for ln in keep))
+            keep = [row for row in read_jsonl(path) if row.get("step", 0) <= step]
+            # temp file + os.replace: a kill during the rewrite keeps the old file whole
+            atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in keep))
+
+    def sync(self) -> None:
+        """fsync the line files (before a checkpoint, so no checkpoint is ahead of its log)."""
+        if self.active:
+            fsync_file(self.metrics_path)
+            fsync_file(self.samples_path)
 
     def log(self, metrics: dict[str, Any]) -> None:
         if not self.active:
             return
         clean = {k: _jsonable(v) for k, v in metrics.items()}
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(clean) + "\n")
+        append_line(self.metrics_path, json.dumps(clean))
         step = int(metrics["step"])
         for k, v in clean.items():
             if k != "step" and isinstance(v, (int, float)) and v is not None:
@@ -97,9 +105,8 @@ class RunLogger:
     def log_samples(self, rows: list[dict]) -> None:
         if not self.active:
             return
-        with self.samples_path.open("a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+        for row in rows:
+            append_line(self.samples_path, json.dumps(row))
 
     def close(self) -> None:
         if self._tb is not None:
@@ -136,7 +143,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a teamrl run folder?")
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return read_jsonl(path)
 
 
 def sample_rows(samples: list[Sample], step: int, k: int) -> list[dict]:

@@ -37,10 +37,14 @@ from teamrl.data_stream import DataStream
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task, task_from_config
 from teamrl.envs.sequential import SequentialTurns
+from teamrl.export import write_team_folder
+from teamrl.interrupt import StopRequest, TrainingInterrupted
 from teamrl.logging import RunLogger, sample_rows
+from teamrl.policy_weights import base_record
 from teamrl.preflight import preflight as run_preflight
 from teamrl.recipes import recipe_for
 from teamrl.rollout.common import RolloutResult
+from teamrl.run_files import RunLock, remove_orphans
 from teamrl.sample import Sample
 from teamrl.team import Policy, Team
 
@@ -129,6 +133,7 @@ class Trainer:
         for pol in self.team.policies.values():
             if pol.optimizer is None:  # a remote policy's optimizer lives on its workers
                 self._make_optimizer(pol)
+        base_record(self.team, cfg)  # fingerprint the bases now, before training moves them
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
         self.step = 0
         self.nan_skips = 0
@@ -265,8 +270,19 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------
 
     def train(self, resume: bool = False) -> list[dict]:
-        cfg = self.cfg
+        """Train to ``train.max_steps``. The run folder is locked for the duration; SIGTERM or
+        Ctrl-C ends the current step, writes a checkpoint and raises ``TrainingInterrupted``."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(self.run_dir).acquire() if self.ctx.is_main else None
+        try:
+            with StopRequest() as stop:
+                return self._train(resume, stop)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _train(self, resume: bool, stop: StopRequest) -> list[dict]:
+        cfg = self.cfg
         if not resume and (self.run_dir / "metrics.jsonl").exists():
             if not cfg.log.overwrite:
                 raise FileExistsError(
@@ -274,13 +290,10 @@ class Trainer:
                     "log.overwrite=true to start afresh, or another run_name"
                 )
             shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
-        if resume:
-            ckpt = checkpoints.latest_checkpoint(self.run_dir)
-            if ckpt is None:
-                raise FileNotFoundError(
-                    f"--resume: no checkpoint in {self.run_dir / 'checkpoints'}"
-                )
-            self.load_checkpoint(ckpt)
+        if self.ctx.is_main:
+            remove_orphans(self.run_dir / "checkpoints")
+        if resume:  # the newest checkpoint that matches its manifest
+            self.load_checkpoint(checkpoints.resume_checkpoint(self.run_dir))
         if self.ctx.is_main:
             dump_config(cfg, self.run_dir / "config.yaml")
         self.logger = RunLogger(
@@ -318,8 +331,13 @@ class Trainer:
                         tok_s=f"{metrics['tokens_per_second']:.0f}",
                     )
                 save_every = cfg.log.save_steps
+                saved = None
                 if (save_every and self.step % save_every == 0) or self.step == cfg.train.max_steps:
-                    self.save_checkpoint()
+                    saved = self.save_checkpoint()
+                if stop.signum is not None and self.step < cfg.train.max_steps:
+                    # at a step boundary: nothing is half applied
+                    saved = saved or self.save_checkpoint()
+                    raise TrainingInterrupted(self.step, saved, stop.signum)
         finally:
             if bar is not None:
                 bar.close()
@@ -331,6 +349,8 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step-N`` atomically (see ``teamrl.checkpoints``)."""
         state = {"step": self.step, "data": self.data.state(), "nan_skips": self.nan_skips}
+        if self.logger is not None:
+            self.logger.sync()  # no checkpoint is ahead of the metrics it follows
         return checkpoints.save_checkpoint(self.run_dir, self.cfg, self.team, state, self.ctx)
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -345,18 +365,9 @@ class Trainer:
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
 
-    def export(self, out_dir: str | Path) -> None:
-        """save_pretrained each policy (adapter or full model) with its tokenizer."""
-        if not self.ctx.is_main:
-            return
-        out = Path(out_dir)
-        for name, pol in self.team.policies.items():
-            d = out / name
-            if hasattr(pol, "export"):  # a RemotePolicy: its rank 0 writes (teamrl.scale)
-                pol.export(str(d))
-                continue
-            if pol.adapter is not None:
-                pol.model.save_pretrained(str(d), selected_adapters=[pol.adapter])
-            else:
-                pol.model.save_pretrained(str(d))
-            pol.engine.tokenizer.save_pretrained(str(d))
+    def export(self, out_dir: str | Path) -> Path:
+        """A team folder (as ``teamrl export``): one folder of standard weights per policy (a
+        PEFT adapter or a save_pretrained model, with the tokenizer) and ``team.yaml``."""
+        if self.ctx.is_main:
+            write_team_folder(Path(out_dir), self.cfg, self.team.systems, self.team)
+        return Path(out_dir)

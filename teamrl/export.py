@@ -1,0 +1,109 @@
+"""A trained team as a folder anyone can load, and optionally a hub repository.
+
+    OUT/
+      team.yaml          which agent uses which weights, its prompts and sampling settings
+      <policy>/          a PEFT adapter (adapter_config.json + adapter_model.safetensors) or a
+                         save_pretrained model (config.json + model.safetensors), + tokenizer
+
+One folder per policy: in ``lora`` and ``separate`` teams that is one per agent (named after
+it); in a ``shared`` team every agent points at ``shared/``. An adapter loads with
+``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), OUT/<policy>)``, a full
+model with ``AutoModelForCausalLM.from_pretrained(OUT/<policy>)``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from teamrl.config import Config
+from teamrl.run_files import RunError
+
+TRAINING_ONLY = {"optimizer.pt", "scheduler.pt"}
+
+
+def write_team_folder(
+    out: Path,
+    cfg: Config,
+    systems: dict[str, str],
+    team=None,
+    checkpoint: Path | None = None,
+) -> Path:
+    """Write OUT from a live ``team`` or from a checkpoint folder (no model is loaded)."""
+    from teamrl.policy_weights import base_record, save_policy
+
+    out.mkdir(parents=True, exist_ok=True)
+    if team is not None:
+        bases = base_record(team, cfg)
+        for name, pol in team.policies.items():
+            save_policy(pol, out / name)
+        policy_of = dict(team.policy_of)
+    else:
+        assert checkpoint is not None
+        src_root = checkpoint / "policies"
+        names = sorted(p.name for p in src_root.iterdir() if p.is_dir())
+        for name in names:
+            src = src_root / name
+            if (src / "weights.pt").exists():
+                raise RunError(
+                    f"{checkpoint} was written before teamrl saved standard formats; load it "
+                    "with Trainer.load_checkpoint and call Trainer.export"
+                )
+            dst = out / name
+            dst.mkdir(exist_ok=True)
+            for f in src.iterdir():
+                if f.is_file() and f.name not in TRAINING_ONLY:
+                    shutil.copy2(f, dst / f.name)
+        bases = json.loads((checkpoint / "base_model.json").read_text())
+        policy_of = {a.name: (a.name if a.name in names else names[0]) for a in cfg.team.agents}
+    agents = []
+    for a in cfg.team.agents:
+        pol = policy_of[a.name]
+        adapter = (out / pol / "adapter_config.json").exists()
+        agents.append(
+            {
+                "name": a.name,
+                "weights": f"{pol}/",
+                "format": "peft_adapter" if adapter else "full_model",
+                "base_model": bases[pol]["name"],
+                "base_fingerprint": bases[pol]["fingerprint"],
+                "system": systems.get(a.name, ""),
+                "prompt": a.prompt,
+                "response_prefix": a.response_prefix,
+                "chat_template": cfg.team.chat_template,
+                "sampling": {
+                    "temperature": a.temperature,
+                    "top_p": a.top_p,
+                    "top_k": a.top_k,
+                    "max_new_tokens": a.max_completion_length,
+                },
+            }
+        )
+    team_yaml = {
+        "task": cfg.env.name,
+        "algorithm": cfg.algorithm.name,
+        "policies": cfg.team.policies,
+        "agents": agents,
+    }
+    (out / "team.yaml").write_text(yaml.safe_dump(team_yaml, sort_keys=False))
+    return out
+
+
+def push_to_hub(folder: Path, repo: str) -> str:
+    """Upload ``folder`` to hub repository ``repo``; any failure (offline, no token, no network)
+    is one line."""
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        info = api.upload_folder(repo_id=repo, folder_path=str(folder))
+    except Exception as err:  # every hub failure (offline, no token) is one line
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RunError(
+            f"--push-to-hub {repo}: upload failed ({type(err).__name__}: {reason})"
+        ) from None
+    return str(getattr(info, "commit_url", repo))
