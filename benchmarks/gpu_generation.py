@@ -43,48 +43,20 @@ sys.path.insert(0, str(HERE.parent))
 
 # The published config.json values that set the compute (hidden size, depth, heads, MLP width,
 # vocabulary, tied embeddings, RoPE base).
-CONFIGS = {
-    "smollm2-135m": dict(
-        model_type="llama",
-        hidden_size=576,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        intermediate_size=1536,
-        vocab_size=49152,
-        tie_word_embeddings=True,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        rms_norm_eps=1e-5,
-    ),
-    "qwen2.5-0.5b": dict(
-        model_type="qwen2",
-        hidden_size=896,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        intermediate_size=4864,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        use_sliding_window=False,
-    ),
-    "qwen2.5-1.5b": dict(
-        model_type="qwen2",
-        hidden_size=1536,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        intermediate_size=8960,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        use_sliding_window=False,
-    ),
+_KEYS = (
+    "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "intermediate_size", "vocab_size", "rope_theta",
+    "max_position_embeddings", "rms_norm_eps",
+)  # fmt: skip
+_ROWS = {
+    "smollm2-135m": ("llama", 576, 30, 9, 3, 1536, 49152, 100000.0, 8192, 1e-5),
+    "qwen2.5-0.5b": ("qwen2", 896, 24, 14, 2, 4864, 151936, 1000000.0, 32768, 1e-6),
+    "qwen2.5-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, 151936, 1000000.0, 32768, 1e-6),
+}
+CONFIGS = {  # every one ties its embeddings; Qwen2.5 uses full attention (no sliding window)
+    name: dict(zip(_KEYS, row), tie_word_embeddings=True)
+    | ({"use_sliding_window": False} if row[0] == "qwen2" else {})
+    for name, row in _ROWS.items()
 }
 SAMPLERS = ("hf", "eager", "fast", "vllm")
 
