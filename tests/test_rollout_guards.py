@@ -123,8 +123,11 @@ from teamrl.envs.functional import FunctionEnv
 from teamrl.rollout.joint_tree import joint_rollout
 from tests.test_magrpo_tree import ScriptedTeam
 
+first = threading.Lock()
+
 def hang(completions, example):
-    print("ready", flush=True)
+    if first.acquire(blocking=False):  # two workers hang: say "ready" once, not interleaved
+        print("ready", flush=True)
     threading.Event().wait()
 
 env = lambda: FunctionEnv(["a", "b"], hang)
