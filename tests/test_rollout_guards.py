@@ -117,7 +117,10 @@ def test_runner_without_timeouts_counts_none():
 
 
 SCRIPT = """
-import sys, threading
+import signal, sys, threading
+# As a terminal does: a test runner started in the background (nohup, CI) ignores SIGINT, and
+# the child would inherit that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from teamrl.envs.functional import FunctionEnv
 from teamrl.rollout.joint_tree import joint_rollout
