@@ -58,7 +58,7 @@ CONFIGS = {  # every one ties its embeddings; Qwen2.5 uses full attention (no sl
     | ({"use_sliding_window": False} if row[0] == "qwen2" else {})
     for name, row in _ROWS.items()
 }
-SAMPLERS = ("hf", "eager", "fast", "vllm")
+SAMPLERS = ("hf", "eager", "packed", "fast", "vllm")
 
 
 def build_model(name: str, device: str, dtype):
@@ -114,6 +114,11 @@ class Samplers:
         reqs = [Request(prompt_ids=p, n=1, max_new_tokens=new) for p in prompts]
         if sampler == "eager":
             return generate(self.model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+        if sampler == "packed":  # the eager loop with oneDNN-packed weights (CPU, fp32)
+            from teamrl.generation.cpu_prepack import prepacked
+
+            with prepacked(self.model):
+                return generate(self.model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
         if sampler == "fast":
             return fast_decode.generate(self.model, reqs, [0], 0, ignore_eos=True)
         return self._vllm(prompts, new)
@@ -311,6 +316,8 @@ def main() -> int:
                     }
                     if sampler == "vllm" and not vllm_ok:
                         continue
+                    if sampler == "packed" and not device.startswith("cpu"):
+                        continue  # generation.cpu_prepack applies to float32 on CPU only
                     try:
                         first = time_call(device, runner.run, sampler, prompts, new)
                         times = [

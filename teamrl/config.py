@@ -385,6 +385,8 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
                 errors.append(str(err))
         raise ConfigError(errors[0] if errors else f"{path}: got {value!r}")
     if origin is Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(args):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare on/off as a boolean
         if value not in args:
             choices = ", ".join(repr(a) for a in args)
             raise ConfigError(f"{path}: expected one of {choices}, got {value!r}")

@@ -55,7 +55,7 @@ def make_backend(cfg: GenerationConfig, spec: EngineSpec) -> Backend:
     if cfg.backend == "hf":
         from teamrl.generation.hf import HFBackend
 
-        return HFBackend(spec, fast_decode=cfg.fast_decode)
+        return HFBackend(spec, fast_decode=cfg.fast_decode, cpu_prepack=cfg.cpu_prepack)
     if cfg.backend == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("generation.backend=vllm needs vLLM: pip install 'teamrl[vllm]'")

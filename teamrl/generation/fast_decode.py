@@ -22,7 +22,7 @@ of ``width + t + 1``; the extra keys get weight 0, but the softmax and the weigh
 over a longer axis, so logits may differ in the last bits. Greedy decoding (temperature 0) gives
 the same tokens unless two logits tie within float rounding, and the log-probs (0 under greedy;
 the sampler's log-probs when sampling) agree within float tolerance. Sampling consumes the RNG
-exactly as the reference does: ``sample_tokens`` draws one ``torch.multinomial`` over the same
+exactly as the reference does: ``sample_tokens`` draws one uniform per row from the same
 (rows, vocab) shape per step, and the loop stops at the same step. With the same seed the tokens
 are the same unless a last-bit difference in a probability moves a draw across a bucket edge
 (never seen on the tiny models in float32; in bf16 on GPU expect rare divergences).
