@@ -98,7 +98,10 @@ def spec(model, dtype="float32") -> EngineSpec:
 
 def test_backend_greedy_tokens_do_not_depend_on_packing():
     model = load_model("tiny-llama")
-    reqs = [Request([5, 9, 14, 3], n=2, temperature=0.0, max_new_tokens=12), Request([7], n=1, temperature=0.0)]
+    reqs = [
+        Request([5, 9, 14, 3], n=2, temperature=0.0, max_new_tokens=12),
+        Request([7], n=1, temperature=0.0),
+    ]
     on = make_backend(GenerationConfig(cpu_prepack="on"), spec(model))
     off = make_backend(GenerationConfig(cpu_prepack="off"), spec(model))
     assert on.prepack and not off.prepack
