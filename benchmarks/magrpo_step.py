@@ -435,6 +435,8 @@ def main() -> int:
     reference = "comlrl 1.4.3" if "comlrl 1.4.3" in contenders else "raw"
     if reference not in contenders:
         reference = None
+    for name, why in res["dropped"].items():
+        notes[name] = f"dropped during the run (not in the tables): {why}"
     if args.rounds < 5:
         notes["rounds"] = f"only {args.rounds} rounds: a smoke run, not a measurement (use >= 5)."
     result = {

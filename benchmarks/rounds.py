@@ -60,16 +60,29 @@ def run_rounds(
 ) -> dict:
     """``warmup`` untimed rounds, then ``rounds`` timed rounds of one step per contender.
 
-    Returns {"orders": [[name, ...] per timed round], "steps": {name: [timings per round]}}.
+    Returns {"orders": [[name, ...] per timed round], "steps": {name: [timings per round]},
+    "dropped": {name: why}}. A contender whose worker fails (killed for memory, an error) is
+    dropped with its reason and the others go on: an hour of rounds is not lost to one worker.
     ``on_step(round, name, timings)`` is called after each step (round < 0: warm-up);
     ``on_round(round, order)`` before each timed round.
     """
     names = list(contenders)
-    for w in range(warmup):
-        for name in names:
+    dropped: dict[str, str] = {}
+
+    def step(name: str, r: int) -> dict | None:
+        try:
             timings = contenders[name].step()
-            if on_step:
-                on_step(w - warmup, name, timings)
+        except RuntimeError as err:
+            dropped[name] = str(err).splitlines()[0][:300]
+            names.remove(name)
+            return None
+        if on_step:
+            on_step(r, name, timings)
+        return timings
+
+    for w in range(warmup):
+        for name in list(names):
+            step(name, w - warmup)
     steps: dict[str, list[dict]] = {name: [] for name in names}
     orders = []
     for r in range(rounds):
@@ -78,11 +91,13 @@ def run_rounds(
         if on_round:
             on_round(r, this)
         for name in this:
-            timings = contenders[name].step()
-            steps[name].append(timings)
-            if on_step:
-                on_step(r, name, timings)
-    return {"orders": orders, "steps": steps}
+            timings = step(name, r)
+            if timings is not None:
+                steps[name].append(timings)
+    for name in dropped:  # a partial series is not comparable round by round
+        steps.pop(name, None)
+    orders = [[n for n in order if n not in dropped] for order in orders]
+    return {"orders": orders, "steps": steps, "dropped": dropped}
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:

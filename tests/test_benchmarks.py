@@ -33,6 +33,32 @@ def test_rounds_rotate_the_order_after_an_untimed_warmup():
     assert {n: len(v) for n, v in res["steps"].items()} == {"A": 3, "B": 3, "C": 3}
 
 
+class Dying(Fake):
+    """A worker killed (e.g. for memory) at its ``k``-th step."""
+
+    def __init__(self, name, times, log, k):
+        super().__init__(name, times, log)
+        self.k = k
+
+    def step(self):
+        self.k -= 1
+        if self.k == 0:
+            raise RuntimeError(f"{self.name}: worker exited (-9); last log lines:\n...")
+        return super().step()
+
+
+def test_a_worker_that_dies_is_dropped_with_its_reason_and_the_rounds_go_on():
+    log: list[str] = []
+    fakes = {"A": Fake("A", [1.0] * 4, log), "B": Dying("B", [1.0] * 4, log, k=3)}
+    fakes["C"] = Fake("C", [2.0] * 4, log)
+    res = rounds.run_rounds(fakes, rounds=3, warmup=1, order="rotate")
+    assert res["dropped"] == {"B": "B: worker exited (-9); last log lines:"}
+    assert set(res["steps"]) == {"A", "C"}  # B's partial series is not reported
+    assert {n: len(v) for n, v in res["steps"].items()} == {"A": 3, "C": 3}
+    assert res["orders"] == [["A", "C"], ["C", "A"], ["A", "C"]]  # B died in round 2 (B C A)
+    assert rounds.report(res["steps"], reference="C")["A"]["ratio_vs_reference"] == 2.0
+
+
 def test_fixed_order_and_bad_order():
     log: list[str] = []
     rounds.run_rounds({n: Fake(n, [1.0] * 2, log) for n in "AB"}, rounds=2, warmup=0, order="fixed")
