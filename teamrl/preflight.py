@@ -257,7 +257,10 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     weights: params * dtype bytes per model copy ('separate': one per agent); LoRA adds
     r * (in + out) per linear layer and adapter. Trainable parameters (all of a full
     fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies);
-    beta > 0 without LoRA adds a frozen reference copy.
+    beta > 0 without LoRA adds a frozen reference copy. Sampling on CPU in float32 with
+    ``generation.cpu_prepack`` adds one packed copy of the linear weights: kept for the run when
+    they are frozen (the LoRA base, counted in weights), rebuilt at each rollout otherwise
+    (counted in generation).
 
     generation: rows = prompts_per_step * agents * G (AT-GRPO/GRPO: K), times the tree's
     branching at the deepest MAGRPO level. Every row holds its own KV cache,
@@ -276,7 +279,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     lora = uses_lora(cfg)
     shapes = {name: _shape(model) for name, model in models.items()}
 
-    weights = optimizer = 0.0
+    weights = optimizer = repacked = 0.0
+    packs = _packs_weights(cfg)
     copies = (
         [cfg.model.name_or_path]
         if cfg.team.policies != "separate"
@@ -294,6 +298,10 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
             optimizer += 3 * s["params"] * nbytes
             if a.beta > 0:
                 weights += s["params"] * nbytes
+        if packs and lora:
+            weights += s["params"] * 4
+        elif packs:
+            repacked += s["params"] * 4
 
     turns, g = cfg.env.max_turns, a.num_generations
     completion = max(ag.max_completion_length for ag in cfg.team.agents)
@@ -307,6 +315,7 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
         samples = rows * turns
     big = max(shapes.values(), key=lambda s: s["params"])
     generation = rows * seq * 2 * big["layers"] * big["kv_dim"] * nbytes + rows * big["vocab"] * 8
+    generation += repacked
 
     per_policy = samples if cfg.team.policies == "shared" else math.ceil(samples / n_agents)
     minibatch = math.ceil(per_policy / t.num_mini_batches)
@@ -322,6 +331,15 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     logits = micro * completion * big["vocab"] * 4 * 2
     training = tokens * per_token + prompt_kv + logits
     return Estimate(weights, optimizer, generation, training, rows, seq)
+
+
+def _packs_weights(cfg: Config) -> bool:
+    """Whether the hf sampler will use oneDNN-packed weight copies (teamrl.generation.cpu_prepack)."""
+    import torch
+
+    g, m = cfg.generation, cfg.model
+    on_cpu = m.device == "cpu" or (m.device == "auto" and not torch.cuda.is_available())
+    return g.backend == "hf" and g.cpu_prepack != "off" and m.dtype == "float32" and on_cpu
 
 
 def _geometric(branch: int, turns: int) -> int:

@@ -155,14 +155,23 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     assert est.weights == params * 4 and est.optimizer == 3 * params * 4  # full fine-tune, fp32
     assert est.rows == 1 * 2 * 4 and est.seq == 24 + 8
     # KV cache: rows * seq * 2 (k, v) * layers 2 * kv heads 2 * head dim 16 * 4 bytes, plus two
-    # fp32 vocab rows per sequence
-    assert est.generation == 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 512 * 8
+    # fp32 vocab rows per sequence, plus the sampler's packed copy of the (trainable) weights
+    kv_logits = 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 512 * 8
+    assert est.generation == kv_logits + params * 4
     # training: the 8 samples in one micro-batch; their 2 distinct prompts (a group of G=4
     # shares one) of 24 tokens and 8 completions of 8 tokens keep 2 layers x (4 * 64 + 3 * 128)
     # fp32 activations per token, and each completion token two fp32 vocab rows
     tokens = 2 * 24 + 8 * 8
     prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4  # each sample's copy of its prompt's KV cache
     assert est.training == tokens * 2 * (4 * 64 + 3 * 128) * 4 + prompt_kv + 8 * 8 * 512 * 4 * 2
+    # no packing: cpu_prepack=off; under LoRA the frozen base's packed copy is kept (weights)
+    off = load_config(None, [*BASE, "team.policies=shared", "generation.cpu_prepack=off"])
+    assert preflight.estimate_memory(off, models, prompt_len=24).generation == kv_logits
+    lora = load_config(None, [*BASE, "team.policies=lora"])
+    est_lora = preflight.estimate_memory(lora, models, prompt_len=24)
+    adapters = est_lora.weights - 2 * params * 4
+    lora_off = load_config(None, [*BASE, "team.policies=lora", "generation.cpu_prepack=off"])
+    assert preflight.estimate_memory(lora_off, models, prompt_len=24).weights == params * 4 + adapters
     preflight.check_fits(est, (est.total + 1, "host RAM"))
     with pytest.raises(preflight.ConfigError, match=r"only 0\.0 GiB is free on host RAM"):
         preflight.check_fits(est, (est.total - 1, "host RAM"))

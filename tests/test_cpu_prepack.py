@@ -14,6 +14,14 @@ from teamrl.models import load_model
 pytestmark = pytest.mark.skipif(
     not cpu_prepack.available(), reason="this PyTorch build has no oneDNN linear operators"
 )
+
+
+@pytest.fixture(autouse=True)
+def pack_every_size(monkeypatch):
+    """The tiny test models' weights are below the size worth packing: pack them anyway."""
+    monkeypatch.setattr(cpu_prepack, "MIN_PACKED_ELEMENTS", 0)
+
+
 IDS = torch.tensor([[5, 9, 14, 3, 7], [7, 21, 2, 8, 11]])
 
 
@@ -79,6 +87,20 @@ def test_gradients_flow_inside_the_block_and_lora_factors_are_left_alone():
         model(input_ids=IDS).logits.sum().backward()  # the packed op has no backward
     grads = [p.grad for n, p in model.named_parameters() if "lora_A" in n]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_only_weights_worth_packing_are_packed(monkeypatch):
+    model = load_model("tiny-llama-wide")  # hidden 256, MLP 512: 131,072-entry MLP weights
+    monkeypatch.setattr(cpu_prepack, "MIN_PACKED_ELEMENTS", 256 * 512)
+    with torch.no_grad(), cpu_prepack.prepacked(model):
+        inside = patched(model)
+    assert inside and all(
+        n.endswith(("gate_proj", "up_proj", "down_proj", "lm_head")) for n in inside
+    )
+    monkeypatch.undo()  # the default threshold: a 64-wide model has nothing worth packing
+    tiny = load_model("tiny-llama")
+    with torch.no_grad(), cpu_prepack.prepacked(tiny):
+        assert patched(tiny) == []
 
 
 def test_no_op_where_it_does_not_apply(monkeypatch):

@@ -40,7 +40,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from teamrl.generation.hf import truncation_keep
 from teamrl.sample import Sample
@@ -161,7 +160,9 @@ def token_logprobs(
         )
         # logit of completion token t comes from position t-1; token 0 from the prompt's last one
         logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
-    logits = logits.float() / batch.temperatures[:, None, None]
+    logits = logits.float()
+    if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
+        logits = logits / batch.temperatures[:, None, None]
     if truncate:
         b, c, v = logits.shape
         rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
@@ -173,7 +174,7 @@ def token_logprobs(
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            probs = F.softmax(logits, dim=-1)
+            probs = torch.exp(logits - lse.unsqueeze(-1))
             # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
             entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
     return logp, entropy
