@@ -171,7 +171,9 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     est_lora = preflight.estimate_memory(lora, models, prompt_len=24)
     adapters = est_lora.weights - 2 * params * 4
     lora_off = load_config(None, [*BASE, "team.policies=lora", "generation.cpu_prepack=off"])
-    assert preflight.estimate_memory(lora_off, models, prompt_len=24).weights == params * 4 + adapters
+    assert (
+        preflight.estimate_memory(lora_off, models, prompt_len=24).weights == params * 4 + adapters
+    )
     preflight.check_fits(est, (est.total + 1, "host RAM"))
     with pytest.raises(preflight.ConfigError, match=r"only 0\.0 GiB is free on host RAM"):
         preflight.check_fits(est, (est.total - 1, "host RAM"))
