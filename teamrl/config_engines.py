@@ -23,10 +23,11 @@ class GenerationConfig:
     )
     cpu_prepack: Literal["auto", "on", "off"] = _f(
         "auto",
-        "hf backend only: while sampling on CPU in float32, multiply by weights re-laid out in "
-        "oneDNN's blocked format (kept between calls until the weights change), about 2x faster "
-        "decoding at small batches; costs one more copy of the float32 weights in memory. "
-        "'auto' = on wherever it applies; 'on' errors where it cannot (GPU, bf16).",
+        "hf backend only: while sampling on CPU in float32, multiply by copies of the large "
+        "weights re-laid out in oneDNN's blocked format (trainable ones repacked every rollout, "
+        "frozen ones kept), about 1.5x faster decoding at small batches; costs one more copy of "
+        "the float32 weights in memory. 'auto' = on wherever it applies; 'on' errors where it "
+        "cannot (GPU, bf16).",
     )
     # The vllm_* fields only matter with backend=vllm. Names follow TRL's GRPOConfig.
     vllm_gpu_memory_utilization: float = _f(

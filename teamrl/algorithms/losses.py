@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from teamrl.generation.hf import truncation_keep
 from teamrl.sample import Sample
@@ -174,7 +175,7 @@ def token_logprobs(
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            probs = torch.exp(logits - lse.unsqueeze(-1))
+            probs = F.softmax(logits, dim=-1)
             # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
             entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
     return logp, entropy

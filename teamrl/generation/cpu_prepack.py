@@ -8,12 +8,12 @@ SmolLM2's 49152 x 576 output layer took 22-31 ms, while one pass over the same 1
 took 3.8 ms. oneDNN's blocked layout for the same weight (``mkldnn._reorder_linear_weight``,
 what ``torch.compile`` uses on CPU with frozen weights) does the product in 9 ms, and the
 576 x 1536 MLP products in 0.19-0.22 ms instead of 0.31-0.34 ms. The whole decode step of
-SmolLM2-135M at 8 rows goes from ~145 ms to ~70 ms.
+SmolLM2-135M at 8 rows goes from ~145 ms to ~90 ms.
 
 What. ``prepacked(model)`` is a context manager: inside it, every plain ``nn.Linear`` with a
 float32 CPU weight of at least ``MIN_PACKED_ELEMENTS`` entries (LoRA base layers and the output
-head included; the LoRA A/B factors and small projections stay as they are) computes ``x W^T + b`` through the packed copy of ``W``.
-It is a re-layout, not an approximation: the products agree with ``F.linear`` to float32
+head included; the LoRA A/B factors and small projections stay as they are) computes
+``x W^T + b`` through the packed copy of ``W``. It is a re-layout, not an approximation: the products agree with ``F.linear`` to float32
 rounding (the order of the additions differs; ~1e-4 absolute on logits of size ~10), and the
 trainer recomputes every log-prob with its own forward anyway.
 
