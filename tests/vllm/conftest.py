@@ -74,6 +74,18 @@ def reference_logprobs(model, prompt, completion, temperature=1.0, top_p=1.0):
     return logp.gather(-1, torch.tensor(completion)[:, None])[:, 0]
 
 
+def hf_greedy(model, prompt, max_new_tokens, eos_ids) -> list[int]:
+    """HF ``generate``'s greedy completion of ``prompt`` (the reference for vLLM's greedy)."""
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_ids,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
 @pytest.fixture(scope="session")
 def base_model():
     from teamrl import models

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import chat_prompt, engine_spec, reference_logprobs, small_engine_config
+from conftest import (
+    chat_prompt,
+    engine_spec,
+    hf_greedy,
+    reference_logprobs,
+    small_engine_config,
+)
 
 from teamrl.generation.types import Request
 
@@ -31,13 +37,7 @@ def test_greedy_matches_hf_generate(full_engine):
     prompts = [chat_prompt(p) for p in PROMPTS]
     out = backend.generate([Request(p, n=1, temperature=0, max_new_tokens=16) for p in prompts])
     for prompt, (g,) in zip(prompts, out):
-        with torch.no_grad():
-            hf = model.generate(
-                torch.tensor([prompt]),
-                do_sample=False,
-                max_new_tokens=16,
-                eos_token_id=backend.spec.eos_ids,
-            )[0, len(prompt) :].tolist()
+        hf = hf_greedy(model, prompt, 16, backend.spec.eos_ids)
         assert g.completion_ids == hf
         assert g.truncated == (hf[-1] not in backend.spec.eos_ids)
 

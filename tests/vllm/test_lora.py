@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import chat_prompt, engine_spec, reference_logprobs, small_engine_config
+from conftest import (
+    chat_prompt,
+    engine_spec,
+    hf_greedy,
+    reference_logprobs,
+    small_engine_config,
+)
 
 from teamrl.generation.types import Request
 
@@ -95,13 +101,7 @@ def test_adapter_sync_after_a_step_changes_the_next_generation(lora_engine):
             ref = _under(peft_model, adapter, prompt, g.completion_ids)
             assert (torch.tensor(g.logprobs) - ref).abs().max() < TOL, adapter
     peft_model.set_adapter("alice")
-    with torch.no_grad():
-        hf = peft_model.generate(
-            torch.tensor([prompt]),
-            do_sample=False,
-            max_new_tokens=10,
-            eos_token_id=backend.spec.eos_ids,
-        )[0, len(prompt) :].tolist()
+    hf = hf_greedy(peft_model, prompt, 10, backend.spec.eos_ids)
     after = backend.generate(ask)[0][0].completion_ids
     assert after == hf
 
