@@ -231,7 +231,7 @@ class Estimate:
     """Bytes of one training step, by part."""
 
     weights: float
-    optimizer: float  # gradients and the two AdamW moments of the trainable parameters
+    optimizer: float  # gradients and optimizer state (two AdamW moments; none for SGD)
     generation: float  # KV cache and prefill logits of the largest generate call
     training: float  # activations and logits of one micro-batch's forward and backward
     rows: int  # sequences in the largest generate call
@@ -256,7 +256,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
 
     weights: params * dtype bytes per model copy ('separate': one per agent); LoRA adds
     r * (in + out) per linear layer and adapter. Trainable parameters (all of a full
-    fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies);
+    fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies;
+    1, the gradient, under ``train.optim=sgd``);
     beta > 0 without LoRA adds a frozen reference copy. Sampling on CPU in float32 with
     ``generation.cpu_prepack`` adds one packed copy of the linear weights: kept for the run when
     they are frozen (the LoRA base, counted in weights), rebuilt at each rollout otherwise
@@ -280,6 +281,7 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     shapes = {name: _shape(model) for name, model in models.items()}
 
     weights = optimizer = repacked = 0.0
+    per_trainable = 1 if t.optim == "sgd" else 3  # copies per trainable parameter
     packs = _packs_weights(cfg)
     copies = (
         [cfg.model.name_or_path]
@@ -293,9 +295,9 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
         if lora:
             adapter = s["lora_in_out"] * cfg.model.lora_r * adapters_per_copy
             weights += adapter * nbytes
-            optimizer += 3 * adapter * nbytes
+            optimizer += per_trainable * adapter * nbytes
         else:
-            optimizer += 3 * s["params"] * nbytes
+            optimizer += per_trainable * s["params"] * nbytes
             if a.beta > 0:
                 weights += s["params"] * nbytes
         if packs and lora:

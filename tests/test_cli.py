@@ -153,6 +153,8 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     est = preflight.estimate_memory(cfg, models, prompt_len=24)
     params = sum(p.numel() for p in models["tiny-llama"].parameters())
     assert est.weights == params * 4 and est.optimizer == 3 * params * 4  # full fine-tune, fp32
+    sgd = load_config(None, [*BASE, "team.policies=shared", "train.optim=sgd"])
+    assert preflight.estimate_memory(sgd, models, prompt_len=24).optimizer == params * 4  # grads
     assert est.rows == 1 * 2 * 4 and est.seq == 24 + 8
     # KV cache: rows * seq * 2 (k, v) * layers 2 * kv heads 2 * head dim 16 * 4 bytes, plus two
     # fp32 vocab rows per sequence, plus the sampler's packed copy of the (trainable) weights

@@ -328,3 +328,21 @@ def test_lora_checkpoint_roundtrip(tmp_path):
     tr.load_checkpoint(tmp_path / "run" / "checkpoints" / "step-1")
     restored = snapshot(model)
     assert all(torch.equal(saved[n], restored[n]) for n in saved)
+
+
+def test_sgd_optimizer_steps_by_minus_lr_times_the_gradient():
+    # train.optim=sgd is plain SGD (no momentum): w <- w - lr * g. Values exact in float32:
+    # 1.0 - 0.25 * 0.5 = 0.875 and -2.0 - 0.25 * (-4.0) = -1.0; AdamW's first step would be
+    # lr * g / |g| = 0.25 for both entries.
+    from types import SimpleNamespace
+
+    from teamrl.trainer import make_optimizer
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    pol = SimpleNamespace(name="p", agents=["alice", "bob"], parameters=lambda: [w])
+    overrides = ["train.optim=sgd", "train.learning_rate=0.25", "train.lr_scheduler_type=constant"]
+    make_optimizer(pol, load_config(None, tiny_overrides("shared", 1) + overrides))
+    w.grad = torch.tensor([0.5, -4.0])
+    pol.optimizer.step()
+    assert w.tolist() == [0.875, -1.0]
+    assert isinstance(pol.optimizer, torch.optim.SGD)
