@@ -272,7 +272,7 @@ class TrainConfig:
     )
     micro_batch_size: int | None = _f(
         None,
-        "Sequences per forward pass (gradient accumulation). None or 0 = the whole minibatch.",
+        "Sequences per forward pass (gradient accumulation), >= 1. None = the whole minibatch.",
     )
     learning_rate: float = _f(1e-5, "Peak learning rate of AdamW.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")

@@ -7,6 +7,8 @@ Works on a ``Config`` without importing it (this module sits below ``teamrl.conf
 from __future__ import annotations
 
 import re
+import string
+import unicodedata
 from typing import Any
 
 from teamrl.errors import ConfigError
@@ -27,6 +29,7 @@ def validate_config(self: Any) -> None:
         for field_name, ok, want in AGENT_RULES:
             value = getattr(ag, field_name)
             _check(_safe(ok, value), f"team.agents[{i}].{field_name}", value, want)
+        check_prompt_template(ag.prompt, f"team.agents[{i}].prompt")
         # Greedy samples of one prompt are identical: every group would be flat.
         _check(
             ag.temperature > 0 or self.train.max_steps == 0,
@@ -77,13 +80,29 @@ def _gt(low: float) -> Any:
     return lambda v: v > low
 
 
+NAME_MAX = 255  # the longest file name, in bytes, on ext4, XFS, btrfs and APFS
+
+
 def _safe_name(v: str) -> bool:
-    # a folder name under log.output_dir: never empty, never a path, never '.' or '..'
-    return bool(v.strip()) and v not in (".", "..") and not set(v) & {"/", "\\", "\0"}
+    # A folder name under log.output_dir: never empty, never a path, never '.' or '..', never
+    # longer than a file name may be. No control or format character (newline, tab, NUL, the
+    # line separators, bidi overrides): they split log lines and disguise the folder in `ls`.
+    return (
+        bool(v.strip())
+        and v not in (".", "..")
+        and not set(v) & {"/", "\\"}
+        and not any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029" for c in v)
+        and len(v.encode("utf-8", "surrogatepass")) <= NAME_MAX
+    )
 
 
 RULES: list[tuple[str, Any, str]] = [
-    ("run_name", _safe_name, "a non-empty folder name without '/', '\\' or '..'"),
+    (
+        "run_name",
+        _safe_name,
+        f"a non-empty folder name of at most {NAME_MAX} bytes without '/', '\\', '..' or control "
+        "characters (newline, tab, NUL...)",
+    ),
     ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
     ("model.name_or_path", lambda v: bool(v.strip()), "a non-empty model name or path"),
     ("model.lora_r", _ge(1), ">= 1"),
@@ -114,7 +133,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("train.max_steps", _ge(0), ">= 0"),
     ("train.prompts_per_step", _ge(1), ">= 1"),
     ("train.num_mini_batches", _ge(1), ">= 1"),
-    ("train.micro_batch_size", _ge(0), ">= 0 (0 or None = the whole minibatch) or None"),
+    ("train.micro_batch_size", _ge(1), ">= 1 (None = the whole minibatch) or None"),
     ("train.learning_rate", _gt(0), "a finite float > 0"),
     ("train.weight_decay", _ge(0), ">= 0"),
     ("train.adam_beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
@@ -205,6 +224,39 @@ def _check_agent_overrides(cfg: Any) -> None:
                 f"team.agents[*].{field_name}: agents {sorted(values)} share one policy "
                 f"(policies='shared') but set different values {values}; give all the same"
             )
+
+
+def check_prompt_template(template: str, where: str) -> None:
+    """A prompt template may only name fields: ``{observation}``, ``{question}``.
+
+    ``str.format`` evaluates ``{x.attr}`` and ``{x[key]}`` on the live object, so a template
+    from a shared config could walk ``{observation.__class__.__mro__}`` into the interpreter;
+    a conversion (``!r``) or a format spec (``{x:>99999999}`` pads to any size, and a nested
+    ``{x:{y}}`` is a second template) has no use in a prompt either. Positional fields
+    (``{}``, ``{0}``) have nothing to fill them. Which names a dataset row has is checked by
+    the preflight, which sees the task.
+    """
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as err:  # an unmatched brace
+        raise ConfigError(f"{where}: malformed template {template!r} ({err})") from None
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue  # literal text (and '{{' / '}}')
+        field = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        field += "}"
+        if not name or name.isdigit():
+            problem = "is positional; name a field"
+        elif set(name) & set(".[]"):
+            problem = "reads an attribute or an index; a field is a plain name"
+        elif conversion is not None or spec:
+            problem = "has a conversion or format spec; a field is a plain name"
+        else:
+            continue
+        raise ConfigError(
+            f"{where}: field {field} in template {template!r} {problem}, e.g. {{observation}} "
+            "or {question}"
+        )
 
 
 def _check(ok: bool, name: str, value: Any, want: str) -> None:

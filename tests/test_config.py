@@ -24,6 +24,7 @@ def load(*overrides: str):
     "override, field",
     [
         ("train.micro_batch_size=-1", "train.micro_batch_size"),
+        ("train.micro_batch_size=0", "train.micro_batch_size"),  # issue 20: None = whole
         ("algorithm.epsilon_high=0", "algorithm.epsilon_high"),
         ("algorithm.epsilon_high=-0.1", "algorithm.epsilon_high"),
         ("team.agents.1.top_k=-1", "team.agents[1].top_k"),
@@ -65,7 +66,7 @@ def test_out_of_range_values_name_the_field_and_value(override, field):
 
 def test_edge_values_that_stay_valid():
     cfg = load(
-        "train.micro_batch_size=0",  # 0, like None, is the whole minibatch
+        "train.micro_batch_size=1",
         "train.min_lr_ratio=1.0",
         "train.max_grad_norm=null",
         "algorithm.epsilon_high=0.28",
@@ -74,14 +75,15 @@ def test_edge_values_that_stay_valid():
         "log.save_steps=0",
         "model.lora_r=1",
     )
-    assert cfg.train.micro_batch_size == 0 and cfg.train.max_grad_norm is None
+    assert cfg.train.micro_batch_size == 1 and cfg.train.max_grad_norm is None
+    assert load("train.micro_batch_size=null").train.micro_batch_size is None
     # greedy agents are fine when nothing is trained (an eval-only config)
     assert load("team.agents.0.temperature=0", "train.max_steps=0").team.agents[0].temperature == 0
 
 
 def test_help_strings_say_what_the_special_values_mean():
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
-    assert "0 = the whole minibatch" in helps["micro_batch_size"]
+    assert "None = the whole minibatch" in helps["micro_batch_size"]
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(AlgorithmConfig)}
     for words in ("'magrpo'", "mean(R of the child", "'at_grpo'", "return-to-go", "'grpo'"):
         assert words in helps["discount"]
@@ -150,11 +152,33 @@ def test_every_float_field_refuses_non_finite_values(value):
             load(f"{key}={value}")
 
 
-@pytest.mark.parametrize("name", ["", " ", ".", "..", "../../../x", "a/b", "/tmp/x", "a\\b"])
+@pytest.mark.parametrize(
+    "name",
+    ["", " ", ".", "..", "../../../x", "a/b", "/tmp/x", "a\\b"]
+    # issue 20: the run folder's name, and a line of every log that names it
+    + ["a\nb", "run\n", "a\rb", "a\tb", "a\x00b", "a\x1b[31mb", "a\u2028b", "a\u202eb"]
+    + ["x" * 256, "é" * 128],  # longer than a file name (255 bytes; é is 2 bytes)
+)
 def test_run_name_is_a_plain_folder_name(name):
-    with pytest.raises(ConfigError, match=r"^run_name: expected a non-empty folder name"):
-        load(f"run_name={name!r}")
-    assert load("run_name=my-run_2.v1").run_name == "my-run_2.v1"
+    with pytest.raises(ConfigError, match=r"^run_name: expected a non-empty folder name") as err:
+        _load_data({"run_name": name})
+    assert "\n" not in str(err.value) and repr(name) in str(err.value)
+
+
+def test_ordinary_run_names_stay_valid():
+    for name in ("my-run_2.v1", "x" * 255, "é" * 127, "run 3 (lr=1e-4)", "日本語"):
+        assert _load_data({"run_name": name}).run_name == name
+
+
+def _load_data(data: dict):
+    """A config from a YAML document (what a config file holds), so that any string, control
+    characters included, reaches the check as itself."""
+    import yaml
+
+    from teamrl.config import Config, from_dict
+
+    text = yaml.safe_dump({"team": {"agents": [{"name": "alice"}, {"name": "bob"}]}, **data})
+    return from_dict(Config, yaml.safe_load(text)).validate()
 
 
 def test_seed_range_and_save_total_limit_none():
@@ -229,3 +253,39 @@ def test_describe_lists_per_agent_fields_with_help_and_defaults():
     assert "  team.agents.<i>.name = 'REQUIRED'\n      Role name" in text
     assert "  team.agents.<i>.max_completion_length = 64\n      Maximum new tokens" in text
     assert "  team.agents.<i>.response_prefix = ''" in text
+
+
+# --- prompt templates (issue 20) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "template, field, problem",
+    [
+        ("{observation.__class__.__mro__}", "{observation.__class__.__mro__}", "an attribute"),
+        ("Q: {question.__init__.__globals__}", "{question.__init__.__globals__}", "attribute"),
+        ("{x[0]}", "{x[0]}", "an index"),
+        ("{observation[__builtins__]}", "{observation[__builtins__]}", "an index"),
+        ("{observation:>99999999}", "{observation:>99999999}", "format spec"),
+        ("{observation:{question}}", "{observation:{question}}", "format spec"),
+        ("{observation!r}", "{observation!r}", "conversion"),
+        ("{}", "{}", "positional"),
+        ("see {0}", "{0}", "positional"),
+    ],
+)
+def test_prompt_templates_may_only_name_fields(template, field, problem):
+    with pytest.raises(ConfigError) as err:
+        _load_data({"team": {"agents": [{"name": "alice", "prompt": template}]}})
+    msg = str(err.value)
+    assert msg.startswith(f"team.agents[0].prompt: field {field} in template {template!r}")
+    assert problem in msg and "\n" not in msg
+
+
+def test_plain_prompt_templates_stay_valid():
+    for template in ("{observation}", "Q: {question}\n{observation}", "{{literal}} {a_b}", "x"):
+        agents = [{"name": "alice", "prompt": template}]
+        assert _load_data({"team": {"agents": agents}}).team.agents[0].prompt == template
+
+
+def test_unmatched_brace_in_a_template_is_one_line():
+    with pytest.raises(ConfigError, match=r"^team.agents\[0\].prompt: malformed template '\{q'"):
+        _load_data({"team": {"agents": [{"name": "alice", "prompt": "{q"}]}})

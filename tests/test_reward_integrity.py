@@ -8,6 +8,8 @@ sandbox; an honest solution passes every unit (so the test can tell the differen
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from teamrl.tasks.coding.reward import leveled_reward
@@ -102,3 +104,92 @@ def test_math_tool_tricks_earn_no_correct_answer(name):
     env.reset({"question": "Compute 6 x 7.", "answer": "42"})
     step = env.step({"tool": "```python\nprint(6 * 7)\n```"})
     assert step.local_rewards["tool"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 20, item 5: every reward that is not a finite float is a RewardError naming the example,
+# the turn and the agent, through the rollout itself (the joint tree and the agent-turn tree).
+
+
+def _bad_rewards() -> dict:
+    import fractions
+
+    import numpy as np
+    import torch
+
+    class BrokenRepr(float):
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    return {
+        "huge_int": 10**400,  # float(10**400) raises OverflowError
+        "huge_negative_int": -(10**400),
+        "int_past_str_limit": 10**5000,  # repr() itself raises past 4300 digits
+        "huge_fraction": fractions.Fraction(10**400, 3),
+        "numpy_array_of_huge_int": np.array(10**400, dtype=object),
+        "nan": float("nan"),
+        "inf": float("inf"),
+        "numpy_inf": np.float32("inf"),
+        "torch_nan": torch.tensor(float("nan")),
+        "nan_broken_repr": BrokenRepr("nan"),
+        "string": "1.0",
+        "bytes": b"1",
+        "none": None,
+        "complex": 1 + 0j,
+        "numpy_complex": np.complex128(1),
+        "decimal": __import__("decimal").Decimal("0.5"),
+        "dict": {"a": 1.0},
+        "two_elements": np.array([1.0, 2.0]),
+        "empty_tensor": torch.tensor([]),
+    }
+
+
+BAD_REWARDS = _bad_rewards()
+
+
+@pytest.mark.parametrize("name", sorted(BAD_REWARDS))
+@pytest.mark.parametrize("tree", ["joint", "turns"])
+def test_a_reward_that_is_not_a_finite_float_is_a_reward_error(name, tree):
+    from teamrl.rollout.common import RewardError
+    from tests.test_rollout_guards import _joint, _turns
+
+    rollout = _joint if tree == "joint" else _turns
+    with pytest.raises(RewardError) as err:
+        rollout(lambda completions, example: BAD_REWARDS[name], max_turns=1)
+    message = str(err.value)
+    # example 3 (its index in the data), turn 0, the agents of the step, which reward
+    assert re.match(r"example 3, turn 0, .*agents \['a'", message), message
+    assert "reward error: the team reward is " in message and "\n" not in message
+
+
+def test_huge_local_reward_names_its_agent():
+    from teamrl.envs.base import Step
+    from teamrl.rollout.common import RewardError, check_rewards
+
+    step = Step(observations={}, reward=1.0, local_rewards={"bob": 10**400})
+    with pytest.raises(RewardError, match=r"^example 2, turn 1: reward error: local_rewards"):
+        check_rewards(step, "example 2, turn 1")
+    with pytest.raises(RewardError, match=r"\(agent bob\) is 1000000000"):
+        check_rewards(step, "example 2, turn 1")
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, 1.0),  # a pass/fail reward function returning a bool
+        (False, 0.0),
+        (10**300, 1e300),  # a big int that floats hold
+        (__import__("fractions").Fraction(3, 4), 0.75),
+    ],
+)
+def test_bools_and_big_but_finite_numbers_are_rewards(value, expected):
+    import numpy as np
+    import torch
+
+    from teamrl.rollout.common import as_reward
+
+    for form in (value, np.array(value, dtype=object)):
+        assert as_reward(form, "the team reward", "here") == expected
+    if isinstance(value, bool):
+        assert as_reward(np.bool_(value), "r", "here") == expected
+        assert as_reward(torch.tensor(value), "r", "here") == expected

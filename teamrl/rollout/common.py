@@ -36,31 +36,52 @@ class RewardError(RuntimeError):
 
 def as_reward(value: Any, what: str, where: str) -> float:
     """``value`` as a finite float, or a RewardError naming ``where`` (example, turn, agents)
-    and ``what`` (which reward). Safe numbers are converted: int, float, bool, numpy and
-    torch scalars (one element). Strings, None, containers, bigger tensors, NaN and
-    infinities are errors: here, where the reward enters, not later as a NaN loss."""
-    number = None
-    if isinstance(value, numbers.Real):
-        number = value
-    elif callable(getattr(value, "item", None)) and not isinstance(value, str | bytes):
-        numel = getattr(value, "numel", None)
-        size = numel() if callable(numel) else getattr(value, "size", None)
-        if size == 1:
-            item = value.item()
-            number = item if isinstance(item, numbers.Real) else None
-    shown = repr(value)
-    shown = shown if len(shown) <= 80 else shown[:80] + "..."
+    and ``what`` (which reward). Safe numbers are converted: int, float, bool (a pass/fail
+    reward: True is 1.0), numpy and torch scalars (one element, numpy bools too). Strings,
+    None, containers, bigger tensors, NaN, infinities and numbers beyond float's range (an int
+    like 10**400) are errors: here, where the reward enters, not later as a NaN loss."""
+    number = _real_number(value)
     if number is None:
         raise RewardError(
-            f"{where}: reward error: {what} is {shown} of type {type(value).__name__}; a reward "
-            "must be a finite number (int, float, or a one-element numpy/torch scalar)"
+            f"{where}: reward error: {what} is {_shown(value)} of type {type(value).__name__}; "
+            "a reward must be a finite number (int, float, or a one-element numpy/torch scalar)"
         )
-    result = float(number)
+    try:
+        result = float(number)
+    except (ArithmeticError, ValueError, TypeError):
+        result = math.nan  # an int or Fraction beyond float's range: as meaningless as inf
     if not math.isfinite(result):
         raise RewardError(
-            f"{where}: reward error: {what} is {shown}; NaN and infinite rewards are errors"
+            f"{where}: reward error: {what} is {_shown(value)}; a reward must be a finite float "
+            "(NaN, infinities and numbers beyond float's range are errors)"
         )
     return result
+
+
+def _real_number(value: Any) -> numbers.Real | None:
+    """The real number ``value`` holds (itself, or a one-element array's item), else None."""
+    if isinstance(value, numbers.Real):
+        return value
+    if isinstance(value, str | bytes) or not callable(getattr(value, "item", None)):
+        return None
+    try:  # numpy / torch scalars and one-element arrays; anything else that has an .item()
+        numel = getattr(value, "numel", None)
+        size = numel() if callable(numel) else getattr(value, "size", None)
+        item = value.item() if size == 1 else None
+    except Exception:  # a broken .item() is a value we cannot read: the caller names it
+        return None
+    return item if isinstance(item, numbers.Real) else None
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` clipped to 80 characters; never raises (an int past Python's 4300-digit
+    str limit, or a class whose __repr__ fails, is described instead)."""
+    try:
+        text = repr(value)
+    except Exception:
+        bits = f" of {value.bit_length()} bits" if isinstance(value, int) else ""
+        text = f"<{type(value).__name__}{bits}>"
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def check_rewards(step: Step, where: str) -> Step:

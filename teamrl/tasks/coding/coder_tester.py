@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
+from teamrl.errors import ConfigError
 from teamrl.tasks.coding.code_text import extract_code
 from teamrl.tasks.coding.contest_data import STDIO_SOURCES, load_livecodebench, stdio_task_splits
 from teamrl.tasks.coding.stdio import (
@@ -381,8 +382,9 @@ def code_contest_task(
     cfg = CodeContestConfig(**{f.name: given[f.name] for f in fields(CodeContestConfig)})
     for name, value in (("source", source), ("test_source", test_source or source)):
         if value not in CODE_CONTEST_SOURCES:
-            raise ValueError(
-                f"code_contest.{name}: expected one of {CODE_CONTEST_SOURCES}, got {value!r}"
+            raise ConfigError(
+                f"env.kwargs.{name} (code_contest.{name}): expected one of "
+                f"{CODE_CONTEST_SOURCES}, got {value!r}"
             )
     opts = {
         "limit": limit,

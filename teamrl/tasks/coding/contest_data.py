@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from teamrl.errors import ConfigError
 from teamrl.tasks.coding.data import (
     SkipRow,
     load_jsonl,
@@ -347,7 +348,10 @@ def stdio_task_splits(
     then train and test scan forward and stop at ``limit``.
     """
     if source not in STDIO_SOURCES:
-        raise ValueError(f"code_contest.source: expected one of {STDIO_SOURCES}, got {source!r}")
+        raise ConfigError(
+            f"env.kwargs.source (code_contest.source): expected one of {STDIO_SOURCES}, "
+            f"got {source!r}"
+        )
     unknown = set(splits) - set(SPLITS)
     if unknown:
         raise ValueError(f"splits: expected names from {SPLITS}, got {sorted(unknown)}")

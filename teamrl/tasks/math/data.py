@@ -34,7 +34,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from teamrl.errors import ConfigError
+from teamrl.tasks.hub import load_dataset
 from teamrl.tasks.options import option
+
+# what a user whose hub data cannot be fetched (no network) can pass instead
+HUB_INSTEAD = (
+    "env.kwargs.source=arithmetic for the builtin problems, or a local folder holding a copy "
+    "of the dataset as env.kwargs.dataset_id (train_dataset_id for a benchmark's training set)"
+)
 
 # --------------------------------------------------------------------------------------
 # Upstream loaders
@@ -45,14 +53,22 @@ def _load_rows(
     dataset_id: str, name: str | None, split: str, limit: int | None, cache_dir: str | None
 ) -> Any:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit: expected None or an integer >= 0, got {limit!r}")
-    import datasets  # heavy; imported only when data is actually loaded
-
+        raise ConfigError(f"env.kwargs.limit: expected None or an integer >= 0, got {limit!r}")
+    if not isinstance(dataset_id, str) or not dataset_id.strip():
+        raise ConfigError(
+            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
+        )
     # The datasets cache keys a local folder by its name, not its content, so a folder that
     # changed (or another folder of the same name) would be served stale: rebuild it.
     fresh = "force_redownload" if os.path.isdir(dataset_id) else None
-    ds = datasets.load_dataset(
-        dataset_id, name, split=split, cache_dir=cache_dir, download_mode=fresh
+    ds = load_dataset(
+        dataset_id,
+        name,
+        split=split,
+        cache_dir=cache_dir,
+        download_mode=fresh,
+        dataset=dataset_id,
+        instead=HUB_INSTEAD,
     )
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
+from teamrl.errors import ConfigError
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
 from teamrl.tasks.math.data import LOADERS, ArithmeticConfig, arithmetic_problems
 from teamrl.tasks.math.equivalence import check_equivalence
@@ -432,7 +433,7 @@ def load_math_splits(
     ``limit`` caps every split; ``dataset_id``/``name`` override the upstream id/config.
     """
     if source not in SOURCES:
-        raise ValueError(f"math.source: expected one of {SOURCES}, got {source!r}")
+        raise ConfigError(f"env.kwargs.source: expected one of {SOURCES}, got {source!r}")
     upstream: dict[str, Any] = {"limit": limit}
     if dataset_id is not None:
         upstream["dataset_id"] = dataset_id
@@ -453,8 +454,8 @@ def load_math_splits(
         gsm8k = {"limit": limit} | ({"dataset_id": train_dataset_id} if train_dataset_id else {})
         train, eval_ = _gsm8k_train_eval(gsm8k, eval_size)
     else:
-        raise ValueError(
-            f"math.train_source: expected 'arithmetic' or 'gsm8k', got {train_source!r}"
+        raise ConfigError(
+            f"env.kwargs.train_source: expected 'arithmetic' or 'gsm8k', got {train_source!r}"
         )
     return train, eval_, LOADERS[source]("train", **upstream)
 

@@ -18,8 +18,13 @@ import random
 import re
 from collections.abc import Callable
 
+from teamrl.errors import ConfigError
+from teamrl.tasks.hub import LOCAL_COPY, load_dataset
+
 TLDR_DATASET = "trl-lib/tldr"
 ARXIV_DATASET = "OpenMLRL/arXiv_abstract"
+# what a user whose hub data cannot be fetched (no network) can pass instead
+HUB_INSTEAD = f"env.kwargs.source=offline for the builtin texts, or {LOCAL_COPY}"
 
 # --------------------------------------------------------------------------------------
 # Hub loaders
@@ -29,13 +34,11 @@ ARXIV_DATASET = "OpenMLRL/arXiv_abstract"
 def _load_rows(dataset_id: str, split: str, limit: int | None, required: tuple[str, ...]):
     """``datasets.load_dataset(dataset_id, split=split)``, column-checked, cut to ``limit``."""
     if limit is not None and limit < 1:
-        raise ValueError(f"limit: expected a positive int or None, got {limit!r}")
-    import datasets  # heavy: imported only when a loader runs
-
-    ds = datasets.load_dataset(dataset_id, split=split)
+        raise ConfigError(f"env.kwargs.limit: expected a positive int or None, got {limit!r}")
+    ds = load_dataset(dataset_id, split=split, dataset=dataset_id, instead=HUB_INSTEAD)
     missing = [c for c in required if c not in ds.column_names]
     if missing:
-        raise ValueError(
+        raise ConfigError(
             f"{dataset_id} [{split}]: missing column(s) {missing}; columns are {ds.column_names}"
         )
     if limit is not None and limit < len(ds):

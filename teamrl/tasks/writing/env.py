@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
-from teamrl.tasks.rows import limit_rows
+from teamrl.errors import ConfigError
+from teamrl.tasks.rows import check_limit, limit_rows
 from teamrl.tasks.writing.data import (
     ARXIV_DATASET,
     TLDR_DATASET,
@@ -122,18 +123,26 @@ def _offline_splits() -> tuple[list[dict], list[dict], list[dict]]:
     return offline_texts("train"), offline_texts("eval"), offline_texts("test")
 
 
-def _hub_splits(loader: Any, splits: tuple[str, str, str], limit, dataset_id: str):
-    if len(splits) != 3:
-        raise ValueError(f"splits: expected (train, eval, test) split names, got {splits!r}")
+def _hub_splits(loader: Any, splits: Any, limit, dataset_id: Any):
+    names_ok = isinstance(splits, (list, tuple)) and all(isinstance(s, str) for s in splits)
+    if not names_ok or len(splits) != 3:
+        raise ConfigError(
+            f"env.kwargs.splits: expected 3 split names (train, eval, test), got {splits!r}"
+        )
+    if not isinstance(dataset_id, str) or not dataset_id.strip():
+        raise ConfigError(
+            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
+        )
     return tuple(loader(split=s, limit=limit, dataset_id=dataset_id) for s in splits)
 
 
-def _task_rows(source: str, loader: Any, splits: Any, limit: int | None, dataset_id: str):
+def _task_rows(source: Any, loader: Any, splits: Any, limit: Any, dataset_id: Any):
     """(train, eval, test) rows: the built-in texts offline, else the three hub splits."""
     _check_source(source)
+    check_limit(limit)
     if source == "offline":
         return tuple(limit_rows(rows, limit) for rows in _offline_splits())
-    return _hub_splits(loader, tuple(splits), limit, dataset_id)
+    return _hub_splits(loader, splits, limit, dataset_id)
 
 
 def _writing_task(
@@ -163,9 +172,13 @@ def _writing_task(
     )
 
 
-def _check_source(source: str) -> None:
+def _check_source(source: Any) -> None:
     if source not in ("offline", "hub"):
-        raise ValueError(f"source: expected 'offline' or 'hub', got {source!r}")
+        raise ConfigError(
+            f"env.kwargs.source: expected 'offline' (the builtin texts) or 'hub', got "
+            f"{source!r}; for a local copy of the dataset pass source=hub and "
+            "dataset_id=<its folder>"
+        )
 
 
 @register_task(
