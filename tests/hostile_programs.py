@@ -6,7 +6,8 @@ Each program is plain Python with @NAME@ placeholders that the test fills in:
 @UNIX_SOCKET@ (listeners owned by the test), @SECRET_NAME@, @SECRET_VALUE@ (a fake secret in
 the test's environment), @HOME_SECRET@ (a file in the test user's home holding the secret),
 @REPO@ (the repository root), @TMP_SOCKET@ (a 0777 unix socket listening in /tmp),
-@ABSTRACT@ (an abstract unix socket's name, listening).
+@ABSTRACT@ (an abstract unix socket's name, listening), @HTTP_PORT@ (an HTTP server on
+loopback that records every request's path: a path holding the case's @MARKER@ is an escape).
 
 A program prints ESCAPED when its attack worked, so the test can check that word never shows
 up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
@@ -28,11 +29,17 @@ TIME = ("cpu_time", "wall_time")
 # Residual risks of the fallback modes, as teamrl.sandbox documents them.
 SAME_UID = "rlimits runs the program as the caller's uid"
 KILLS_US = {"rlimits": f"{SAME_UID}: it would signal the test run itself"}
-WORLD_WRITABLE = "the program may write to world-writable places"
 WRITES_AS_US = {"rlimits": f"{SAME_UID}: it may write wherever the caller can"}
 READS_AS_US = {"rlimits": f"{SAME_UID}: it may read the caller's files and /proc entries"}
 SETSID = {"rlimits": "a new session escapes the process-group kill"}
 SOCKET_GUARD = "the socket guard stops Python's socket class only, not libc's resolver"
+# Without seccomp nothing stops socket(2) itself: ctypes, curl or a child interpreter.
+PAST_THE_GUARD = {
+    m: "the socket guard stops Python's socket class in the program's own interpreter only"
+    for m in ("setuid", "rlimits")
+}
+# Where a program may write outside its folder (the world-writable marker folder).
+WRITES_OUTSIDE = {"setuid": "the program may write to world-writable places", **WRITES_AS_US}
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,23 @@ class Hostile:
 
 def _write(path: str) -> str:
     return f"open({path}, 'w').write('x')\nprint('ESCAPED')\n"
+
+
+def _run(argv: str) -> str:
+    """Run ``argv`` (Python source of a list) from the program; ESCAPED when it succeeded."""
+    return (
+        f"import subprocess, shutil, sys\nr = subprocess.run({argv}, capture_output=True)\n"
+        "print(r.returncode, r.stderr[-300:])\nif r.returncode == 0:\n    print('ESCAPED')\n"
+        "raise SystemExit(1)\n"
+    )
+
+
+_URL = "'http://127.0.0.1:@HTTP_PORT@/@MARKER@'"
+# A fresh interpreter: the boot script's socket guard is not in it.
+_FETCH = (
+    f"[sys.executable, '-I', '-c', \"import urllib.request as u; u.urlopen({_URL}, timeout=2)\"]"
+)
+_CURL = f"['curl', '-sS', '-f', '-m', '2', {_URL}]"
 
 
 CORPUS: list[Hostile] = [
@@ -200,7 +224,7 @@ CORPUS: list[Hostile] = [
     Hostile(
         "write_tmp",
         _write("'/tmp/@MARKER@'"),
-        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+        xfail=WRITES_OUTSIDE,
     ),
     Hostile("write_etc", _write("'/etc/@MARKER@'")),
     Hostile("write_repo", _write("'@REPO@/@MARKER@'"), xfail=WRITES_AS_US),
@@ -208,19 +232,19 @@ CORPUS: list[Hostile] = [
     Hostile(
         "write_dev_shm",
         _write("'/dev/shm/@MARKER@'"),
-        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+        xfail=WRITES_OUTSIDE,
     ),
     Hostile(
         "write_marker_dir",
         _write("'@MARKER_DIR@/@MARKER@'"),
-        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+        xfail=WRITES_OUTSIDE,
     ),
     Hostile("write_parent_dir", _write("'../@MARKER@'"), xfail=WRITES_AS_US),
     Hostile("overwrite_program", "import sys\n" + _write("sys.argv[0]"), xfail=WRITES_AS_US),
     Hostile(
         "symlink_escape",
         "import os\nos.symlink('@MARKER_DIR@/@MARKER@', 'link')\n" + _write("'link'"),
-        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+        xfail=WRITES_OUTSIDE,
     ),
     Hostile(
         "userns_remount",
@@ -229,7 +253,29 @@ CORPUS: list[Hostile] = [
         "libc.mount(b'none', b'/', None, ctypes.c_ulong(0x20 | 0x1000 | 0x4000), None)\n"
         "libc.mount(b'none', b'@MARKER_DIR@', None, ctypes.c_ulong(0x20 | 0x1000), None)\n"
         + _write("'@MARKER_DIR@/@MARKER@'"),
-        xfail={"setuid": WORLD_WRITABLE, **WRITES_AS_US},
+        xfail=WRITES_OUTSIDE,
+    ),
+    # The ways out through which the "setuid" fallback let writes escape (issue 20).
+    Hostile(
+        "write_via_os",
+        "import os\nfd = os.open('@MARKER_DIR@/@MARKER@', os.O_WRONLY | os.O_CREAT, 0o644)\n"
+        "os.write(fd, b'x')\nprint('ESCAPED')\n",
+        xfail=WRITES_OUTSIDE,
+    ),
+    Hostile(
+        "write_via_subprocess",
+        _run("['sh', '-c', 'echo x > @MARKER_DIR@/@MARKER@']"),
+        xfail=WRITES_OUTSIDE,
+    ),
+    Hostile(
+        "write_via_executable",  # a program that lives outside the sandbox's folder
+        _run("['touch', '@MARKER_DIR@/@MARKER@']"),
+        xfail=WRITES_OUTSIDE,
+    ),
+    Hostile(
+        "write_via_cwd",
+        "import os\nos.chdir('@MARKER_DIR@')\n" + _write("'@MARKER@'"),
+        xfail=WRITES_OUTSIDE,
     ),
     Hostile(
         "file_size_bomb",
@@ -244,7 +290,7 @@ CORPUS: list[Hostile] = [
         # it writes (to a directory deleted afterwards) until the wall clock stops it
         xfail={
             m: "without the tmpfs working directory only each file is bounded (file_size_mb)"
-            for m in ("setuid", "rlimits")
+            for m in ("landlock", "setuid", "rlimits")
         },
     ),
     Hostile(
@@ -280,7 +326,10 @@ CORPUS: list[Hostile] = [
     Hostile(
         "home_secret_file",
         "print(open('@HOME_SECRET@').read())\n",
-        xfail={"setuid": "the program may read world-readable files", **READS_AS_US},
+        xfail={
+            **{m: "the program may read world-readable files" for m in ("landlock", "setuid")},
+            **READS_AS_US,
+        },
     ),
     Hostile("read_shadow", "print(open('/etc/shadow').read())\n"),
     # ---- network ------------------------------------------------------------------------
@@ -323,6 +372,24 @@ CORPUS: list[Hostile] = [
         xfail={
             m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")
         },
+    ),
+    Hostile(
+        "http_via_curl",  # (a fresh interpreter where curl is not installed)
+        _run(f"{_CURL} if shutil.which('curl') else {_FETCH}"),
+        xfail=PAST_THE_GUARD,
+    ),
+    Hostile("http_via_child_python", _run(_FETCH), xfail=PAST_THE_GUARD),
+    Hostile(
+        "http_via_ctypes",
+        "import ctypes, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.socket(2, 1, 0)  # AF_INET, SOCK_STREAM\n"
+        "address = struct.pack('=H', 2) + struct.pack('!H', @HTTP_PORT@) + bytes([127, 0, 0, 1])\n"
+        "if fd >= 0 and libc.connect(fd, address + bytes(8), 16) == 0:\n"
+        "    request = b'GET /@MARKER@ HTTP/1.0\\r\\n\\r\\n'\n"
+        "    libc.send(fd, request, len(request), 0)\n"
+        "    print('ESCAPED', libc.recv(fd, ctypes.create_string_buffer(64), 64, 0))\n"
+        "raise SystemExit(ctypes.get_errno() or 1)\n",
+        xfail=PAST_THE_GUARD,
     ),
     Hostile(
         "raw_socket",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import http.server
 import json
 import os
 import secrets
@@ -12,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -25,6 +28,7 @@ from teamrl.sandbox import (
     Limits,
     SandboxPool,
     isolation_mode,
+    landlock,
     run_python,
 )
 from teamrl.sandbox.boot import USERNS_UID
@@ -49,7 +53,7 @@ PRELUDE = (
     "_o.environ['TEAMRL_HOSTILE'] = '@CASE@'\ndel _o, _s\n"
 )
 # The mode the corpus runs in: the strongest this machine allows (namespaces as root with
-# CAP_SYS_ADMIN, setuid as root without, rlimits otherwise). TEAMRL_TEST_ISOLATION forces a
+# CAP_SYS_ADMIN, landlock as root without, userns otherwise). TEAMRL_TEST_ISOLATION forces a
 # weaker one, e.g. "setuid" on a root machine, to check the fallback's expectations.
 MODE = os.environ.get("TEAMRL_TEST_ISOLATION") or isolation_mode()
 
@@ -166,8 +170,8 @@ def reachable_python() -> str:
 
 
 def mode_python() -> str | None:
-    """The interpreter for MODE: "setuid" needs one that other users can reach."""
-    return reachable_python() if MODE == "setuid" else None
+    """The interpreter for MODE: without namespaces the fresh uid must reach it."""
+    return reachable_python() if MODE in ("landlock", "setuid") else None
 
 
 # --------------------------------------------------------------------------------------
@@ -467,9 +471,9 @@ def test_socket_guard_refuses_the_network_but_not_unix_sockets():
 
 def test_isolation_mode_matches_privileges():
     # The corpus below runs in MODE; its weaker modes' residual risks are expected failures.
-    if os.geteuid() == 0:
-        assert isolation_mode() in ("namespaces", "setuid")
-        assert MODE in ("namespaces", "setuid")
+    if os.geteuid() == 0:  # never the weak "setuid": auto does not pick it
+        assert isolation_mode() in ("namespaces", "landlock")
+        assert MODE in ("namespaces", "landlock", "setuid")
     else:
         assert isolation_mode() in ("userns", "rlimits")
 
@@ -500,12 +504,35 @@ class Arena:
     tmp_socket_path: str
     abstract: socket.socket
     abstract_name: str
+    http: http.server.HTTPServer  # records the path of every request in ``http.paths``
 
     def case_marker(self, case: str) -> str:
         return f"{self.marker}-{case}"  # per case, so one escape cannot fail every case
 
     def marker_paths(self, case: str) -> list[str]:
         return [os.path.join(d, self.case_marker(case)) for d in self.marker_dirs]
+
+    def http_hits(self, case: str) -> list[str]:
+        return [p for p in self.http.paths if p == "/" + self.case_marker(case)]
+
+    def forget(self, case: str) -> None:
+        """Remove what an expected escape of ``case`` left (its marker files, its requests),
+        so that a run in the next mode is judged on its own."""
+        for path in self.marker_paths(case):
+            if os.path.lexists(path):
+                os.remove(path)
+        for hit in self.http_hits(case):
+            self.http.paths.remove(hit)
+
+    def drain_listeners(self) -> None:
+        """Accept and close what an expected escape left waiting on the listeners."""
+        for listener in (self.tcp, self.unix, self.tmp_socket, self.abstract):
+            listener.setblocking(False)
+            while True:
+                try:
+                    listener.accept()[0].close()
+                except BlockingIOError:
+                    break
 
     def fill(self, code: str, case: str) -> str:
         values = {
@@ -522,11 +549,34 @@ class Arena:
             "REPO": REPO,
             "TMP_SOCKET": self.tmp_socket_path,
             "ABSTRACT": self.abstract_name,
+            "HTTP_PORT": str(self.http.server_address[1]),
         }
         for key, value in values.items():
             code = code.replace(f"@{key}@", value)
         assert "@" not in code.replace("@@", ""), f"unfilled placeholder in {code!r}"
         return code
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 and records its path: a program that reaches it escaped."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server looks up)
+        self.server.paths.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def http_recorder() -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.daemon_threads = True
+    server.paths = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @pytest.fixture(scope="module")
@@ -580,17 +630,18 @@ def arena(tmp_path_factory):
         tmp_socket_path=tmp_socket_path,
         abstract=abstract,
         abstract_name=abstract_name,
+        http=http_recorder(),
     )
     yield arena
+    arena.http.shutdown()
+    arena.http.server_close()
     for s in (tcp, udp, unix, tmp_socket, abstract):
         s.close()
     os.remove(tmp_socket_path)
     os.remove(home_secret)
     del os.environ[secret_name]
     for case in CORPUS:  # what an expected (residual-risk) escape wrote
-        for path in arena.marker_paths(case.name):
-            if os.path.lexists(path):
-                os.remove(path)
+        arena.forget(case.name)
     shutil.rmtree(marker_dir, ignore_errors=True)
 
 
@@ -662,10 +713,12 @@ def corpus_results(arena):
                             pass
 
 
-def test_corpus_is_large_and_names_are_unique():
+def test_corpus_is_large_and_names_are_unique(arena):
     names = [case.name for case in CORPUS]
     assert len(names) >= 30
     assert len(set(names)) == len(names)
+    for case in CORPUS:  # a syntax error would fail "safely", in every mode
+        compile(arena.fill(PRELUDE + case.code, case.name), case.name, "exec")
 
 
 def violations(
@@ -705,6 +758,7 @@ def violations(
     # and nothing of it is left running.
     for path in arena.marker_paths(case.name):
         expect(not os.path.lexists(path), f"wrote {path}")
+    expect(not arena.http_hits(case.name), "reached the loopback HTTP server")
     if not r.stdout.startswith("UID "):  # (fence_only: stopped before it began, on a busy machine)
         return found if fence_only else [*found, "no uid line"]
     uid = reported_uid(r)
@@ -737,7 +791,7 @@ def test_sneaky_successes_did_nothing(corpus_results, arena):
         # Killing init (our parent inside the namespace) is ignored; the program went on.
         r = corpus_results["kill_parent"][2]
         assert r.stdout.splitlines()[1:] == ["sent"]
-    elif MODE == "setuid":  # the parent is ours (root): not the program's to signal
+    elif MODE in ("landlock", "setuid"):  # the parent is ours (root): not the program's to signal
         r = corpus_results["kill_parent"][2]
         assert "PermissionError" in r.stderr and os.getpid() == arena.pid
     # The environment holds no secret: the variable is simply missing.
@@ -891,35 +945,54 @@ def test_pool_limits_per_program_and_length_checks():
 
 
 # --------------------------------------------------------------------------------------
-# The corpus with an unprivileged caller (`nobody`): "userns" by default, "rlimits" opted in
+# The corpus run by another caller: `nobody` ("userns" by default, "rlimits" opted in), and
+# root without CAP_SYS_ADMIN ("landlock")
 # --------------------------------------------------------------------------------------
 
 CORPUS_SCRIPT = """\
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from teamrl.sandbox import Limits, SandboxPool, isolation_mode
+from teamrl.sandbox.modes import _candidates, _probe
 jobs = json.load(sys.stdin)
 codes = [j["code"].replace("__CALLER_PID__", str(os.getpid())) for j in jobs]
-mode = sys.argv[2] if sys.argv[2] != "auto" else isolation_mode()
+auto = sys.argv[2] == "auto"
+probes = {c: _probe(c, sys.executable) for c in _candidates()} if auto else {}
+mode = isolation_mode() if auto else sys.argv[2]
 with SandboxPool(max_workers=8, isolation=mode) as pool:
     results = pool.map(codes, limits=[Limits(**j["limits"]) for j in jobs])
-print(json.dumps({"mode": mode, "results": [r.__dict__ for r in results]}))
+print(json.dumps({"mode": mode, "probes": probes, "results": [r.__dict__ for r in results]}))
 """
 
 # What escapes the weak mode, as measured (a change here must be a decision, not a surprise).
 # The kill and ptrace cases (``skip``) are not run there: they would end the caller.
+WRITE_ESCAPES = {
+    *("write_tmp", "write_dev_shm", "write_marker_dir", "symlink_escape", "userns_remount"),
+    *("write_via_os", "write_via_subprocess", "write_via_executable", "write_via_cwd"),
+}
+NETWORK_ESCAPES = {"http_via_curl", "http_via_child_python", "http_via_ctypes"}
 RLIMITS_ESCAPES = {
-    *("write_tmp", "write_dev_shm", "write_marker_dir", "write_parent_dir"),
-    *("overwrite_program", "symlink_escape", "userns_remount"),
+    *WRITE_ESCAPES,
+    *NETWORK_ESCAPES,
+    *("write_parent_dir", "overwrite_program"),
     *("proc_parent_environ", "proc_parent_fds", "proc_parent_cwd"),
     *("unix_socket_in_tmp", "abstract_unix_socket"),
 }
+# Escapes that start another process: in "rlimits" mode RLIMIT_NPROC counts every process
+# and thread of the caller's uid (its pool's threads and the other programs included), so
+# one of these may find no process to spare and fail on its own.
+SPAWNING_ESCAPES = {
+    *("write_via_subprocess", "write_via_executable", "http_via_curl", "http_via_child_python")
+}
+AS_NOBODY = dict(user=65534, group=65534, extra_groups=[])
 
 
-def corpus_as_nobody(arena: Arena, package: str, isolation: str) -> tuple[str, dict]:
-    """Run the corpus (less what would harm the test run) with `nobody` as the caller: the
-    trainer whose pid the programs attack is that caller."""
-    mode = "userns" if isolation == "auto" else isolation
+def corpus_in_caller(
+    arena: Arena, package: str, isolation: str, mode: str, **caller
+) -> tuple[str, dict, dict]:
+    """Run the corpus (less what ``mode`` skips) from another process, started with the
+    subprocess arguments ``caller`` (e.g. as `nobody`): the trainer whose pid the programs
+    attack is that caller. (mode it got, the probes of "auto", {name: (case, limits, result)})."""
     cases = [case for case in CORPUS if mode not in case.skip]
     jobs = []
     for case in cases:
@@ -929,45 +1002,31 @@ def corpus_as_nobody(arena: Arena, package: str, isolation: str) -> tuple[str, d
         )
     argv = [reachable_python(), "-I", "-c", CORPUS_SCRIPT, package, isolation]
     done = subprocess.run(
-        argv,
-        input=json.dumps(jobs),
-        capture_output=True,
-        text=True,
-        cwd="/",
-        timeout=60,
-        user=65534,
-        group=65534,
-        extra_groups=[],
+        argv, input=json.dumps(jobs), capture_output=True, text=True, cwd="/", timeout=60, **caller
     )
     assert done.returncode == 0, done.stderr[-2000:]  # the caller survived its programs
     report = json.loads(done.stdout)
     results = [ExecResult(**r) for r in report["results"]]
-    return report["mode"], {
-        c.name: (c, Limits(**j["limits"]), r) for c, j, r in zip(cases, jobs, results)
-    }
+    runs = {c.name: (c, Limits(**j["limits"]), r) for c, j, r in zip(cases, jobs, results)}
+    return report["mode"], report["probes"], runs
 
 
-def nobody_violations(arena: Arena, runs: dict, mode: str) -> dict[str, list]:
+def caller_violations(arena: Arena, runs: dict, mode: str, caller_uid: int) -> dict[str, list]:
     found = {}
     try:
         for name, (case, limits, r) in runs.items():
-            if problems := violations(case, limits, r, arena, mode, 65534, fence_only=True):
+            if problems := violations(case, limits, r, arena, mode, caller_uid, fence_only=True):
                 found[name] = problems
     finally:
-        for case, _, r in runs.values():  # end what an escape left running (nobody, tagged)
-            if r.stdout.startswith("UID "):
-                for pid in tagged_processes(65534, reported(r)[1], case.name):
+        for case, _, r in runs.values():  # end what an escape left running (caller's, tagged)
+            arena.forget(case.name)
+            if r.stdout.startswith("UID ") and caller_uid != 0:
+                for pid in tagged_processes(caller_uid, reported(r)[1], case.name):
                     os.kill(pid, signal.SIGKILL)
     return found
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become `nobody`")
-def test_corpus_as_nobody_gets_userns_and_is_contained(arena, readable_package):
-    mode, runs = corpus_as_nobody(arena, readable_package, "auto")
-    assert mode == "userns"  # no opt-in: the strong mode, never "rlimits"
-    assert nobody_violations(arena, runs, mode) == {}
-    assert len(runs) == len(CORPUS)  # nothing skipped
-    assert os.getpid() == arena.pid and current_env() == arena.env
+def assert_listeners_silent(arena: Arena) -> None:
     for listener in (arena.tcp, arena.unix, arena.tmp_socket, arena.abstract):
         listener.setblocking(False)
         with pytest.raises(BlockingIOError):
@@ -975,19 +1034,66 @@ def test_corpus_as_nobody_gets_userns_and_is_contained(arena, readable_package):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become `nobody`")
+def test_corpus_as_nobody_gets_userns_and_is_contained(arena, readable_package):
+    arena.drain_listeners()
+    mode, probes, runs = corpus_in_caller(arena, readable_package, "auto", "userns", **AS_NOBODY)
+    assert (mode, probes) == ("userns", {"userns": None})  # never "rlimits" without an opt-in
+    assert caller_violations(arena, runs, mode, 65534) == {}
+    assert len(runs) == len(CORPUS)  # nothing skipped
+    assert os.getpid() == arena.pid and current_env() == arena.env
+    assert_listeners_silent(arena)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become `nobody`")
 def test_corpus_as_nobody_in_the_weak_mode_escapes_as_documented(arena, readable_package):
-    mode, runs = corpus_as_nobody(arena, readable_package, "rlimits")
-    escaped = nobody_violations(arena, runs, mode)
-    assert set(escaped) == RLIMITS_ESCAPES, " ".join(sorted(escaped))
+    _, _, runs = corpus_in_caller(arena, readable_package, "rlimits", "rlimits", **AS_NOBODY)
+    escaped = caller_violations(arena, runs, "rlimits", 65534)
+    assert RLIMITS_ESCAPES - SPAWNING_ESCAPES <= set(escaped) <= RLIMITS_ESCAPES, " ".join(
+        sorted(escaped)
+    )
     # every escape is a documented residual risk of the mode
     assert all("rlimits" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
 
 
-# What escapes the "setuid" mode (root without namespaces), as measured.
-SETUID_ESCAPES = {
-    *("write_tmp", "write_dev_shm", "write_marker_dir", "symlink_escape", "userns_remount"),
-    *("unix_socket_in_tmp", "abstract_unix_socket"),
-}
+def without_cap_sys_admin() -> dict:
+    """Subprocess arguments that start a root caller without CAP_SYS_ADMIN, like root in a
+    default container: the capability leaves the bounding set before exec, so the root
+    process exec'd gets every capability but that one, and unshare() fails for real."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, only called in the child
+
+    def drop() -> None:
+        if prctl(24, 21, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_SYS_ADMIN
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP CAP_SYS_ADMIN")
+
+    return {"preexec_fn": drop}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.skipif(
+    landlock.abi() < landlock.MIN_ABI, reason="no Landlock here: auto refuses to run (tested)"
+)
+def test_corpus_as_root_without_namespaces_gets_landlock_and_is_contained(arena):
+    arena.drain_listeners()
+    mode, probes, runs = corpus_in_caller(
+        arena, REPO, "auto", "landlock", **without_cap_sys_admin()
+    )
+    # The namespace probe failed for real, and auto took the Landlock fallback, not "setuid".
+    assert list(probes) == ["namespaces", "landlock"] and probes["landlock"] is None, probes
+    assert "unshare: Operation not permitted" in probes["namespaces"]
+    assert mode == "landlock"
+    assert len(runs) == len(CORPUS)  # nothing skipped
+    escaped = caller_violations(arena, runs, mode, 0)
+    # Only a documented residual risk may get through: reading world-readable files (the
+    # test's home secret, where the home is world-readable). Every write and network case
+    # that "setuid" let out is contained.
+    assert set(escaped) <= {c.name for c in CORPUS if "landlock" in c.xfail}, escaped
+    assert not set(escaped) & SETUID_ESCAPES
+    assert os.getpid() == arena.pid and current_env() == arena.env
+    assert_listeners_silent(arena)
+
+
+# What escapes the "setuid" mode (root without namespaces, only by name), as measured.
+SETUID_ESCAPES = {*WRITE_ESCAPES, *NETWORK_ESCAPES, "unix_socket_in_tmp", "abstract_unix_socket"}
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or MODE == "setuid", reason="root; MODE covers setuid")
@@ -1005,9 +1111,7 @@ def test_corpus_in_the_setuid_mode_escapes_as_documented(arena):
                 escaped.add(case.name)
     finally:
         for case in CORPUS:
-            for path in arena.marker_paths(case.name):
-                if os.path.lexists(path):
-                    os.remove(path)
+            arena.forget(case.name)
     assert escaped == SETUID_ESCAPES, " ".join(sorted(escaped))
     assert all("setuid" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
     assert os.getpid() == arena.pid and current_env() == arena.env
@@ -1057,7 +1161,7 @@ def test_no_zombies_when_the_caller_is_pid_1(as_nobody, readable_package):
         modes, user = ["auto"], dict(user=65534, group=65534, extra_groups=[])
     else:
         unshare = ["unshare", "--pid", "--fork", "--mount-proc"]
-        modes, user = ["namespaces", "setuid"], {}
+        modes, user = ["namespaces", "landlock", "setuid"], {}
     argv = [*unshare, python, "-I", "-c", PID1_SCRIPT, readable_package, *modes]
     done = subprocess.run(argv, capture_output=True, text=True, cwd="/", timeout=60, **user)
     assert done.returncode == 0, done.stderr[-2000:]

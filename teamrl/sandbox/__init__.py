@@ -40,11 +40,31 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     uid, so it can read (not write: everything is read-only) any file the caller can read
     outside the hidden folders, and connect to the caller's unix sockets elsewhere.
 
-``"setuid"`` (root without namespaces, e.g. a container without CAP_SYS_ADMIN)
+``"landlock"`` (root without namespaces, e.g. a default container without CAP_SYS_ADMIN)
+    Fresh uid/gid, ``no_new_privs`` and rlimits as above, and two fences the kernel keeps
+    across ``exec`` for every process the program starts (a shell, ``curl``, a child
+    interpreter), both installed in the child before it execs the interpreter:
+    a Landlock ruleset (``teamrl.sandbox.landlock``) under which the only places it may
+    write, create, remove, rename into, link into or truncate are its working directory
+    (also its ``HOME`` and ``TMPDIR``) and ``/dev/null``-like devices; TCP bind and connect
+    refused (ABI >= 4); no connecting to abstract unix sockets made outside, no signal to a
+    process outside (ABI >= 6). And a seccomp filter (``teamrl.sandbox.seccomp``) that
+    refuses ``socket(2)`` for every family (so no network and no host unix socket, whatever
+    the path), io_uring, ptrace and reading other processes' memory, new namespaces and
+    mounts, bpf, perf events, keyrings and System V IPC. After the run every process of the
+    uid is killed. Residual risk: it reads world-readable files and sees host processes in
+    ``/proc`` (not their environment); its working directory is on the caller's disk, not
+    a tmpfs, so only each file is bounded (``file_size_mb``). Needs Landlock ABI >= 3
+    (Linux 6.2), seccomp, and an interpreter other users can reach (not under ``/root``);
+    without them the mode fails with one line, and ``auto`` never falls back to a weak mode.
+
+``"setuid"`` (weak; only when asked for by name, as root)
     Fresh uid/gid, rlimits and the socket guard below; after the run every process of the
     uid is killed. Residual risk: the program may write to world-writable places (``/tmp``,
-    ``/dev/shm``; bounded per file by ``file_size_mb``) and can get past the socket guard.
-    Its working directory is on the caller's disk, not a tmpfs: only each file is bounded.
+    ``/dev/shm``, any 0777 folder; bounded per file by ``file_size_mb``), directly or
+    through any program it runs, and gets past the socket guard with ctypes, ``curl`` or a
+    child interpreter (loopback servers, unix sockets in ``/tmp``, abstract ones); System V
+    IPC objects it makes outlive the run. Its working directory is on the caller's disk.
     The interpreter must be reachable by other users (not under ``/root``).
 
 ``"rlimits"`` (weak; only when asked for: ``isolation="rlimits"`` or
@@ -55,13 +75,14 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
     the uid. The README's sandbox section lists what the hostile corpus measured.
 
-When no strong mode works and the weak one was not asked for, ``isolation_mode`` raises a
+When no strong mode works and no weak one was asked for, ``isolation_mode`` raises a
 one-line RuntimeError saying what to enable or set.
 
 The socket guard (used without a network namespace, when ``network=False``) replaces
 ``socket.socket`` and ``_socket.socket`` before the program starts with a class that refuses
-every family but AF_UNIX. It stops ordinary library calls, not a determined program:
-``ctypes`` syscalls or a spawned ``curl`` get past it. Only the network namespace is a fence.
+every family but AF_UNIX. It stops ordinary library calls (and words the refusal), not a
+determined program: ``ctypes`` syscalls or a spawned ``curl`` get past it. The fences are
+the network namespace and, in "landlock", the seccomp filter.
 
 Common residual risks: memory is capped per process (RLIMIT_AS), so a program may hold up to
 ``max_processes * memory_mb`` MiB (plus its tmpfs); the CPU rlimit is per process too (the

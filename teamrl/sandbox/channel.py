@@ -24,11 +24,11 @@ which the child closed first), so they were never in the child's memory, and it 
 pass/fail and writes the verdict on the channel. Forging a pass then needs the expected
 value itself. Only the boot processes and the trusted parent hold the write end, and the
 boot processes close it before the program starts. The pipe belongs to the caller: under a
-fresh uid ("namespaces", "setuid") the program cannot reopen it through ``/proc``, and in
-"userns" it sees only its own pid namespace's ``/proc``. Not covered: the weak "rlimits"
-mode (same uid, host ``/proc``: the program can reopen the caller's end of the pipe), a
-harness that puts expected values in ``code`` (main.py is readable), or one that evaluates
-the program in its own process.
+fresh uid ("namespaces", "landlock", "setuid") the program cannot reopen it through
+``/proc``, and in "userns" it sees only its own pid namespace's ``/proc``. Not covered: the
+weak "rlimits" mode (same uid, host ``/proc``: the program can reopen the caller's end of
+the pipe), a harness that puts expected values in ``code`` (main.py is readable), or one
+that evaluates the program in its own process.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The child's setup between fork and exec: namespaces, mounts, uid, rlimits.
+"""The child's setup between fork and exec: namespaces, mounts, uid, Landlock, seccomp, rlimits.
 
 As root ("namespaces") the child unshares its namespaces directly and drops to a fresh uid;
 as anyone else ("userns") it first makes a user namespace mapping uid 0 to the caller, which
 gives it the capabilities to build the same namespaces and mounts (the boot script then puts
-the program in a nested user namespace without capabilities, see teamrl.sandbox.boot).
+the program in a nested user namespace without capabilities, see teamrl.sandbox.boot). As
+root without namespaces ("landlock") it drops to a fresh uid and restricts itself with a
+Landlock ruleset and a seccomp filter, both built in the parent and inherited across exec.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from teamrl.sandbox import linux
+from teamrl.sandbox import landlock, linux, seccomp
 from teamrl.sandbox.limits import Limits
 
 # Host directories the sandbox gets as empty private tmpfs instead (read-only, like
@@ -32,6 +34,18 @@ class Plan:
     uid: int | None  # the fresh uid ("namespaces", "setuid"), else None
     limits: Limits
     error_fd: int
+    ruleset_fd: int = -1  # "landlock": the Landlock ruleset to restrict the child with
+    syscalls: seccomp.Filter | None = None  # "landlock": the seccomp filter
+
+
+def confinement(mode: str, workdir: str, network: bool) -> tuple[int, seccomp.Filter | None]:
+    """("landlock" mode) the ruleset fd and the seccomp filter for one run, built here in the
+    parent so that a kernel without them is a one-line RuntimeError before any fork; the
+    caller closes the fd. Other modes: (-1, None)."""
+    if mode != "landlock":
+        return -1, None
+    syscalls = seccomp.Filter(network)  # first: it raises before an fd is open
+    return landlock.ruleset(workdir, network), syscalls
 
 
 def _under(path: str, folder: str) -> bool:
@@ -158,6 +172,14 @@ def make_preexec(plan: Plan) -> Callable[[], None]:
             pdeath = (ulong(linux.PR_SET_PDEATHSIG), ulong(signal.SIGKILL), *[ulong(0)] * 3)
             check(libc.prctl(*pdeath), step)
             check(libc.prctl(ulong(linux.PR_SET_NO_NEW_PRIVS), ulong(1), *[ulong(0)] * 3), step)
+            # Both need no_new_privs (we hold no capability any more) and are kept across
+            # exec; both before the address-space limit, which may stop ctypes allocating.
+            if plan.ruleset_fd >= 0:
+                step = "landlock"
+                landlock.restrict_self(plan.ruleset_fd)
+            if plan.syscalls is not None:
+                step = "seccomp"
+                plan.syscalls.install()
             step = "setrlimit"
             set_rlimits(plan.limits, extra_processes=2 if namespaced else 0)
         except BaseException as exc:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# In order of strength; "auto" picks the strongest that works (see teamrl.sandbox.modes).
-ISOLATION_MODES = ("namespaces", "userns", "setuid", "rlimits")
+# In order of strength; "auto" picks the strongest that works, and never one of the weak
+# modes, which leave writes or the network open (see teamrl.sandbox.modes).
+ISOLATION_MODES = ("namespaces", "userns", "landlock", "setuid", "rlimits")
+WEAK_MODES = ("setuid", "rlimits")
+# Modes that run the program as a fresh uid leased for the run (they need root).
+FRESH_UID_MODES = ("namespaces", "landlock", "setuid")
+# Fresh-uid modes without a pid namespace: what the program leaves is killed by its uid.
+UID_KILL_MODES = ("landlock", "setuid")
 
 
 def _limit(default, help: str):  # noqa: A002

@@ -1,8 +1,9 @@
-"""Which isolation a run gets: probing, the user's opt-in to the weak mode, logging.
+"""Which isolation a run gets: probing, the user's opt-in to a weak mode, logging.
 
-``"auto"`` means the strongest mode that works here; the weak ``"rlimits"`` mode is never
-chosen silently: only when asked for by name, through ``isolation=`` or the
-``TEAMRL_SANDBOX_ISOLATION`` environment variable.
+``"auto"`` means the strongest mode that works here; the weak modes (``"setuid"``, which
+leaves world-writable folders and the network past Python's socket class open, and
+``"rlimits"``) are never chosen silently: only when asked for by name, through
+``isolation=`` or the ``TEAMRL_SANDBOX_ISOLATION`` environment variable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import threading
 
 from teamrl.sandbox import linux
-from teamrl.sandbox.limits import ISOLATION_MODES, Limits
+from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, WEAK_MODES, Limits
 
 ISOLATION_ENV = "TEAMRL_SANDBOX_ISOLATION"
 logger = logging.getLogger("teamrl.sandbox")
@@ -24,8 +25,14 @@ RESIDUAL_RISKS = {
     "userns": "runs as your uid outside its namespaces: reads files you can read outside your "
     "home and the private /tmp, /run, /dev/shm, /var/tmp (read-only), and may connect to your "
     "unix sockets elsewhere; memory and CPU are bounded per process",
-    "setuid": "writes to world-writable /tmp and /dev/shm; the socket guard stops Python's "
-    "sockets only; the working directory is on disk",
+    "landlock": "reads world-readable files; sees host processes in /proc (not their "
+    "environment); the working directory is on disk, so only each file is bounded "
+    "(file_size_mb) and a program can fill the disk until the wall clock; memory and CPU are "
+    "bounded per process",
+    "setuid": "WEAK: writes to world-writable places (/tmp, /dev/shm, any 0777 folder), "
+    "directly or through any program it runs; the socket guard stops Python's sockets only "
+    "(ctypes, curl or a child interpreter reach loopback servers, unix sockets in /tmp and "
+    "abstract ones); System V IPC objects outlive the run; the working directory is on disk",
     "rlimits": "WEAK: runs as your uid without namespaces: it can write and read wherever you "
     "can, read the trainer's /proc/<pid>/environ, signal or ptrace the trainer, reach loopback "
     "servers past the socket guard, and leave daemons running",
@@ -41,7 +48,7 @@ def _log_once(mode: str) -> None:
         if mode in _logged:
             return
         _logged.add(mode)
-    level = logging.WARNING if mode == "rlimits" else logging.INFO
+    level = logging.WARNING if mode in WEAK_MODES else logging.INFO
     logger.log(level, "sandbox isolation %r; residual risks: %s", mode, RESIDUAL_RISKS[mode])
 
 
@@ -56,19 +63,38 @@ def check_mode(isolation: str) -> str:
     if isolation in ("rlimits", "userns") and real_root:
         raise ValueError(
             f"isolation: {isolation!r} is refused as root (RLIMIT_NPROC is not enforced for "
-            "root, so a fork bomb would be unbounded); use 'namespaces' or 'setuid'"
+            "root, so a fork bomb would be unbounded); use 'namespaces' or 'landlock'"
         )
-    if isolation in ("namespaces", "setuid") and not root:
+    if isolation in FRESH_UID_MODES and not root:
         raise ValueError(f"isolation: {isolation!r} needs root, running as uid {os.geteuid()}")
     return isolation
 
 
 def _candidates() -> list[str]:
+    """The strong modes this process may use, strongest first (never a weak one)."""
     root = os.geteuid() == 0
-    found = ["namespaces", "setuid"] if root else []
+    found = ["namespaces"] if root else []
     if not (root and linux.in_initial_userns()):
         found.append("userns")
+    if root:
+        found.append("landlock")
     return found
+
+
+def _advice(tried: list[str]) -> str:
+    """What to enable for each strong mode that failed, and the weak mode to opt in to."""
+    steps = {
+        "namespaces": "give the process CAP_SYS_ADMIN",
+        "userns": "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
+        "kernel.unprivileged_userns_clone = 1)",
+        "landlock": "run on a kernel with Landlock ABI >= 3 and seccomp, with an interpreter "
+        "other users can reach",
+    }
+    advice = [steps[mode] for mode in tried if mode in steps]
+    if "landlock" not in tried:
+        advice.append("run as root")
+    weak = "setuid" if "landlock" in tried else "rlimits"
+    return ", ".join(advice) + f", or accept the weak mode with {ISOLATION_ENV}={weak}"
 
 
 def _probe(mode: str, exe: str) -> str | None:
@@ -88,10 +114,10 @@ def isolation_mode(python: str | None = None) -> str:
     """The isolation ``run_python`` gets by default for ``python`` (probed once, cached).
 
     ``TEAMRL_SANDBOX_ISOLATION`` names a mode to use instead of probing (``rlimits`` is
-    reachable only this way or by ``isolation="rlimits"``). Otherwise the strongest that
-    runs a trivial program: as root ``"namespaces"`` then ``"setuid"``; ``"userns"`` for
-    everyone else (and for root inside a user namespace). RuntimeError, in one line saying
-    what to enable or set, when none works.
+    reachable only this way or by ``isolation="rlimits"``, and so is ``setuid``). Otherwise
+    the strongest that runs a trivial program: ``"namespaces"`` as root, ``"userns"`` for
+    everyone else and for root inside a user namespace, then ``"landlock"`` as root. Never a
+    weak mode: RuntimeError, in one line saying what to enable or set, when none works.
     """
     exe, _ = linux.interpreter(python)
     requested = os.environ.get(ISOLATION_ENV, "").strip()
@@ -105,8 +131,8 @@ def isolation_mode(python: str | None = None) -> str:
     with _lock:
         mode = _modes.get(exe)
     if mode is None:
-        failures = []
-        for candidate in _candidates():
+        failures, tried = [], _candidates()
+        for candidate in tried:
             if (why := _probe(candidate, exe)) is None:
                 mode = candidate
                 break
@@ -115,9 +141,8 @@ def isolation_mode(python: str | None = None) -> str:
             raise RuntimeError(
                 "sandbox: no strong isolation works here ("
                 + "; ".join(failures)
-                + "): allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
-                "kernel.unprivileged_userns_clone = 1), run as root, or accept the weak mode "
-                f"with {ISOLATION_ENV}=rlimits"
+                + "): "
+                + _advice(tried)
             )
         with _lock:
             _modes[exe] = mode

@@ -11,18 +11,19 @@ import time
 from collections.abc import Callable
 
 from teamrl.sandbox import linux
-from teamrl.sandbox.limits import Limits
+from teamrl.sandbox.limits import UID_KILL_MODES, Limits
 
 
 def kill_tree(proc: subprocess.Popen, mode: str, uid: int | None) -> None:
     """SIGKILL the process group (with a pid namespace that includes init, which takes the
-    whole namespace with it); in "setuid" mode also every process of the uid. Called before
-    the leader is reaped, so its pid (= the group id) cannot have been reused."""
+    whole namespace with it); without one ("landlock", "setuid") also every process of the
+    uid. Called before the leader is reaped, so its pid (= the group id) cannot have been
+    reused."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    if mode == "setuid":
+    if mode in UID_KILL_MODES:
         linux.kill_uid(uid)
 
 

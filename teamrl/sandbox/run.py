@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from teamrl.sandbox import linux
 from teamrl.sandbox.boot import boot_code
 from teamrl.sandbox.channel import REPORT_FD_ENV
-from teamrl.sandbox.launch import Plan, make_preexec
-from teamrl.sandbox.limits import ExecResult, Limits
+from teamrl.sandbox.launch import Plan, confinement, make_preexec
+from teamrl.sandbox.limits import FRESH_UID_MODES, UID_KILL_MODES, ExecResult, Limits
 from teamrl.sandbox.modes import resolve_mode
 from teamrl.sandbox.pump import classify, kill_tree, namespace_status, pump
 
@@ -43,14 +43,14 @@ def _remove_tree(path: str) -> None:
 
 def _check_reachable(mode: str, prefix: str) -> None:
     tmp_root = os.path.realpath(tempfile.gettempdir())
-    if mode in ("namespaces", "setuid") and (blocked := linux.blocked_ancestor(tmp_root)):
+    if mode in FRESH_UID_MODES and (blocked := linux.blocked_ancestor(tmp_root)):
         raise RuntimeError(
             f"sandbox: temp dir {tmp_root!r} is not reachable by other users ({blocked!r} "
             "lacks o+x); point TMPDIR at a world-traversable directory"
         )
-    if mode == "setuid" and (blocked := linux.blocked_ancestor(prefix)):
+    if mode in UID_KILL_MODES and (blocked := linux.blocked_ancestor(prefix)):
         raise RuntimeError(
-            f"sandbox: isolation 'setuid' needs an interpreter other users can reach, but "
+            f"sandbox: isolation {mode!r} needs an interpreter other users can reach, but "
             f"{prefix!r} lies under {blocked!r}"
         )
 
@@ -68,12 +68,12 @@ def execute(
     exe, prefix = linux.interpreter(python)
     _check_reachable(mode, prefix)
     base = tempfile.mkdtemp(prefix="teamrl-sandbox-")
-    uid = linux.lease_uid() if mode in ("namespaces", "setuid") else None
+    uid = linux.lease_uid() if mode in FRESH_UID_MODES else None
     pidns = mode in ("namespaces", "userns")
     err_r, err_w = os.pipe()  # the child's setup reports a failure here
     status_r, status_w = os.pipe() if pidns else (-1, -1)
     report_r, report_w = os.pipe() if report else (-1, -1)
-    init_pid = None
+    init_pid, ruleset_fd = None, -1
     try:
         os.chmod(base, 0o755)  # the sandbox user must reach base/main.py and base/work
         program = os.path.join(base, "main.py")
@@ -81,8 +81,9 @@ def execute(
             f.write(code)
         workdir = os.path.join(base, "work")
         os.mkdir(workdir, 0o700)
-        if mode == "setuid":
+        if mode in UID_KILL_MODES:  # no tmpfs of its own: the folder itself is the uid's
             os.chown(workdir, uid, uid)
+        ruleset_fd, syscalls = confinement(mode, workdir, limits.network)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         env.update(HOME=workdir, TMPDIR=workdir)
         if report:
@@ -91,7 +92,8 @@ def execute(
         with open(boot, "w", encoding="utf-8") as f:
             f.write(boot_code(mode, limits.network))
         argv = [exe, "-I", "-S", boot, str(status_w), program, *map(str, args)]
-        preexec = make_preexec(Plan(mode, prefix, base, workdir, uid, limits, err_w))
+        plan = Plan(mode, prefix, base, workdir, uid, limits, err_w, ruleset_fd, syscalls)
+        preexec = make_preexec(plan)
         stdin_fd = _stdin_fd(base, stdin)
         start = time.monotonic()
         try:
@@ -128,7 +130,7 @@ def execute(
             if status is not None:
                 returncode = os.waitstatus_to_exitcode(status)
     finally:
-        for fd in (err_r, err_w, status_r, status_w, report_r, report_w):
+        for fd in (err_r, err_w, status_r, status_w, report_r, report_w, ruleset_fd):
             if fd >= 0:
                 os.close(fd)
         _reap(mode, uid, init_pid)
@@ -150,14 +152,14 @@ def execute(
 
 def _reap(mode: str, uid: int | None, init_pid: int | None) -> None:
     """When orphans come to us (we are PID 1 or a subreaper), reap what the run left: its
-    pid namespace's init, or ("setuid") the killed processes of its uid."""
+    pid namespace's init, or ("landlock", "setuid") the killed processes of its uid."""
     if not linux.reaps_orphans():
         return
     if init_pid is not None:
         linux.reap_namespace_init(init_pid)
     elif mode in ("namespaces", "userns"):
         linux.reap_dead_inits()
-    if mode == "setuid" and uid is not None:
+    if mode in UID_KILL_MODES and uid is not None:
         linux.reap_orphans_of(uid)
 
 
