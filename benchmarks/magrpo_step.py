@@ -84,13 +84,15 @@ class RawStep:
 
         self.torch, self.args, self.texts, self.i = torch, args, texts, 0
         self.tok = load_tokenizer(args.model)
-        self.model = load_model(args.model)
+        self.model = load_model(args.model, dtype=args.dtype, device=args.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6, fused=True)
 
     def step(self) -> dict[str, float]:
         torch, g, new = self.torch, self.args.num_generations, self.args.new_tokens
         i, self.i = self.i, self.i + 1
         batch = self.tok([self.texts[i]] * (2 * g), return_tensors="pt", padding=True)
+        batch = batch.to(self.args.device)
+        sync(self.args.device)
         t0 = time.perf_counter()
         with torch.no_grad():
             seqs = self.model.generate(
@@ -100,16 +102,18 @@ class RawStep:
                 min_new_tokens=new,
                 pad_token_id=self.tok.pad_token_id,
             )
+        sync(self.args.device)
         t1 = time.perf_counter()
-        ones = torch.ones(seqs.shape[0], new, dtype=torch.long)
+        ones = torch.ones(seqs.shape[0], new, dtype=torch.long, device=seqs.device)
         attn = torch.cat([batch["attention_mask"], ones], dim=1)
         logits = self.model(input_ids=seqs, attention_mask=attn, logits_to_keep=new + 1).logits
         logp = torch.log_softmax(logits[:, :-1].float(), -1)
         token_logp = logp.gather(-1, seqs[:, -new:, None]).squeeze(-1)
-        loss = -(token_logp.mean(-1) * torch.randn(seqs.shape[0])).mean()
+        loss = -(token_logp.mean(-1) * torch.randn(seqs.shape[0], device=seqs.device)).mean()
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        sync(self.args.device)
         t2 = time.perf_counter()
         return {"step_s": t2 - t0, "generate_s": t1 - t0, "update_s": t2 - t1}
 
@@ -133,6 +137,8 @@ class TeamrlStep:
         n = args.new_tokens
         overrides = [
             f"model.name_or_path={args.model}",
+            f"model.device={args.device}",
+            f"model.dtype={args.dtype}",
             f"team.policies={policies}",
             "team.chat_template=false",  # CoMLRL sends the raw prompt
             "team.ignore_eos=true",
@@ -155,17 +161,39 @@ class TeamrlStep:
         self.trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
 
     def step(self) -> dict[str, float]:
+        device = self.args.device
+        sync(device)
+        t0 = time.perf_counter()
         m = self.trainer.train_step()
+        sync(device)
+        wall = time.perf_counter() - t0
         if m["completion_length/mean"] != self.args.new_tokens:
             raise RuntimeError(
                 f"completion length {m['completion_length/mean']}, expected "
                 f"{self.args.new_tokens}: not the benchmark's work"
             )
+        if device.startswith("cuda"):
+            # The trainer's own clocks do not wait for queued GPU work (the optimizer step may
+            # still run when time/update is read), so on CUDA the step is the synchronised wall
+            # time and the update is everything after the rollout.
+            return {
+                "step_s": wall,
+                "generate_s": m["time/generate"],
+                "update_s": wall - m["time/rollout"],
+            }
         return {
             "step_s": m["time/step"],
             "generate_s": m["time/generate"],
             "update_s": m["time/update"],
         }
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work, so that a wall-clock interval covers it (no-op on CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def serve(args) -> int:
@@ -201,8 +229,10 @@ def serve(args) -> int:
         if line.strip() == "quit":
             break
         rounds.send(channel, contender.step())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    rounds.send(channel, {"peak_rss_gib": rss})
+    final = {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if args.device.startswith("cuda"):
+        final["peak_cuda_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    rounds.send(channel, final)
     return 0
 
 
@@ -233,6 +263,10 @@ def worker_cmd(args, kind: str, python: str) -> list[str]:
         args.prompts,
         "--threads",
         str(args.threads),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
     ]
     return [python, str(Path(__file__).resolve()), "--worker", kind, *common]
 
@@ -323,9 +357,11 @@ def spread(s: dict) -> tuple[str, str, str]:
 
 def markdown(result: dict) -> str:
     m, rep, ref = result["meta"], result["report"], result["reference"] or "(none)"
+    gpu = f" on {m['gpu']}" if m.get("gpu") else ""
     lines = [
         f"MAGRPO step, 2 agents x G={m['num_generations']} x {m['new_tokens']} tokens, "
-        f"{m['model']} fp32, {m['prompts']} prompts. {m['date']} UTC; {m['machine']['cores']} "
+        f"{Path(m['model']).name} {m.get('dtype', 'float32')}{gpu}, {m['prompts']} prompts. "
+        f"{m['date']} UTC; {m['machine']['cores']} "
         f"cores ({m['machine']['cpu']}); torch {m['torch']}; load average "
         f"{m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
         f"{m['rounds']} interleaved rounds ({m['order']} order) after {m['warmup']} warm-up.",
@@ -360,6 +396,10 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {r + 1} | {' '.join(short(n) for n in order)} | " + " | ".join(cells) + " |"
         )
+    gpu_peaks = {n: g for n, g in result.get("peak_cuda_gib", {}).items() if g is not None}
+    if gpu_peaks:
+        peaks = ", ".join(f"{n} {g:.1f}" for n, g in gpu_peaks.items())
+        lines.append(f"\nPeak GPU memory (torch.cuda.max_memory_allocated, GiB): {peaks}.")
     for name, note in result["notes"].items():
         lines.append(f"\n{name}: {note}")
     return "\n".join(lines) + "\n"
@@ -379,6 +419,8 @@ def main() -> int:
     ap.add_argument("--skip-vllm", action="store_true")
     ap.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: default)")
+    ap.add_argument("--device", default="cpu", help="model.device of every contender (cpu, cuda)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--out", default=None, help="output stem (default results/magrpo_step_<p>)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -393,6 +435,7 @@ def main() -> int:
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
+        "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
         "torch": torch.__version__,
         "loadavg_start": os.getloadavg(),
         **{
@@ -406,6 +449,8 @@ def main() -> int:
                 "warmup",
                 "order",
                 "threads",
+                "device",
+                "dtype",
             )
         },
     }
@@ -451,15 +496,17 @@ def main() -> int:
         "steps": res["steps"],
         "report": rounds.report(res["steps"], reference),
         "peak_rss_gib": {n: f.get("peak_rss_gib") for n, f in finals.items()},
+        "peak_cuda_gib": {n: f.get("peak_cuda_gib") for n, f in finals.items()},
         "notes": notes,
     }
     text = markdown(result)
     print("\n" + text)
+    # .md and .json are appended to the stem, which may hold dots (step_qwen2.5-0.5b).
     stem = Path(args.out) if args.out else HERE / "results" / f"magrpo_step_{args.prompts}"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {stem.with_suffix('.md')} and .json")
+    Path(f"{stem}.md").write_text(text)
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {stem}.md and .json")
     return 0
 
 
