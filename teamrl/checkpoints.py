@@ -31,10 +31,11 @@ import torch
 from teamrl.config import Config, dump_config, from_dict, to_dict
 from teamrl.distributed import DistContext
 from teamrl.policy_weights import base_record, load_policy, save_policy
-from teamrl.run_files import RunError, disk_full, free_space
+from teamrl.run_files import RunError, disk_full, free_space, log_line
 from teamrl.team import Team
 
 MANIFEST = "manifest.json"
+REQUIRED = ("config.yaml", "trainer_state.json")  # in every checkpoint, since the first
 
 
 def save_checkpoint(
@@ -159,31 +160,71 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def resume_checkpoint(
-    run_dir: str | Path, step: int | None = None, move_aside: bool = True
-) -> Path:
-    """The newest intact checkpoint (or ``step-<step>``). A corrupt one gets a warning naming the
-    bad file and (``move_aside``, for a resume) is renamed ``corrupt-step-N``; none intact is a
-    one-line error."""
+    run_dir: str | Path, step: int | None = None, move_aside: bool = True, missing_ok: bool = False
+) -> Path | None:
+    """The newest intact checkpoint (or ``step-<step>``).
+
+    A folder that is no checkpoint at all (empty, or without the files every checkpoint holds:
+    a copy cut short, a sync tool's placeholder) is skipped, and the one the run falls back to
+    is named in one log line. A corrupt one gets a warning naming the bad file. Both are
+    renamed aside when ``move_aside`` (a resume), so the run's later saves, prunes and resumes
+    never see them. None in the folder at all: None with ``missing_ok`` (a run stopped before
+    its first checkpoint starts afresh), else a one-line error; none intact: a one-line error.
+    """
     root = Path(run_dir, "checkpoints")
     candidates = [root / f"step-{step}"] if step is not None else _sorted(root)[::-1]
-    if step is not None and not candidates[0].is_dir():
-        have = ", ".join(p.name for p in _sorted(root)) or "none"
-        raise RunError(f"--step {step}: no {candidates[0]} (checkpoints: {have})")
-    bad = []
+    if step is not None:
+        have = ", ".join(p.name for p in checkpoint_folders(run_dir)) or "none"
+        if not candidates[0].is_dir():
+            raise RunError(f"--step {step}: no {candidates[0]} (checkpoints: {have})")
+        gap = incomplete(candidates[0])
+        if gap is not None:
+            raise RunError(f"--step {step}: {candidates[0]} is {gap} (checkpoints: {have})")
+    bad, skipped = [], []
     for ckpt in candidates:
+        gap = incomplete(ckpt)
+        if gap is not None:
+            skipped.append(f"{ckpt.name} is {gap}" + _set_aside(ckpt, "incomplete", move_aside))
+            continue
         problem = verify_checkpoint(ckpt)
         if problem is None:
+            if skipped:
+                log_line(f"checkpoint {'; '.join(skipped)}: using {ckpt.name}, the newest intact")
             return ckpt
         bad.append(problem)
-        if move_aside and step is None:
-            aside = ckpt.with_name(f"corrupt-{ckpt.name}")
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(ckpt, aside)
-            problem += f"; moved it aside to {aside.name}"
+        if step is None:
+            problem += _set_aside(ckpt, "corrupt", move_aside)
         warnings.warn(f"checkpoint {ckpt.name} is corrupt: {problem}", stacklevel=2)
-    if not bad:
-        raise RunError(f"--resume: no checkpoint in {root}")
-    raise RunError(f"no intact checkpoint in {root}: {bad[0]}")
+    if skipped:
+        log_line(f"checkpoint {'; '.join(skipped)}: no intact checkpoint before it")
+    if bad:
+        raise RunError(f"no intact checkpoint in {root}: {bad[0]}")
+    if missing_ok:
+        return None
+    raise RunError(f"--resume: no checkpoint in {root}")
+
+
+def incomplete(folder: Path) -> str | None:
+    """Why ``folder`` is no checkpoint at all ("empty", "without config.yaml"), else None.
+    Cheap (no hashing). ``save_checkpoint`` renames a folder into place only once it is
+    complete, so such a folder came from outside the trainer."""
+    if not any(folder.iterdir()):
+        return "empty"
+    for name in REQUIRED:
+        if not (folder / name).is_file():
+            return f"without {name}"
+    return None
+
+
+def _set_aside(ckpt: Path, why: str, move: bool) -> str:
+    """Rename ``ckpt`` to ``<why>-step-N`` (kept for inspection) when ``move``; the words
+    that say so."""
+    if not move:
+        return ""
+    aside = ckpt.with_name(f"{why}-{ckpt.name}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(ckpt, aside)
+    return f"; moved it aside to {aside.name}"
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -315,12 +356,20 @@ def apply_schedule(pol, lr: float, lr_lambda, cfg: Config | None = None) -> None
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    ckpts = _sorted(Path(run_dir, "checkpoints"))
+    """The newest checkpoint folder that is complete (``incomplete``); not hashed."""
+    ckpts = checkpoint_folders(run_dir)
     return ckpts[-1] if ckpts else None
 
 
+def checkpoint_folders(run_dir: str | Path) -> list[Path]:
+    """``checkpoints/step-N`` folders that are checkpoints (not empty, not partial), by step."""
+    return [p for p in _sorted(Path(run_dir, "checkpoints")) if incomplete(p) is None]
+
+
 def _sorted(root: Path) -> list[Path]:
-    return sorted(root.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    """``step-N`` folders by N (a file or a ``step-x`` named by hand is no checkpoint)."""
+    steps = [p for p in root.glob("step-*") if p.name[5:].isdigit() and p.is_dir()]
+    return sorted(steps, key=lambda p: int(p.name[5:]))
 
 
 def _yaml(path: Path) -> dict:

@@ -50,8 +50,8 @@ def _prepare(args: argparse.Namespace):
 
 
 def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
-    """Before the model loads: a used folder without --resume, a resume with nothing to resume,
-    and a resume of a run that is already finished each get their one line."""
+    """Before the model loads: a used folder without --resume and a resume of a run that is
+    already finished each get their one line."""
     from teamrl.config import ConfigError
     from teamrl.run_files import check_unlocked
 
@@ -63,14 +63,12 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
                 "log.overwrite=true to start afresh, or another run_name"
             )
         return
-    steps = [
-        int(p.name.split("-", 1)[1])
-        for p in (run_dir / "checkpoints").glob("step-*")
-        if p.name.split("-", 1)[1].isdigit()
-    ]
-    if not steps:
-        raise ConfigError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
-    if max(steps) >= cfg.train.max_steps:
+    from teamrl.checkpoints import checkpoint_folders
+
+    # No checkpoint yet (a preempted job that passes --resume every time): the trainer starts
+    # from step 0 and says so. Empty or partial step-N folders are no checkpoints.
+    steps = [int(p.name.split("-", 1)[1]) for p in checkpoint_folders(run_dir)]
+    if steps and max(steps) >= cfg.train.max_steps:
         raise ConfigError(
             f"--resume: the run in {run_dir} is already at step {max(steps)} and "
             f"train.max_steps={cfg.train.max_steps}; raise train.max_steps to continue it"

@@ -44,7 +44,7 @@ from teamrl.policy_weights import base_record
 from teamrl.preflight import preflight as run_preflight
 from teamrl.recipes import recipe_for
 from teamrl.rollout.common import RolloutResult
-from teamrl.run_files import RunLock, remove_orphans
+from teamrl.run_files import RunLock, log_line, remove_orphans
 from teamrl.sample import Sample
 from teamrl.team import Policy, Team
 
@@ -293,7 +293,18 @@ class Trainer:
         if self.ctx.is_main:
             remove_orphans(self.run_dir / "checkpoints")
         if resume:  # the newest checkpoint that matches its manifest
-            self.load_checkpoint(checkpoints.resume_checkpoint(self.run_dir))
+            ckpt = checkpoints.resume_checkpoint(self.run_dir, missing_ok=True)
+            if ckpt is None:  # stopped before its first checkpoint (a preempted job resumes)
+                resume = False  # from step 0: the logger drops every line the lost steps wrote
+                logged = (self.run_dir / "metrics.jsonl").exists()
+                if self.ctx.is_main:
+                    log_line(
+                        f"--resume: no checkpoint in {self.run_dir / 'checkpoints'} yet: "
+                        "starting from step 0"
+                        + ("; clearing the metrics of the steps it lost" if logged else "")
+                    )
+            else:
+                self.load_checkpoint(ckpt)
         if self.ctx.is_main:
             dump_config(cfg, self.run_dir / "config.yaml")
         self.logger = RunLogger(

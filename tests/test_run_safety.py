@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,3 +194,93 @@ def test_orphaned_temp_checkpoints_are_removed_at_start(tmp_path, capsys):
     tr.train()
     assert not orphan.exists()
     assert f"removed {orphan}, a checkpoint left half-written" in capsys.readouterr().err
+
+
+# --- issue 20, item 5: what --resume finds ----------------------------------------------------
+
+
+def trained_run(tmp_path, steps: int, **extra) -> tuple[list[str], Path]:
+    """A finished shared-policy run through the CLI; (its CLI arguments, its folder)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: r\n")
+    run = tmp_path / "r"
+    args = ["train", str(cfg), *tiny_overrides("shared", steps, **{**EXTRA, **extra})]
+    assert cli_main([*args, "--run-dir", str(run)]) == 0
+    return args, run
+
+
+def only_line(err: str, start: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith(start)]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["empty", "without config.yaml", "without trainer_state.json"])
+def test_an_empty_or_partial_newest_checkpoint_is_skipped_in_one_line(tmp_path, capsys, kind):
+    args, run = trained_run(tmp_path, 2, **{"log.save_steps": 1, "log.save_total_limit": 5})
+    ckpts = run / "checkpoints"
+    bad = ckpts / "step-8"  # newer than the intact step-2, and past train.max_steps=3 below
+    if kind == "empty":
+        bad.mkdir()
+    else:  # a copy of an intact checkpoint cut short: one of the files every one holds missing
+        shutil.copytree(ckpts / "step-2", bad)
+        (bad / kind.split()[1]).unlink()
+    capsys.readouterr()
+    resumed = [a.replace("train.max_steps=2", "train.max_steps=3") for a in args]
+    assert cli_main([*resumed, "--run-dir", str(run), "--resume"]) == 0
+    line = only_line(capsys.readouterr().err, "teamrl: checkpoint")
+    assert line == (
+        f"teamrl: checkpoint step-8 is {kind}; moved it aside to incomplete-step-8: using "
+        "step-2, the newest intact"
+    )
+    assert [r["step"] for r in rows(run)] == [1, 2, 3]  # step 3 trained on from step-2
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "incomplete-step-8", "step-1", "step-2", "step-3"
+    ]  # fmt: skip
+
+
+def test_eval_and_play_skip_an_empty_checkpoint_and_an_explicit_one_is_one_line(tmp_path, capsys):
+    from teamrl import checkpoints
+
+    _, run = trained_run(tmp_path, 1)
+    (run / "checkpoints" / "step-5").mkdir()
+    capsys.readouterr()
+    assert checkpoints.resume_checkpoint(run, move_aside=False).name == "step-1"
+    line = only_line(capsys.readouterr().err, "teamrl:")
+    assert line == "teamrl: checkpoint step-5 is empty: using step-1, the newest intact"
+    assert (run / "checkpoints" / "step-5").is_dir()  # eval and export move nothing
+    assert checkpoints.latest_checkpoint(run).name == "step-1"  # what `teamrl play` loads
+    with pytest.raises(RunError) as err:
+        checkpoints.resume_checkpoint(run, step=5, move_aside=False)
+    assert str(err.value) == (
+        f"--step 5: {run / 'checkpoints' / 'step-5'} is empty (checkpoints: step-1)"
+    )
+
+
+def test_resume_before_the_first_checkpoint_starts_from_step_0(tmp_path, capsys):
+    args, run = trained_run(tmp_path, 2)
+    finished = rows(run)
+    # killed after logging steps 1 and 2, before its first checkpoint (save_steps=100)
+    shutil.rmtree(run / "checkpoints")
+    assert [r["step"] for r in finished] == [1, 2]
+    capsys.readouterr()
+    assert cli_main([*args, "--run-dir", str(run), "--resume"]) == 0
+    line = only_line(capsys.readouterr().err, "teamrl:")
+    assert line == (
+        f"teamrl: --resume: no checkpoint in {run / 'checkpoints'} yet: starting from step 0; "
+        "clearing the metrics of the steps it lost"
+    )
+    assert rows(run) == finished  # steps 1 and 2 once each, as the uninterrupted run logged them
+    samples = [r["step"] for r in run_files.read_jsonl(run / "samples.jsonl")]
+    assert samples == sorted(samples) and set(samples) == {1, 2}
+    assert (run / "checkpoints" / "step-2").is_dir()
+
+
+def test_resume_of_a_folder_with_nothing_in_it_starts_from_step_0(tmp_path, capsys):
+    run = tmp_path / "new"
+    tr = Trainer(load_config(None, tiny_overrides("shared", 1, **EXTRA)), run_dir=run)
+    capsys.readouterr()
+    assert [m["step"] for m in tr.train(resume=True)] == [1]
+    assert capsys.readouterr().err.strip() == (
+        f"teamrl: --resume: no checkpoint in {run / 'checkpoints'} yet: starting from step 0"
+    )
