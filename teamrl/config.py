@@ -129,11 +129,15 @@ class EnvConfig:
         "Seconds one env step (its transition and reward) may take; a step past it ends its "
         "episode as failed with reward 0, counted as episodes/timeouts. 0: no limit.",
     )
-    sandbox_isolation: Literal["auto", "namespaces", "userns", "setuid", "rlimits"] = _f(
+    sandbox_isolation: Literal[
+        "auto", "namespaces", "userns", "landlock", "setuid", "rlimits"
+    ] = _f(
         "auto",
         "How model-written programs are fenced off: 'auto' picks the strongest mode the "
-        "machine allows; 'rlimits' is the weak opt-in mode (the program runs as your user), "
-        "see the README's Sandbox section.",
+        "machine allows ('namespaces' as root, 'userns' otherwise, 'landlock' for root "
+        "without CAP_SYS_ADMIN) and never a weak one; 'setuid' (root) and 'rlimits' (the "
+        "program runs as your user) are weak opt-in modes that leave writes and the network "
+        "open, see the README's Sandbox section.",
     )
 
 
@@ -201,18 +205,31 @@ class AlgorithmConfig:
     )
     importance_sampling_correction: bool | None = _f(
         None,
-        "Reweight each token by min(pi_old / q, importance_sampling_cap), q the sampler's "
-        "recorded distribution (truncated IS; TRL's vllm_importance_sampling_correction). None = "
-        "on whenever the sampler differs from the trainer: top_p < 1, top_k > 0 (unless "
-        "truncated_scoring) or a backend other than 'hf'.",
+        "Reweight each token by the ratio pi_old / q, bounded by importance_sampling_cap, q the "
+        "sampler's recorded distribution (truncated IS; TRL's "
+        "vllm_importance_sampling_correction). None = on whenever the sampler differs from the "
+        "trainer: top_p < 1, top_k > 0 (unless truncated_scoring) or a backend other than 'hf'.",
     )
-    importance_sampling_mode: Literal["token_truncate", "sequence_truncate"] = _f(
+    importance_sampling_mode: Literal[
         "token_truncate",
-        "Truncated IS per token, or one weight per sequence (the product of its tokens' ratios) "
-        "(TRL's vllm_importance_sampling_mode).",
+        "token_mask",
+        "sequence_truncate",
+        "sequence_mask",
+        "geometric_truncate",
+        "geometric_mask",
+    ] = _f(
+        "token_truncate",
+        "IS weight per token ('token_*'), one per sequence: the product of its tokens' ratios "
+        "('sequence_*', exact but it falls geometrically with length under top-p: 0.9^48 = "
+        "0.0064), or their geometric mean ('geometric_*', length-normalised as in GSPO); "
+        "'*_truncate' caps it at importance_sampling_cap, '*_mask' sets it to 0 above the cap "
+        "(TRL's vllm_importance_sampling_mode, whose default is sequence_mask). See "
+        "docs/algorithms/update.md.",
     )
     importance_sampling_cap: float = _f(
-        2.0, "C >= 1, the IS weight cap (TRL: vllm_importance_sampling_cap)."
+        2.0,
+        "C >= 1, the IS weight bound (TRL: vllm_importance_sampling_clip_max, named "
+        "vllm_importance_sampling_cap before TRL 1.6; TRL's default is 3.0).",
     )
     truncated_scoring: bool = _f(
         False,
@@ -255,10 +272,18 @@ class AlgorithmConfig:
     kl_estimator: Literal["k1", "k2", "k3"] = _f(
         "k3",
         "KL to the reference, each pulling pi toward pi_ref. 'k3': (r - log r - 1), r = "
-        "pi_ref/pi, in the loss; its gradient is that of KL(ref || pi), as in TRL. 'k2': "
+        "pi_ref/pi, in the loss; its gradient is that of KL(ref || pi) (TRL's k3 with "
+        "use_bias_correction_kl off; on, see that field). 'k2': "
         "0.5 (log pi - log pi_ref)^2 in the loss, gradient of KL(pi || ref). 'k1': log pi - log "
         "pi_ref as a per-token reward penalty (detached, CoMLRL's form), gradient of "
         "KL(pi || ref); k1 as a plain loss would have zero expected gradient.",
+    )
+    use_bias_correction_kl: bool = _f(
+        False,
+        "With kl_estimator='k3': multiply k3 by the (not detached) policy ratio pi / pi_old, so "
+        "the term estimates KL(pi || ref) and its gradient is that of KL(pi || ref), not "
+        "KL(ref || pi) (TRL's use_bias_correction_kl, from DeepSeek-V3.2; on by default in "
+        "TRL 1.16).",
     )
 
 
@@ -274,8 +299,13 @@ class TrainConfig:
         None,
         "Sequences per forward pass (gradient accumulation), >= 1. None = the whole minibatch.",
     )
-    learning_rate: float = _f(1e-5, "Peak learning rate of AdamW.")
-    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    optim: Literal["adamw_torch", "sgd"] = _f(
+        "adamw_torch",
+        "Optimizer (TRL/transformers names): 'adamw_torch' (AdamW), or 'sgd' (plain SGD, no "
+        "momentum: the update is -lr * gradient, which the exactness tests compare).",
+    )
+    learning_rate: float = _f(1e-5, "Peak learning rate of the optimizer.")
+    weight_decay: float = _f(0.0, "Decoupled weight decay (AdamW), or L2 weight decay (SGD).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2.")
     warmup_steps: int = _f(0, "Linear warmup steps.")

@@ -209,6 +209,20 @@ def _check_fidelity(cfg: Any) -> None:
     cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
     _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
     _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
+    # r * k3 estimates KL(pi || ref); r * k2 estimates no KL, and k1 already carries r.
+    if a.use_bias_correction_kl and a.kl_estimator != "k3":
+        raise ConfigError(
+            f"algorithm.use_bias_correction_kl: needs kl_estimator='k3' (TRL's estimator), got "
+            f"kl_estimator={a.kl_estimator!r}"
+        )
+    # ignore_eos runs every completion to its budget, so every one is marked truncated: with
+    # mask_truncated_completions every token would leave the loss (loss 0, gradient 0).
+    if a.mask_truncated_completions and cfg.team.ignore_eos:
+        raise ConfigError(
+            "algorithm.mask_truncated_completions: true with team.ignore_eos=true masks every "
+            "completion (each runs to max_completion_length without EOS), so nothing would "
+            "train; set one of them false"
+        )
     _check_agent_overrides(cfg)
 
 

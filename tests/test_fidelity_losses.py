@@ -106,7 +106,7 @@ Z = torch.tensor([1.0, 0.2, -0.5, 0.3])
 REF = torch.tensor([0.0, 0.5, 0.5, -1.0])
 
 
-def expected_kl_gradient(estimator: str) -> torch.Tensor:
+def expected_kl_gradient(estimator: str, bias_correction: bool = False) -> torch.Tensor:
     """E_{y~pi}[grad_z loss(y)] with A = 0, beta = 1: only the KL term, summed exactly."""
     pi = torch.softmax(Z, -1)
     ref = torch.log_softmax(REF, -1)
@@ -117,6 +117,7 @@ def expected_kl_gradient(estimator: str) -> torch.Tensor:
         out = policy_loss(
             logp, logp.detach(), torch.zeros(1), torch.ones(1, 1), loss_type="bnpo",
             epsilon=0.2, beta=1.0, ref_logp=ref[y].reshape(1, 1), kl_estimator=estimator,
+            use_bias_correction_kl=bias_correction,
         )  # fmt: skip
         (grad,) = torch.autograd.grad(out.loss, z)
         total += pi[y] * grad
@@ -130,13 +131,35 @@ def kl_grad(forward: bool) -> torch.Tensor:
     return torch.autograd.grad(kl, z)[0]
 
 
-@pytest.mark.parametrize("estimator, forward", [("k1", True), ("k2", True), ("k3", False)])
-def test_every_kl_form_pulls_pi_toward_the_reference(estimator, forward):
-    g = expected_kl_gradient(estimator)
+@pytest.mark.parametrize(
+    "estimator, bias, forward",
+    [("k1", False, True), ("k2", False, True), ("k3", False, False), ("k3", True, True)],
+)
+def test_every_kl_form_pulls_pi_toward_the_reference(estimator, bias, forward):
+    g = expected_kl_gradient(estimator, bias)
     # a descent step -g must reduce KL(pi || ref): its gradient and g point the same way
     assert torch.dot(g, kl_grad(True)).item() > 1e-3
-    # and exactly: k1 (reward penalty) and k2 follow grad KL(pi||ref); k3 grad KL(ref||pi), as TRL
+    # and exactly: k1 (reward penalty) and k2 follow grad KL(pi||ref); k3 grad KL(ref||pi) (TRL
+    # with use_bias_correction_kl off); r * k3 (on) grad KL(pi||ref)
     assert torch.allclose(g, kl_grad(forward), atol=1e-6)
+
+
+def test_bias_corrected_k3_by_hand():
+    # a later pass: log pi = -1, log pi_old = -1.5 (r = e^0.5), log ref = -1.5
+    logp = torch.tensor([[-1.0]], requires_grad=True)
+    old = ref = torch.tensor([[-1.5]])
+    k3 = math.exp(-0.5) + 0.5 - 1  # e^(ref - logp) - (ref - logp) - 1 = 0.10653
+    kw = dict(loss_type="bnpo", epsilon=0.2, beta=0.1, ref_logp=ref, kl_estimator="k3")
+    plain = policy_loss(logp, old, torch.zeros(1), torch.ones(1, 1), **kw)
+    assert plain.kl == pytest.approx(k3) and plain.loss.item() == pytest.approx(0.1 * k3)
+    corrected = policy_loss(
+        logp, old, torch.zeros(1), torch.ones(1, 1), use_bias_correction_kl=True, **kw
+    )
+    assert corrected.kl == pytest.approx(math.exp(0.5) * k3)  # r * k3 = 0.17564
+    assert corrected.loss.item() == pytest.approx(0.1 * math.exp(0.5) * k3)
+    # d(r k3)/d log pi = r k3 + r (1 - e^(ref - logp)) = e^0.5 (k3 + 1 - e^-0.5) = e^0.5 * 0.5
+    (g,) = torch.autograd.grad(corrected.loss, logp)
+    assert g.item() == pytest.approx(0.1 * math.exp(0.5) * 0.5)
 
 
 # --- GSPO, delta, truncated completions -----------------------------------------------------

@@ -61,7 +61,7 @@ def test_later_minibatches_are_clipped_against_the_pre_update_policy(tmp_path, m
     # ... because its old log-probs are those of the policy before any step
     device = next(before.parameters()).device
     with torch.no_grad():
-        want, _ = update_mod.token_logprobs(before.train(), second["batch"].to(device))
+        want = update_mod.score_tokens(before.train(), second["batch"].to(device)).logp
     mask = second["batch"].completion_mask.bool()
     assert torch.allclose(second["old"][mask], want[mask].cpu(), atol=1e-5)
 
@@ -95,13 +95,13 @@ def test_micro_batches_and_passes_with_ragged_widths(tmp_path, monkeypatch):
 def test_one_step_needs_no_extra_forward(tmp_path, monkeypatch, mini_batches, extra_forwards):
     tr = make(tmp_path, **{"train.num_mini_batches": mini_batches})
     forwards = []
-    real = update_mod.token_logprobs
+    real = update_mod.score_tokens
 
-    def count(model, batch, with_entropy=False):
+    def count(model, batch, **kw):
         forwards.append(torch.is_grad_enabled())
-        return real(model, batch, with_entropy)
+        return real(model, batch, **kw)
 
-    monkeypatch.setattr(update_mod, "token_logprobs", count)
+    monkeypatch.setattr(update_mod, "score_tokens", count)
     tr.train_step()
     # one grad forward per minibatch, plus one no-grad forward per later minibatch of pass 1
     assert forwards.count(True) == mini_batches

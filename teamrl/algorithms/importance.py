@@ -1,4 +1,4 @@
-"""Truncated importance sampling for the sampler/trainer mismatch.
+"""Importance sampling for the sampler/trainer mismatch.
 
 The sampler draws token y from q (its own distribution: temperature-scaled, then restricted
 to the top-k / top-p set and renormalised, or another engine's numerics), and records log q(y).
@@ -7,13 +7,25 @@ built for samples of pi_old, so with samples of q its gradient estimate is biase
 
     E_q[A grad log pi]  !=  E_pi_old[A grad log pi]   (q puts no mass outside the nucleus).
 
-Reweighting each token by pi_old(y) / q(y) restores the expectation on q's support; capping
-the weight at C bounds its variance (truncated IS, Yao et al. 2025 "Your efficient RL
-framework secretly brings you off-policy RL training"; TRL's
-``vllm_importance_sampling_correction`` / ``vllm_importance_sampling_cap``):
+Reweighting by pi_old / q restores the expectation on q's support; bounding the weight by C
+bounds its variance (truncated IS, Yao et al. 2025 "Your efficient RL framework secretly
+brings you off-policy RL training"; TRL's ``vllm_importance_sampling_correction`` /
+``vllm_importance_sampling_mode`` / ``vllm_importance_sampling_clip_max``). With
+rho_t = pi_old(y_t) / q(y_t) over the n real tokens of a sample, ``mode`` is
+<granularity>_<constraint>:
 
-    token_truncate:    w_t = min(pi_old(y_t) / q(y_t), C)
-    sequence_truncate: w   = min(prod_t pi_old(y_t) / q(y_t), C)   for every token of a sample
+    token:      w_t = rho_t                              (each token its own ratio)
+    sequence:   w   = prod_t rho_t                        (the exact sequence ratio)
+    geometric:  w   = (prod_t rho_t)^(1/n) = exp(mean_t log rho_t)   (length-normalised, GSPO's)
+
+    truncate:   min(w, C)                                 (TRL's *_truncate)
+    mask:       w if w <= C else 0                        (TRL's *_mask: drop, not shrink)
+
+Under top-p alone rho_t = m_t <= 1, the nucleus mass at step t, so the sequence ratio falls
+geometrically with length (m = 0.9: 0.66 at 4 tokens, 0.19 at 16, 0.0064 at 48) and the cap
+never engages: ``sequence_*`` down-weights long completions by orders of magnitude. The
+token and geometric weights stay near m at any length. docs/algorithms/update.md has the bias
+and variance of each mode.
 
 The weights are detached: they rescale the policy-gradient term, they are not optimised.
 """
@@ -41,20 +53,34 @@ def correction_on(a: AlgorithmConfig, top_p: list[float], top_k: list[int], back
     return sampler_differs(top_p, top_k, backend)
 
 
+GRANULARITIES = ("token", "sequence", "geometric")
+CONSTRAINTS = ("truncate", "mask")
+MODES = tuple(f"{g}_{c}" for g in GRANULARITIES for c in CONSTRAINTS)
+
+
 def importance_weights(
     old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, mode: str, cap: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(detached weights (B, C), boolean "was capped" (B, C)) for ``mode`` and cap ``cap``."""
-    log_w = (old_logp - sampler_logp).detach() * mask
-    if mode == "sequence_truncate":
-        log_w = log_w.sum(-1, keepdim=True).expand_as(old_logp)
-    elif mode != "token_truncate":
+    """(detached weights (B, C), boolean "above the cap" (B, C)) for ``mode`` and cap ``cap``.
+
+    Pads (mask 0) never enter the sums: their log ratio is set to 0 with ``torch.where``.
+    """
+    granularity, _, constraint = mode.rpartition("_")
+    if granularity not in GRANULARITIES or constraint not in CONSTRAINTS:
         raise ValueError(
-            "algorithm.importance_sampling_mode: expected token_truncate|sequence_truncate, "
-            f"got {mode!r}"
+            f"algorithm.importance_sampling_mode: expected one of {'|'.join(MODES)}, got {mode!r}"
         )
+    log_w = torch.where(mask > 0, old_logp - sampler_logp, 0.0).detach()
+    if granularity != "token":
+        log_w = log_w.sum(-1, keepdim=True)
+        if granularity == "geometric":  # mean over the sample's real tokens
+            log_w = log_w / mask.sum(-1, keepdim=True).clamp_min(1.0)
+        log_w = log_w.expand_as(old_logp)
     raw = torch.exp(log_w)
-    return torch.clamp(raw, max=cap), raw > cap
+    over = raw > cap
+    if constraint == "truncate":
+        return torch.clamp(raw, max=cap), over
+    return torch.where(over, 0.0, raw), over
 
 
 def mismatch_stats(
@@ -67,7 +93,7 @@ def mismatch_stats(
     its non-negative, lower-variance estimate.
     """
     with torch.no_grad():
-        d = (old_logp - sampler_logp) * mask
+        d = torch.where(mask > 0, old_logp - sampler_logp, 0.0)  # pads never enter
         n = mask.sum().clamp_min(1.0)
         return {
             "logp_diff": float(d.abs().sum() / n),

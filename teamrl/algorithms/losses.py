@@ -23,6 +23,11 @@ aggregated by ``loss_type`` over the completion mask M:
     dapo:    sum_it l_it M_it / (active tokens in the whole optimizer step)
     bnpo:    sum_it l_it M_it / (active tokens in this forward chunk)
 
+Pads (and any token with M = 0) never enter the arithmetic: ``policy_loss`` replaces every
+input there by 0 with ``torch.where`` first. Truncated scoring gives a pad outside the
+sampler's set log-prob -inf, and -inf - (-inf) = NaN would survive a product with M = 0, in
+the loss and in exp's backward (0 * NaN) alike.
+
 Data parallel: a rank's forward may hold only its share of a chunk. grpo and dr_grpo are
 sums over rows divided by the (global) minibatch size, and dapo's ``step_tokens`` is global,
 so their shares add up as they are; bnpo is a mean over the whole chunk's tokens, so it takes
@@ -112,19 +117,91 @@ def _drops_kv_cache(model: torch.nn.Module) -> bool:
     return bool(flag) and model.training
 
 
+@dataclass
+class Scores:
+    """Per-token scores of a batch's completions, each (B, C) and exactly 0 on pads.
+
+    ``logp``: under the distribution the update scores (the sampler's truncated one with
+    ``truncate``); ``full_logp``: under the full temperature-scaled softmax (the same tensor
+    as ``logp`` without truncation; None unless asked for); ``entropy``: of the scored
+    distribution (None unless asked for).
+    """
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None = None
+    full_logp: torch.Tensor | None = None
+
+
 def token_logprobs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool = False, truncate: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-prob of each completion token under ``model``, its entropy or None); see
+    ``score_tokens``."""
+    scores = score_tokens(model, batch, with_entropy=with_entropy, truncate=truncate)
+    return scores.logp, scores.entropy
+
+
+def score_tokens(
+    model: torch.nn.Module,
+    batch: Batch,
+    *,
+    with_entropy: bool = False,
+    truncate: bool = False,
+    with_full: bool = False,
+) -> Scores:
     """Log-prob of each completion token under ``model``, and (optionally) its entropy.
 
     ``truncate``: score under the sampler's own distribution, the temperature-scaled softmax
     restricted to each row's top-k / top-p set and renormalised (``truncated_scoring``), so
-    that the old log-prob equals the sampler's.
+    that the old log-prob equals the sampler's. A token outside that set scores -inf.
+    ``with_full``: also the full softmax's log-prob (what the KL to the reference compares).
+
+    Pads score exactly 0, selected with ``torch.where``: a pad token outside the set would
+    score -inf, and -inf - (-inf) = NaN survives any later multiplication by a 0 mask.
 
     One pass per batch in two stages: distinct prompts (KV cache kept), then completions.
     Under gradient checkpointing (no cache in training) each sample runs in full instead:
     same tokens, positions and mask, so the same maths.
     """
+    logits = _completion_logits(model, batch).float()
+    if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
+        logits = logits / batch.temperatures[:, None, None]
+    ids = batch.completion_ids.unsqueeze(-1)
+    token = logits.gather(-1, ids).squeeze(-1)  # the chosen token's logit, never -inf
+    real = batch.completion_mask > 0
+    full = None
+    if truncate:
+        b, c, v = logits.shape
+        rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
+        with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
+            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
+            keep = keep.reshape(b, c, v)
+        if with_full:
+            full = token - torch.logsumexp(logits, dim=-1)
+        logits = logits.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(logits, dim=-1)
+        # log q(y) = z_y - log sum_{kept} e^z for a kept token, -inf outside the set; the
+        # where leaves no -inf inside a difference, so no NaN reaches the gradient either
+        logp = torch.where(keep.gather(-1, ids).squeeze(-1), token - lse, float("-inf"))
+    else:
+        lse = torch.logsumexp(logits, dim=-1)
+        logp = token - lse
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = F.softmax(logits, dim=-1)
+            # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
+            entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
+    logp = torch.where(real, logp, 0.0)
+    if truncate:
+        full = torch.where(real, full, 0.0) if full is not None else None
+    else:
+        full = logp if with_full else None
+    return Scores(logp=logp, entropy=entropy, full_logp=full)
+
+
+def _completion_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """(B, C, vocab) logits that predict each completion token (position t-1 for token t)."""
     idx = batch.prompt_index
     p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
     comp_mask = batch.completion_mask.long()
@@ -140,45 +217,26 @@ def token_logprobs(
             use_cache=False,
             logits_to_keep=c + 1,  # the prompt's last position and every completion position
         )
-        logits = full.logits[:, :-1]
-    else:
-        prefix = model(
-            input_ids=batch.prompt_ids,
-            attention_mask=batch.prompt_mask,
-            position_ids=p_pos,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = prefix.past_key_values
-        if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
-            cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
-        suffix = model(
-            input_ids=batch.completion_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        # logit of completion token t comes from position t-1; token 0 from the prompt's last one
-        logits = torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
-    logits = logits.float()
-    if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
-        logits = logits / batch.temperatures[:, None, None]
-    if truncate:
-        b, c, v = logits.shape
-        rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
-        with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
-            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
-        logits = logits.masked_fill(~keep.reshape(b, c, v), float("-inf"))
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1) - lse
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            probs = F.softmax(logits, dim=-1)
-            # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
-            entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
-    return logp, entropy
+        return full.logits[:, :-1]
+    prefix = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=p_pos,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = prefix.past_key_values
+    if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+        cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
+    suffix = model(
+        input_ids=batch.completion_ids,
+        attention_mask=attn,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    # logit of completion token t comes from position t-1; token 0 from the prompt's last one
+    return torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -194,7 +252,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
 
 
 def kl_loss_term(
-    logp: torch.Tensor, ref_logp: torch.Tensor, ratio: torch.Tensor, estimator: str
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    ratio: torch.Tensor,
+    estimator: str,
+    bias_correction: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-token loss term, per-token KL estimate) for the KL pull, from sampled tokens y ~ pi.
 
@@ -205,11 +267,22 @@ def kl_loss_term(
       k2: grad 0.5 (log pi - log ref)^2 = (log pi - log ref) grad log pi, the same
           expectation, grad KL(pi || ref).
       k3: grad (pi_ref/pi - log(pi_ref/pi) - 1) = (1 - pi_ref/pi) grad log pi, whose
-          expectation sum_y (pi - pi_ref) grad log pi = grad KL(pi_ref || pi) (TRL's form).
+          expectation sum_y (pi - pi_ref) grad log pi = grad KL(pi_ref || pi) (TRL's form
+          with its ``use_bias_correction_kl`` off).
+      k3 with ``bias_correction`` (TRL's ``use_bias_correction_kl``): the term is r * k3,
+          r = pi / pi_old not detached. E_{pi_old}[r k3] = E_pi[k3] = KL(pi || ref), so its
+          gradient is grad KL(pi || ref): at r = 1, (k3 + 1 - pi_ref/pi) grad log pi =
+          (log pi - log ref) grad log pi. The logged estimate is r * k3 too.
     """
     kl_tok = kl_penalty(logp, ref_logp, estimator)
     if estimator == "k1":
         return kl_tok.detach() * ratio, kl_tok
+    if bias_correction:
+        if estimator != "k3":
+            raise ValueError(
+                f"algorithm.use_bias_correction_kl: needs kl_estimator='k3', got {estimator!r}"
+            )
+        kl_tok = kl_tok * ratio
     return kl_tok, kl_tok
 
 
@@ -245,16 +318,26 @@ def policy_loss(
     delta: float | None = None,
     importance_sampling_level: str = "token",
     is_weights: torch.Tensor | None = None,
+    kl_logp: torch.Tensor | None = None,
+    use_bias_correction_kl: bool = False,
 ) -> LossOut:
     """The clipped policy-gradient loss of one forward chunk, aggregated by ``loss_type``.
 
     With ``chunk_size`` and ``minibatch_size`` the loss is weighted for gradient accumulation
     over the minibatch's chunks (see the module docstring); without them it is the chunk's own.
+    ``kl_logp``: the policy's log-probs the KL compares with ``ref_logp`` (default ``logp``;
+    under truncated scoring the update passes the full softmax's, as the reference's are).
+
+    Only tokens with ``mask > 0`` enter the arithmetic: every input is first replaced by 0
+    elsewhere (``torch.where``, not a product with the mask: a -inf log-prob there would give
+    -inf - (-inf) = NaN, and 0 * NaN is NaN in the loss and in exp's backward alike).
     """
+    live = mask > 0
+    logp, old_logp = _live(logp, live), _live(old_logp, live)
     eps_high = epsilon if epsilon_high is None else epsilon_high
     log_ratio = logp - old_logp
     if importance_sampling_level == "sequence":  # GSPO: one length-normalised ratio per sample
-        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1.0))[:, None]
+        log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp_min(1.0))[:, None]
         log_ratio = log_ratio.expand_as(logp)
     elif importance_sampling_level != "token":
         raise ValueError(
@@ -268,12 +351,19 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
     per_token = -torch.min(unclipped, clipped)
     if is_weights is not None:
-        per_token = per_token * is_weights.detach()
+        per_token = per_token * _live(is_weights.detach(), live)
     kl_tok = None
     if beta > 0:
         if ref_logp is None:
             raise ValueError("policy_loss: beta > 0 needs ref_logp")
-        kl_term, kl_tok = kl_loss_term(logp, ref_logp, torch.exp(logp - old_logp), kl_estimator)
+        kl_logp = logp if kl_logp is None else _live(kl_logp, live)
+        kl_term, kl_tok = kl_loss_term(
+            kl_logp,
+            _live(ref_logp, live),
+            torch.exp(logp - old_logp) if kl_estimator == "k1" else ratio,
+            kl_estimator,
+            bias_correction=use_bias_correction_kl,
+        )
         per_token = per_token + beta * kl_term
 
     tokens = mask.sum().clamp_min(1.0)
@@ -309,3 +399,8 @@ def policy_loss(
         kl=kl,
         report_scale=report_scale,
     )
+
+
+def _live(x: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``live``, exactly 0 elsewhere (its gradient there is 0, never NaN)."""
+    return torch.where(live, x, 0.0)

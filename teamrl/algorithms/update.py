@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
-from teamrl.algorithms.losses import collate, loss_mask, policy_loss, token_logprobs
+from teamrl.algorithms.losses import collate, loss_mask, policy_loss, score_tokens
 from teamrl.config import Config
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
@@ -92,6 +92,7 @@ def update_policy(
     keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
     keys += ["is_weight", "is_clipped_fraction"] if correct else []
     keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
+    keys += ["outside_nucleus_fraction"] if a.truncated_scoring else []
     stats: dict[str, list[float]] = {k: [] for k in keys}
 
     def chunks(mb: Minibatch) -> list[Minibatch]:  # micro-batches (gradient accumulation)
@@ -105,8 +106,15 @@ def update_policy(
         return batch.to(device)
 
     def logprobs(model, batch, with_entropy=False):
-        extra = {"truncate": True} if a.truncated_scoring else {}
-        return token_logprobs(model, batch, with_entropy=with_entropy, **extra)
+        # Under truncated scoring the KL to the reference compares full softmaxes on both sides
+        # (the reference is scored in full): 0 at theta = theta_ref, finite whatever the sets.
+        return score_tokens(
+            model,
+            batch,
+            with_entropy=with_entropy,
+            truncate=a.truncated_scoring,
+            with_full=a.truncated_scoring and a.beta > 0,
+        )
 
     def counted(s: Sample) -> int:  # tokens that enter the loss
         return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
@@ -135,7 +143,7 @@ def update_policy(
         with torch.no_grad():
             for mb in passes[0][1:]:
                 for piece in filter(None, map(share, chunks(mb))):
-                    keep(piece, logprobs(pol.model, batch_of(piece))[0])
+                    keep(piece, logprobs(pol.model, batch_of(piece)).logp)
 
     # 3. The clipped steps.
     skipped, stepped = 0, False
@@ -151,16 +159,25 @@ def update_policy(
                     continue
                 whole = (float(sum(counted(s) for s in chunk)), len(chunk))  # for bnpo
                 chunk, batch = piece, batch_of(piece)
-                logp, entropy = logprobs(pol.model, batch, with_entropy=(it == 0))
+                scores = logprobs(pol.model, batch, with_entropy=(it == 0))
+                logp, entropy = scores.logp, scores.entropy
                 mask = batch.completion_mask
                 if first_step:
                     keep(chunk, logp.detach())
-                old = logp.detach().clone()  # pads keep ratio 1 (and are masked anyway)
+                old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
                 for i, s in enumerate(chunk):
                     old[i, : len(s.completion_ids)] = old_logp[id(s)]
+                if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+                    outside = (mask > 0) & ~torch.isfinite(old)
+                    if it == 0:
+                        stats["outside_nucleus_fraction"].append(
+                            float(outside.sum() / mask.sum().clamp_min(1.0))
+                        )
+                    # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
+                    mask = torch.where(outside, 0.0, mask)
                 q = batch.sampler_logprobs
                 weights = None
-                if correct:  # detached min(pi_old / q, C), per token or per sequence
+                if correct:  # detached pi_old / q bounded by C, per token or per sequence
                     weights, capped = importance_weights(
                         old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
                     )
@@ -172,11 +189,12 @@ def update_policy(
                         n = mask.sum().clamp_min(1.0)
                         stats["is_weight"].append(float((weights * mask).sum() / n))
                         stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
-                mask = loss_mask(batch, a.mask_truncated_completions)  # after the stats
+                # after the stats; tokens outside the nucleus stay out
+                mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
                 ref = None
                 if a.beta > 0:
                     with torch.no_grad(), pol.reference() as ref_model:
-                        ref, _ = token_logprobs(ref_model, batch)
+                        ref = score_tokens(ref_model, batch).logp  # full softmax
                 out = policy_loss(
                     logp,
                     old,
@@ -197,6 +215,8 @@ def update_policy(
                     delta=a.delta,
                     importance_sampling_level=a.importance_sampling_level,
                     is_weights=weights,
+                    kl_logp=scores.full_logp,
+                    use_bias_correction_kl=a.use_bias_correction_kl,
                 )
                 # 4. The NaN policy: an error, or no backward and the whole step skipped.
                 if not torch.isfinite(out.loss):
