@@ -141,10 +141,12 @@ def test_truncated_scoring_updates_on_unequal_lengths(tmp_path):
     assert (pol.model.z.detach() - z0).tolist() == pytest.approx([0.125, -0.125, 0.0, 0.0])
 
 
-def test_the_kl_is_zero_at_the_reference_under_truncated_scoring(tmp_path):
+@pytest.mark.parametrize("bias_correction", ["false", "true"])
+def test_the_kl_is_zero_at_the_reference_under_truncated_scoring(tmp_path, bias_correction):
     # theta == theta_ref. Before: the KL compared the truncated policy (q) with the reference's
     # full softmax, ratio pi_ref / q = m = 0.8 on every token, so k3 = 0.8 - ln 0.8 - 1 = 0.0231.
-    pol, cfg = policy_and_config(tmp_path, **{"algorithm.beta": "0.1"})
+    extra = {"algorithm.beta": "0.1", "algorithm.use_bias_correction_kl": bias_correction}
+    pol, cfg = policy_and_config(tmp_path, **extra)
     z0 = pol.model.z.detach().clone()
     m, _ = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
                          max_completion_length=4)  # fmt: skip
