@@ -69,19 +69,28 @@ def lr_lambda(cfg: Config):
 
 
 def make_optimizer(pol: Policy, cfg: Config) -> None:
-    """AdamW over the policy's trainable parameters and its LR schedule (``lr_lambda``)."""
+    """The optimizer (``train.optim``) over the policy's trainable parameters, and its LR
+    schedule (``lr_lambda``)."""
     t = cfg.train
     params = pol.parameters()
     if not params:
         raise RuntimeError(f"policy {pol.name!r} has no trainable parameters")
-    fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
-    pol.optimizer = torch.optim.AdamW(
-        params,
-        lr=agent_setting(cfg, pol.agents, "learning_rate", t.learning_rate),
-        betas=(t.adam_beta1, t.adam_beta2),
-        weight_decay=t.weight_decay,
-        **fused,
-    )
+    lr = agent_setting(cfg, pol.agents, "learning_rate", t.learning_rate)
+    if t.optim == "sgd":
+        # w <- w - lr * g: the update is linear in the gradient, so two runs that sum the same
+        # gradient in another order differ by rounding relative to the gradient's scale. AdamW's
+        # first step, lr * g / (|g| + eps), turns rounding in a near-zero entry into a step of
+        # size lr, which is why exactness checks use this optimizer.
+        pol.optimizer = torch.optim.SGD(params, lr=lr, weight_decay=t.weight_decay)
+    else:
+        fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
+        pol.optimizer = torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=(t.adam_beta1, t.adam_beta2),
+            weight_decay=t.weight_decay,
+            **fused,
+        )
     pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(cfg))
 
 
