@@ -181,5 +181,11 @@ def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch):
         rp.set_isolation("auto")
     with pytest.raises(ValueError, match="env.sandbox_isolation"):
         rp.set_isolation("chroot")
+    from teamrl.sandbox import ISOLATION_MODES
+
+    assert rp.ISOLATION_CHOICES == ("auto", *ISOLATION_MODES)  # every mode can be set
+    for mode in ISOLATION_MODES:
+        rp.set_isolation(mode)
+    rp.set_isolation("auto")
     with pytest.raises(Exception, match="sandbox_isolation"):
         load_config(None, ["env.sandbox_isolation=chroot"])

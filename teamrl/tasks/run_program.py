@@ -32,7 +32,9 @@ Runner = Callable[..., list[Any]]
 """``runner(codes, stdins, timeout_s[, report=True]) -> list[ExecResult]``, one result per code,
 in order (``report`` is passed only when the caller reads the report channel)."""
 
-ISOLATION_CHOICES = ("auto", "namespaces", "userns", "setuid", "rlimits")
+# "auto" and teamrl.sandbox.ISOLATION_MODES, spelt out so that this module imports no sandbox
+# code (tests/test_rollout_guards.py checks the two agree)
+ISOLATION_CHOICES = ("auto", "namespaces", "userns", "landlock", "setuid", "rlimits")
 _isolation = {"mode": "auto"}
 
 
