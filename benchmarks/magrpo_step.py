@@ -310,7 +310,10 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
         wanted.remove("comlrl")
     if args.skip_vllm:
         wanted = [c for c in wanted if not c.startswith("vllm")]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # The checkout first, then whatever PYTHONPATH already held (wheels carried to a machine
+    # without network are often put on it).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
     started, notes = {}, {}
     for kind in wanted:
         env_k = dict(env)
