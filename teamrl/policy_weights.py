@@ -4,6 +4,7 @@
   (keys without the adapter name), so ``PeftModel.from_pretrained(base, folder)`` loads it.
 - A full policy is a ``save_pretrained`` folder (``config.json`` + ``model.safetensors``).
 - Either way the tokenizer is saved beside the weights.
+- A Ray policy (``teamrl.scale``) has rank 0 write the same files with this same code.
 
 safetensors stores the exact bits, so a resume from these files is exact.
 """
@@ -26,8 +27,9 @@ def save_policy(pol, folder: Path, tokenizer: bool = True) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    if getattr(pol, "model", None) is None:  # a RemotePolicy (teamrl.scale): rank 0's weights
-        torch.save(pol.state_dict(), folder / "weights.pt")
+    if getattr(pol, "model", None) is None:  # a RemotePolicy (teamrl.scale): rank 0 writes
+        for name, data in pol.weight_files().items():  # these files with this function
+            (folder / name).write_bytes(data)
     elif pol.adapter is not None:
         state = {k: v.detach().cpu().contiguous() for k, v in pol.state_dict().items()}
         save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -48,6 +50,12 @@ def load_policy(pol, folder: Path) -> None:
 
     if (folder / "weights.pt").exists():  # checkpoints written before the standard formats
         pol.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
+        return
+    if getattr(pol, "model", None) is None:  # a RemotePolicy: every rank loads these files
+        names = (*ADAPTER_FILES, *FULL_FILES)
+        pol.load_weight_files(
+            {n: (folder / n).read_bytes() for n in names if (folder / n).exists()}
+        )
         return
     if pol.adapter is not None:
         pol.load_state_dict(load_file(str(folder / "adapter_model.safetensors")))
@@ -113,7 +121,8 @@ def fingerprint_of(engine) -> str:
     """The engine's base fingerprint, computed once (before training changes a full model) and
     kept on the engine itself."""
     if "_base_fingerprint" not in vars(engine):
-        # under Ray the controller holds no weights: no fingerprint is recorded ("")
+        # under Ray the controller holds no weights: ray_team stores the workers' fingerprint
+        # here; an engine with neither records none ("")
         model = getattr(engine, "model", None)
         engine._base_fingerprint = "" if model is None else base_fingerprint(model)
     return engine._base_fingerprint

@@ -236,3 +236,76 @@ def test_eval_from_a_run_folder_reads_its_config_and_checkpoint(trained, tmp_pat
     assert report["digits (step-1)"]["problems"] == 2
     assert cli_main(["eval", str(trained.run_dir), "--step", "7"]) == 2
     assert "--step 7: no" in capsys.readouterr().err
+
+
+def test_exported_adapter_names_a_base_others_can_load_or_says_it_is_local(
+    trained, tmp_path, caplog
+):
+    from teamrl.export import write_team_folder
+    from teamrl.models import resolve
+
+    def adapter_base(out, agent="alice"):
+        return json.loads((out / agent / "adapter_config.json").read_text())[
+            "base_model_name_or_path"
+        ]
+
+    # the builtin tiny-llama is generated on this machine: PEFT's folder stays, and one line
+    # per adapter says that whoever loads it elsewhere needs that base
+    cache = resolve("tiny-llama")
+    with caplog.at_level("WARNING", logger="teamrl.export"):
+        assert cli_main(["export", str(trained.run_dir), str(tmp_path / "tiny")]) == 0
+    assert adapter_base(tmp_path / "tiny") == cache
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and all(cache in m and "'tiny-llama'" in m for m in lines)
+    assert not any("\n" in m for m in lines)
+
+    # Other bases, by the checkpoint's base record (no SmolLM2 trains in this test).
+    ckpt = tmp_path / "step-2"
+    shutil.copytree(trained.run_dir / "checkpoints" / "step-2", ckpt)
+    saved = json.loads((ckpt / "policies" / "bob" / "adapter_config.json").read_text())
+    local = str(tmp_path / "my-base")
+    cases = {  # base name: (adapter's base_model_name_or_path, lines logged)
+        "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M-Instruct", 0),  # the builtin's hub id
+        local: (cache, 2),  # a user's local folder: kept, and said
+        "someone/their-base": (cache, 0),  # a hub id: what PEFT recorded is kept
+    }
+    for i, (base, (want, n_lines)) in enumerate(cases.items()):
+        record = json.loads((ckpt / "base_model.json").read_text())
+        (ckpt / "base_model.json").write_text(
+            json.dumps({p: {**r, "name": base} for p, r in record.items()})
+        )
+        caplog.clear()
+        out = tmp_path / f"out-{i}"
+        write_team_folder(out, trained.cfg, trained.team.systems, checkpoint=ckpt)
+        got = json.loads((out / "bob" / "adapter_config.json").read_text())
+        assert got == {**saved, "base_model_name_or_path": want}, base  # nothing else changes
+        assert len(caplog.records) == n_lines, base
+        assert all(local in r.getMessage() for r in caplog.records)
+
+
+def test_eval_shows_progress_per_chunk_of_problems_and_the_same_numbers_without(
+    trained, monkeypatch
+):
+    from teamrl import evaluation
+
+    seen = []
+
+    class Bar:  # records what the tqdm bar is told
+        def __init__(self, total, desc, enabled):
+            seen.append((total, desc, enabled))
+
+        def update(self, n):
+            seen.append(n)
+
+        def close(self):
+            seen.append("closed")
+
+    monkeypatch.setattr(evaluation, "progress_bar", Bar)
+    shown = evaluation.evaluate_trainer(trained, "train", 1, (1,), limit=12, progress=True)
+    # 12 problems in rollouts of ceil(12 / 10) = 2: six greedy rollouts of 2 episodes, then
+    # six of 2 problems x 1 sample; 12 x (1 + 1) = 24 episodes in all
+    assert seen == [(24, "eval train", True), *[2] * 12, "closed"]
+    seen.clear()
+    quiet = evaluation.evaluate_trainer(trained, "train", 1, (1,), limit=12)
+    assert seen[0] == (24, "eval train", False)  # log.progress_bar=false in this run's config
+    assert quiet == shown  # the bar changes nothing it reports

@@ -8,9 +8,9 @@
     RemoteBackend  = the group behind the generation ``Backend`` seam: the requests of one
                      call are sharded across the workers (round robin) and gathered in order
     RemotePolicy   = a Policy stand-in: ``remote_update`` (every rank gets all the samples and
-                     works on its shard, see teamrl.algorithms.update), and the weights,
-                     optimizer and scheduler states that checkpoints read (rank 0) and restore
-                     (every rank)
+                     works on its shard, see teamrl.algorithms.update), and the weights (as
+                     the standard files a one-process run writes), optimizer and scheduler
+                     states that checkpoints read (rank 0) and restore (every rank)
 
 Placement and transport are Ray's (placement groups, the object store) and torch's; nothing
 here schedules or launches a process itself. A worker that dies ends the run with
@@ -269,8 +269,16 @@ class RemotePolicy:
         """``checkpoints.apply_schedule`` on every rank (after a checkpoint load)."""
         self.group._call("apply_schedule", self.name, lr, cfg)
 
-    def export(self, out_dir: str) -> None:
-        self.group._call("export", self.name, out_dir, ranks=[0])
+    def weight_files(self) -> dict[str, bytes]:
+        """Rank 0's weights as the files ``save_policy`` writes in one process (a PEFT adapter
+        or a save_pretrained model), so checkpoints and exports of a Ray run hold the same
+        standard formats."""
+        return self.group._call("weight_files", self.name, ranks=[0])[0]
+
+    def load_weight_files(self, files: dict[str, bytes]) -> None:
+        """Load such files into every rank (a resume)."""
+        ray = require_ray()
+        self.group._call("load_weight_files", self.name, ray.put(files))
 
 
 def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
@@ -293,6 +301,7 @@ def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
             engine = team.policies[plan.policies[0]].engine
             engine.backend = RemoteBackend(group)
             engine.eos_ids = group.info[0]["eos_ids"]
+            engine._base_fingerprint = group.info[0]["fingerprint"]  # see fingerprint_of
             for name in plan.policies:
                 pol = team.policies[name]
                 team.policies[name] = RemotePolicy(name, engine, pol.adapter, pol.agents, group)

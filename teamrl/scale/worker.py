@@ -61,9 +61,18 @@ class PolicyWorker:
         self.ctx = init_group(self.ctx.rank, self.ctx.world_size, init_method, self.ctx.device)
 
     def describe(self) -> dict:
-        """What the controller needs to know: process, node, and each engine's token ids."""
-        eos = self.team.engines()[0].eos_ids if self.team is not None else None
-        return {"pid": os.getpid(), "node": _node_ip(), "eos_ids": eos}
+        """What the controller needs to know: process, node, the engine's EOS token ids and
+        its base weights' fingerprint (``base_model.json``, ``team.yaml``)."""
+        from teamrl.policy_weights import fingerprint_of
+
+        engine = self.team.engines()[0] if self.team is not None else None
+        return {
+            "pid": os.getpid(),
+            "node": _node_ip(),
+            "eos_ids": engine.eos_ids if engine else None,
+            # computed on the first call after configure, before any update moves the weights
+            "fingerprint": fingerprint_of(engine) if engine else "",
+        }
 
     # --- work -------------------------------------------------------------------------------
 
@@ -118,14 +127,30 @@ class PolicyWorker:
 
         apply_schedule(self.team.policies[policy], lr, lr_lambda(cfg), cfg)
 
-    def export(self, policy: str, out_dir: str) -> None:
-        """save_pretrained the policy (adapter or full model) and its tokenizer (rank 0)."""
-        pol = self.team.policies[policy]
-        if pol.adapter is not None:
-            pol.model.save_pretrained(out_dir, selected_adapters=[pol.adapter])
-        else:
-            pol.model.save_pretrained(out_dir)
-        pol.engine.tokenizer.save_pretrained(out_dir)
+    def weight_files(self, policy: str) -> dict[str, bytes]:
+        """(rank 0) The files ``save_policy`` writes for ``policy`` (a PEFT adapter or a
+        save_pretrained model; no tokenizer, the controller has it), as bytes: the controller
+        writes them into its checkpoint, so they are the files a one-process run writes."""
+        import tempfile
+        from pathlib import Path
+
+        from teamrl.policy_weights import save_policy
+
+        with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:
+            save_policy(self.team.policies[policy], Path(tmp), tokenizer=False)
+            return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()}
+
+    def load_weight_files(self, policy: str, files: dict[str, bytes]) -> None:
+        """(every rank) Load files written by ``weight_files`` with ``load_policy``."""
+        import tempfile
+        from pathlib import Path
+
+        from teamrl.policy_weights import load_policy
+
+        with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:
+            for name, data in files.items():
+                (Path(tmp) / name).write_bytes(data)
+            load_policy(self.team.policies[policy], Path(tmp))
 
 
 def _node_ip() -> str:

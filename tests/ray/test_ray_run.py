@@ -49,8 +49,11 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def weights(run_dir: Path, step: int) -> dict:
+    """Each policy's weights in a checkpoint: the PEFT adapter one process writes."""
+    from safetensors.torch import load_file
+
     root = run_dir / "checkpoints" / f"step-{step}" / "policies"
-    return {p.name: torch.load(p / "weights.pt") for p in sorted(root.iterdir())}
+    return {p.name: load_file(p / "adapter_model.safetensors") for p in sorted(root.iterdir())}
 
 
 def cli(cfg_path: Path, run_dir: Path, *flags: str) -> subprocess.Popen:
