@@ -7,8 +7,12 @@
 
 One folder per policy: in ``lora`` and ``separate`` teams that is one per agent (named after
 it); in a ``shared`` team every agent points at ``shared/``. An adapter loads with
-``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), OUT/<policy>)``, a full
-model with ``AutoModelForCausalLM.from_pretrained(OUT/<policy>)``.
+``AutoPeftModelForCausalLM.from_pretrained(OUT/<policy>)`` (or ``PeftModel.from_pretrained``
+on its base), a full model with ``AutoModelForCausalLM.from_pretrained(OUT/<policy>)``.
+
+An adapter's ``base_model_name_or_path`` names a base others can load where there is one: the
+hub id for a builtin copied from the hub (``smollm2-135m``), the hub id a run was given; a
+local folder (or a builtin generated locally) stays, with one logged line saying so.
 """
 
 from __future__ import annotations
