@@ -96,6 +96,18 @@ def _safe_name(v: str) -> bool:
     )
 
 
+MODEL_NAME = f"a non-empty model name or path whose every '/' part is at most {NAME_MAX} bytes"
+
+
+def _model_name_ok(v: str) -> bool:
+    # A builtin name, a hub id (org/name) or a local folder. A path part longer than a file
+    # name makes the file system refuse the lookup itself (ENAMETOOLONG), which pathlib raises.
+    parts = v.split("/")
+    return bool(v.strip()) and all(
+        len(p.encode("utf-8", "surrogatepass")) <= NAME_MAX for p in parts
+    )
+
+
 RULES: list[tuple[str, Any, str]] = [
     (
         "run_name",
@@ -104,7 +116,7 @@ RULES: list[tuple[str, Any, str]] = [
         "characters (newline, tab, NUL...)",
     ),
     ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
-    ("model.name_or_path", lambda v: bool(v.strip()), "a non-empty model name or path"),
+    ("model.name_or_path", lambda v: _model_name_ok(v), MODEL_NAME),
     ("model.lora_r", _ge(1), ">= 1"),
     ("model.lora_alpha", _gt(0), "> 0"),
     ("model.lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
@@ -156,6 +168,7 @@ RULES: list[tuple[str, Any, str]] = [
 
 AGENT_RULES: list[tuple[str, Any, str]] = [
     ("name", lambda v: bool(v.strip()), "a non-empty agent name"),
+    ("model", lambda v: v is None or _model_name_ok(v), MODEL_NAME + " or None"),
     ("temperature", _ge(0), ">= 0"),
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("top_k", _ge(0), ">= 0 (0 = off)"),

@@ -289,3 +289,16 @@ def test_plain_prompt_templates_stay_valid():
 def test_unmatched_brace_in_a_template_is_one_line():
     with pytest.raises(ConfigError, match=r"^team.agents\[0\].prompt: malformed template '\{q'"):
         _load_data({"team": {"agents": [{"name": "alice", "prompt": "{q"}]}})
+
+
+def test_a_model_name_with_a_part_longer_than_a_file_name_is_one_line():
+    # The file system refuses such a lookup (ENAMETOOLONG), which pathlib raised as a traceback.
+    want = "expected a non-empty model name or path whose every '/' part is at most 255 bytes"
+    for override, field in (
+        ("model.name_or_path=" + "a" * 256, "model.name_or_path"),
+        ("team.agents.1.model=org/" + "é" * 128, "team.agents[1].model"),
+    ):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: {want}"):
+            load("team.policies=separate", override)
+    long_ok = "org/" + "a" * 255
+    assert load(f"model.name_or_path={long_ok}").model.name_or_path == long_ok

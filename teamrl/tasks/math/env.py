@@ -434,6 +434,8 @@ def load_math_splits(
     """
     if source not in SOURCES:
         raise ConfigError(f"env.kwargs.source: expected one of {SOURCES}, got {source!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError(f"env.kwargs.limit: expected None or an integer >= 0, got {limit!r}")
     upstream: dict[str, Any] = {"limit": limit}
     if dataset_id is not None:
         upstream["dataset_id"] = dataset_id
