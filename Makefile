@@ -69,11 +69,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/magrpo_step.py
 
-# The GPU check runs in the machine's own Python and torch, never a venv built here: it installs
-# teamrl with --no-deps --no-index (torch untouched, no network), then runs the CUDA tests, the
-# generation benchmark and the MAGRPO step table (benchmarks/gpu_check.py, under 10 minutes).
-# Results: OUT=dir (default $$OUT, else runs/gpu-check-<time>). GPU_PYTHON: .venv's if it exists,
-# else python3. Without CUDA: one line, exit 0. ARGS=--cpu-dry-run rehearses every step on CPU.
+# The GPU check uses a Python that already has torch (GPU_PYTHON: .venv's if it exists, else
+# python3, the GPU machine's own) and builds no venv: it installs teamrl with --no-deps --no-index
+# (torch untouched, no network), then runs the CUDA tests, the generation benchmark and the
+# MAGRPO step table (benchmarks/gpu_check.py, under 10 minutes). Results: OUT=dir (default the
+# environment's OUT, else runs/gpu-check-<time>). Without CUDA: one line, exit 0.
+# ARGS=--cpu-dry-run rehearses every step on the CPU at tiny sizes.
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 
 gpu-check:
