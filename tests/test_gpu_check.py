@@ -141,8 +141,9 @@ def test_a_step_that_exited_0_but_left_work_undone_fails(tmp_path):
 def test_a_step_past_its_budget_is_stopped_with_what_it_started(tmp_path):
     log = tmp_path / "slow.log"
     cmd = ["sh", "-c", "sleep 300 & echo $!; wait"]  # the shell's child must end too
-    status = gpu_check.run_child(cmd, log, timeout=2, env=dict(os.environ))
-    assert status == "timed out after 2 s"
+    # 3 s: ample for a shell to start its child and print its pid, even on a loaded machine.
+    status = gpu_check.run_child(cmd, log, timeout=3, env=dict(os.environ))
+    assert status == "timed out after 3 s"
     pid = int(log.read_text().split()[0])
     for _ in range(50):  # SIGTERM reached it; wait (up to 5 s) for it to be gone or a zombie
         stat = Path(f"/proc/{pid}/stat")
