@@ -64,7 +64,8 @@ class AgentConfig:
     prompt: str = _f(
         "{observation}",
         "User-message template. '{observation}' is the env's observation; any field of the "
-        "dataset example may be used too, e.g. '{question}'.",
+        "dataset example may be used too, e.g. '{question}'. Fields are plain names: no "
+        "attribute or index access ('{x.y}', '{x[0]}'), conversion or format spec.",
     )
     model: str | None = _f(
         None, "Per-agent model for policies='separate' (heterogeneous teams). None uses model."

@@ -4,6 +4,10 @@ Random field paths from the config's own schema (per-agent ones and list indices
 random values of the wrong type, huge, negative, NaN and infinite numbers, malformed YAML and
 malformed keys go through ``load_config`` and then through the CLI's checks that need no model
 (``preflight`` without a task). Seeded, a few hundred cases, a few seconds.
+
+Then a sweep (issue 20): every leaf field with every hostile value of its own type and values
+of the other types, and the kwargs of the tasks whose data ``env.kwargs.source`` names, built
+with the hub offline: a valid config (task) or one ConfigError line, never a traceback.
 """
 
 from __future__ import annotations
