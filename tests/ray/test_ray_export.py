@@ -37,12 +37,13 @@ def logprobs(model, ids: list[int]) -> torch.Tensor:
 
 def ray_run(address: str, tmp_path: Path, policies: str, steps: int, **extra):
     """Train under Ray; return the config, the run folder, and each policy's live weights
-    (rank 0's, fetched before the workers go away)."""
+    (rank 0's, fetched before the workers go away). ``Trainer.export`` writes ``direct/``."""
     cfg = ray_cfg(address, policies, steps, 1, **{"train.learning_rate": 0.05, **extra})
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     try:
         tr.train()
         live = {name: pol.state_dict() for name, pol in tr.team.policies.items()}
+        tr.export(tmp_path / "direct")
     finally:
         shutdown_team(tr.team)
     return cfg, tr.run_dir, live
@@ -76,6 +77,9 @@ def test_lora_ray_run_exports_adapters_that_plain_peft_loads(lora_run, tmp_path)
         assert torch.allclose(logprobs(plain, IDS), mine, atol=1e-5)
         with model.disable_adapter():  # the adapter matters: the base alone differs
             assert not torch.allclose(logprobs(model, IDS), mine, atol=1e-4)
+        # Trainer.export of the live Ray team writes the same files (it wrote weights.pt)
+        direct = run.parent / "direct" / agent / "adapter_model.safetensors"
+        assert direct.read_bytes() == (out / agent / "adapter_model.safetensors").read_bytes()
 
 
 def test_full_model_ray_run_exports_a_model_transformers_loads(ray_cluster, tmp_path):  # noqa: F811
