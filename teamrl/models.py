@@ -162,11 +162,13 @@ def _smollm2_folder() -> Path:
     tok = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf)
     quantised = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf, dtype=torch.float32)
     # A dequantised GGUF model carries a quantization_config and cannot be saved as is:
-    # rebuild a plain model from the config and copy the weights into it.
+    # rebuild a plain model from the config and copy the weights into it. Its random init is
+    # drawn from a forked RNG: a cold cache must not change the run's draws (below).
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(quantised.state_dict(), strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embeddings
     if missing or unexpected:
@@ -201,8 +203,12 @@ def _tiny_folder(name: str, seed: int) -> Path:
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # The weights come from ``seed`` alone, on a forked RNG: building the folder on a cold
+    # cache must leave the caller's RNG where it was, or a run's first draws would depend on
+    # whether the cache was warm (a resumed run would not repeat an uninterrupted one).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     _atomic_save(target, lambda d: (model.save_pretrained(d), tok.save_pretrained(d)))

@@ -131,3 +131,18 @@ def test_smollm2_converts_once_into_the_cache_then_reuses_it(fresh_cache, monkey
     # the instruct model's own template and a pad token distinct from <|im_end|>
     assert "<|im_start|>" in tok.chat_template
     assert tok.pad_token != "<|im_end|>"
+
+
+def test_building_a_tiny_model_on_a_cold_cache_leaves_the_global_rng_alone(tmp_path, monkeypatch):
+    # A cold cache builds the model folder; that must not consume the caller's draws, or a
+    # run's samples would depend on whether the cache was warm.
+    monkeypatch.setenv("TEAMRL_CACHE", str(tmp_path))
+    torch.manual_seed(7)
+    want = torch.rand(3)
+    torch.manual_seed(7)
+    first = load_model("tiny-llama")  # cold: builds the folder
+    assert torch.equal(torch.rand(3), want)
+    torch.manual_seed(7)
+    again = load_model("tiny-llama")  # warm: loads it
+    assert torch.equal(torch.rand(3), want)
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), again.parameters()))
