@@ -111,7 +111,9 @@ class Trainer:
     ):
         """``preflight``: run every check that needs no model (teamrl.preflight) before loading
         one; the CLI runs them itself and passes False."""
-        self.cfg = cfg
+        # A Config built in code gets the checks load_config makes (ranges, field pairs,
+        # prompt templates that may only name fields).
+        self.cfg = cfg.validate()
         self.recipe = recipe_for(cfg.algorithm.name)
         set_seed(cfg.seed)
         self.task = task or task_from_config(cfg.env)

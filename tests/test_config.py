@@ -280,6 +280,22 @@ def test_prompt_templates_may_only_name_fields(template, field, problem):
     assert problem in msg and "\n" not in msg
 
 
+def test_a_config_built_in_code_is_checked_by_the_trainer(tmp_path):
+    # The Python API path: a Config changed after load_config never went through the rules.
+    import dataclasses
+
+    from conftest import tiny_overrides
+
+    from teamrl.config import load_config
+    from teamrl.trainer import Trainer
+
+    cfg = load_config(None, tiny_overrides("shared", 1))
+    agent = dataclasses.replace(cfg.team.agents[0], prompt="{observation.__class__.__mro__}")
+    team = dataclasses.replace(cfg.team, agents=[agent, *cfg.team.agents[1:]])
+    with pytest.raises(ConfigError, match=r"^team.agents\[0\].prompt: field"):
+        Trainer(dataclasses.replace(cfg, team=team), run_dir=tmp_path)
+
+
 def test_plain_prompt_templates_stay_valid():
     for template in ("{observation}", "Q: {question}\n{observation}", "{{literal}} {a_b}", "x"):
         agents = [{"name": "alice", "prompt": template}]
