@@ -313,6 +313,9 @@ def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
 
 def shutdown_team(team: Team) -> None:
     """Kill a Ray team's workers and free their placement groups (a no-op for a local Team)."""
+    from teamrl.scale import sandbox
+
     for group in getattr(team, "worker_groups", []):
         group.shutdown()
     team.worker_groups = []
+    sandbox.uninstall()  # later code rewards in this process run in its own pool again

@@ -2,9 +2,11 @@
 ``run_python`` with the same limits as in one process, wherever the cluster has a free CPU.
 
 ``ray_sandbox_runner`` has the runner signature of ``teamrl.tasks.run_program``
-(``runner(codes, stdins, timeout_s) -> list[ExecResult]``); ``install`` makes it the default
-runner of the code rewards in this process. The sandbox import below is the one coupling to
-the sandbox's home.
+(``runner(codes, stdins, timeout_s, report=False) -> list[ExecResult]``), with the isolation
+this process set (``env.sandbox_isolation``) and the authenticated report channel that the
+code rewards read; ``install`` makes it the default runner of the code rewards in this process
+and ``uninstall`` puts the in-process pool back. The sandbox import below is the one coupling
+to the sandbox's home.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from functools import lru_cache
 from teamrl import sandbox as _sandbox  # the one coupling: re-point when it moves
 
 
-def _run_one(code: str, stdin: str, limits) -> object:
-    return _sandbox.run_python(code, stdin=stdin, limits=limits)
+def _run_one(code: str, stdin: str, limits, isolation: str, report: bool) -> object:
+    return _sandbox.run_python(code, stdin=stdin, limits=limits, isolation=isolation, report=report)
 
 
 @lru_cache(maxsize=1)
@@ -27,15 +29,21 @@ def _task():
     return require_ray().remote(num_cpus=1, max_retries=0)(_run_one)
 
 
-def ray_sandbox_runner(codes: Sequence[str], stdins: Sequence[str], timeout_s: float) -> list:
-    """Every program as a Ray task; results in input order."""
+def ray_sandbox_runner(
+    codes: Sequence[str], stdins: Sequence[str], timeout_s: float, report: bool = False
+) -> list:
+    """Every program as a Ray task; results in input order. The isolation is the one this
+    process set (``env.sandbox_isolation``), not the task's default."""
     import ray
+
+    from teamrl.tasks import run_program
 
     # as the in-process runner: the CPU limit no lower than the wall clock, which binds
     limits = _sandbox.Limits(
         wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s))
     )
-    return ray.get([_task().remote(c, s, limits) for c, s in zip(codes, stdins)])
+    mode = run_program.isolation()
+    return ray.get([_task().remote(c, s, limits, mode, report) for c, s in zip(codes, stdins)])
 
 
 def install() -> None:
@@ -43,3 +51,11 @@ def install() -> None:
     from teamrl.tasks import run_program
 
     run_program.sandbox_runner = ray_sandbox_runner
+
+
+def uninstall() -> None:
+    """The in-process sandbox pool again (when the Ray team shuts down)."""
+    from teamrl.tasks import run_program
+
+    if run_program.sandbox_runner is ray_sandbox_runner:
+        run_program.sandbox_runner = run_program.pool_runner

@@ -49,6 +49,11 @@ def set_isolation(mode: str) -> None:
         _pool.cache_clear()
 
 
+def isolation() -> str:
+    """The isolation mode later runs get (``set_isolation``; ``"auto"`` by default)."""
+    return _isolation["mode"]
+
+
 def run_program(code: str, limits: dict | None = None) -> Any:
     """Run one program in the sandbox (an ``ExecResult``); ``limits``: ``Limits`` kwargs."""
     from teamrl.sandbox import Limits, run_python  # imported here: keep imports light
@@ -77,6 +82,9 @@ def sandbox_runner(
     pool = _pool()
     futures = [pool.submit(c, stdin=s, limits=limits, report=True) for c, s in zip(codes, stdins)]
     return [f.result() for f in futures]
+
+
+pool_runner = sandbox_runner  # the in-process default, kept when another runner is installed
 
 
 def run_programs(

@@ -133,3 +133,34 @@ def test_sandboxed_programs_run_as_ray_tasks_with_their_limits(ray_cluster, monk
     out = run_program.run_programs(["print(6 * 7)", "while True:\n    pass\n"], ["", ""], 1.0)
     assert out[0].stdout == "42\n" and out[0].ok
     assert out[1].timed_out and not out[1].ok
+
+
+def test_code_rewards_under_ray_read_the_report_channel_and_keep_the_isolation(ray_cluster):  # noqa: F811
+    # The coding rewards open the sandbox's report channel (report=True): the Ray runner
+    # must take it, and run each program under the isolation this process set
+    # (env.sandbox_isolation), not the remote task's default.
+    from teamrl.scale import sandbox
+    from teamrl.tasks import run_program
+    from teamrl.tasks.coding.reward import leveled_reward
+
+    aux = "def aux(x):\n    return x * x\n"
+    main = (
+        "def f(xs):\n    total = 0\n    for x in xs:\n        total += aux(x)\n    return total\n"
+    )
+    test = (
+        "def check(candidate):\n    assert candidate([1, 2]) == 5\n    assert candidate([]) == 0\n"
+    )
+    prompt = "def f(xs):\n    '''Sum of squares.'''\n"
+    try:
+        sandbox.install()
+        r = leveled_reward(aux, main, prompt=prompt, test=test, entry_point="f")
+        assert r.all_passed and r.score > 0  # the harness's report came back through Ray
+        # a mode this process may not use is refused inside the task: the mode travelled
+        refused = "userns" if os.geteuid() == 0 else "namespaces"
+        run_program.set_isolation(refused)
+        with pytest.raises(Exception, match=refused):
+            run_program.run_programs(["print(1)"], [""], 5.0)
+    finally:
+        run_program.set_isolation("auto")
+        sandbox.uninstall()
+    assert run_program.sandbox_runner is run_program.pool_runner  # the pool again
