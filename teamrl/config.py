@@ -130,15 +130,15 @@ class EnvConfig:
         "Seconds one env step (its transition and reward) may take; a step past it ends its "
         "episode as failed with reward 0, counted as episodes/timeouts. 0: no limit.",
     )
-    sandbox_isolation: Literal[
-        "auto", "namespaces", "userns", "landlock", "setuid", "rlimits"
-    ] = _f(
-        "auto",
-        "How model-written programs are fenced off: 'auto' picks the strongest mode the "
-        "machine allows ('namespaces' as root, 'userns' otherwise, 'landlock' for root "
-        "without CAP_SYS_ADMIN) and never a weak one; 'setuid' (root) and 'rlimits' (the "
-        "program runs as your user) are weak opt-in modes that leave writes and the network "
-        "open, see the README's Sandbox section.",
+    sandbox_isolation: Literal["auto", "namespaces", "userns", "landlock", "setuid", "rlimits"] = (
+        _f(
+            "auto",
+            "How model-written programs are fenced off: 'auto' picks the strongest mode the "
+            "machine allows ('namespaces' as root, 'userns' otherwise, 'landlock' for root "
+            "without CAP_SYS_ADMIN) and never a weak one; 'setuid' (root) and 'rlimits' (the "
+            "program runs as your user) are weak opt-in modes that leave writes and the network "
+            "open, see the README's Sandbox section.",
+        )
     )
 
 
