@@ -3,7 +3,8 @@
 Every answer goes through the env itself (``plan_path_single``: parse the text after '####',
 apply the list to the board), on the first ``--boards`` test boards of each size, one turn.
 
-    nothing     '#### []'                      an empty action list
+    nothing     '#### []'                      an empty action list (since issue 22 the
+                                               no-action case, like "no list")
     no list     'I do not know.'               no action list at all (no_action_penalty)
     garbage     '#### [jump, jump]'            a list of tokens that are not moves
     walls 2d    2d moves into a wall or the edge from the start (all invalid; '[]' if none)
@@ -15,6 +16,8 @@ apply the list to the board), on the first ``--boards`` test boards of each size
 If "nothing" beats the random lists (the only cheap policies with any chance of a win), a
 policy that starts out near random is pushed toward answering nothing: GRPO's group baseline
 ranks the empty list above the typical sampled list, and wins are too rare to outweigh it.
+(Until issue 22 the empty list scored as zero moves, 0: that was the case. It now costs
+``no_action_penalty``, as a reply with no list does.)
 
 Usage:  python experiments/shaping_check.py [--sizes 3 10] [--boards 20] [--draws 400]
 """

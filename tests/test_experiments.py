@@ -180,10 +180,10 @@ def test_proposed_shaping_orders_path_progress_nothing_garbage():
     # by hand: 4 steps -0.04, shaping 1 * (4 - 0), win +1, optimal +0.5
     assert shortest == pytest.approx(5.46)
     assert partial == pytest.approx(-0.02 + 2.0)  # two steps closer
-    assert nothing == 0.0
+    assert nothing == -1.0  # a list with no move is no action: never a free answer (issue 22)
     assert garbage == -1.0  # not a well-formed move list: the no-action case (issue 11)
     assert no_list == -1.0
-    assert shortest > partial > nothing >= garbage >= no_list
+    assert shortest > partial > nothing == garbage == no_list
     # a detour still wins but loses the optimal bonus: 6 steps, shaping 4, win 1
     assert _reward(PROPOSED_REWARDS, "#### ['D', 'U', 'D', 'D', 'R', 'R']") == pytest.approx(4.94)
 
@@ -299,3 +299,18 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     run_table(table, [0], out_dir=out, runs_dir=runs, dry_run=True, log=logs.append)
     assert "would run untrained seed 0" in logs[-2] and "skip reused seed 0" in logs[-1]
     assert not record_path(out, "untrained", 0).exists()
+
+
+def test_plan_path_tables_use_the_proposed_constants_the_docs_name():
+    # docs/results.md says the Plan-Path tables use PROPOSED_REWARDS (gamma = 1); the runner
+    # built them with PAPER_REWARDS (gamma 0.99, which pays wall bumps far from the goal).
+    from experiments.tables import TABLES
+    from teamrl.config import load_config
+    from teamrl.tasks.games.plan_path import PROPOSED_REWARDS
+
+    # the new tables (plan_path_base); the CPU ablation is the record of an earlier run
+    plan_path = [t for t in TABLES.values() if any("rewards:" in o for o in t.base)]
+    assert {t.name for t in plan_path} >= {"plan_path_main", "plan_path_grouping", "plan_path_swap"}
+    for table in plan_path:
+        cfg = load_config(table.config, [*table.base, *table.conditions[0].overrides])
+        assert cfg.env.kwargs["rewards"] == PROPOSED_REWARDS, table.name

@@ -85,13 +85,18 @@ def test_parse_moves_formats():
     assert parse_moves("no list at all") is None
     assert parse_moves("R R\nL U", last_line_fallback=False) is None
     assert parse_moves("path:\nL U\n", last_line_fallback=True) == ["L", "U"]
-    assert parse_moves("#### []") == []
+    # a list with no move is no action (penalised), not a free zero-move answer: a reply that
+    # leaves the "#### [" prefill open before prose scored 0, above every wrong move
+    for empty in ("#### []", "#### [\n\nThe board shows the walker", "#### [ ]", "[]"):
+        assert parse_moves(empty) is None, empty
 
 
 def test_parse_placements_and_code_extraction():
     assert parse_placements("#### [(0, 1, 3), [1, 2, 4]]") == [(0, 1, 3), (1, 2, 4)]
     assert parse_placements("answer: [[2,0,1]] done") == [(2, 0, 1)]
     assert parse_placements("nothing") is None
+    for empty in ("#### []", "#### [\nLet me think", "[ ]"):  # no placement: no action
+        assert parse_placements(empty) is None, empty
     assert extract_code("print(1)") == "print(1)"
     text = "Plan:\n```python\ndef f():\n    return 2\n```\nthen\n```python\nprint(f())\n"
     assert extract_code(text) == "def f():\n    return 2\n\nprint(f())"
@@ -482,3 +487,14 @@ def test_garbage_is_no_action_and_scores_below_a_valid_list():
     _, valid_reward, info = env.state.apply(["U", "L", "U", "L"])
     assert info["n_invalid"] == 4 and valid_reward == pytest.approx(-0.44)
     assert garbage_reward <= env.rewards.no_action_penalty < valid_reward
+
+
+def test_a_plan_reply_that_answers_nothing_costs_the_no_action_penalty():
+    # The AT-GRPO Plan-Path run's last step (issue 22): after the "#### [" prefill, a reply of
+    # prose with no move scored 0 on the board (1.0 with the plan agent's credit over a failed
+    # tool), above a real move. It must be the no-action case, like any reply without a list.
+    env = _pp_env(FakeRunner(), max_turns=2)
+    env.step({"tool": "```python\nprint(1 / 0)\n```"})
+    step = env.step({"plan": "#### [\n\nThe walker should go around the wall."})
+    assert step.reward == env.rewards.no_action_penalty == -1.0
+    assert env.state.pos == (0, 0)

@@ -67,6 +67,10 @@ def parse_moves(text: str, last_line_fallback: bool = False) -> list[str] | None
     separated by commas, quotes, brackets or spaces. A list with any other word or character
     in it is not an action list (None: the no-action case, with its penalty), so printed text
     such as "ALL TESTS PASSED" never counts as three cheap invalid moves (issue 11).
+
+    A list with no move in it (``[]``, or a ``[`` left open before prose, as a reply that
+    follows a ``#### [`` prefill with a newline) is no action too: scored as zero moves it cost
+    nothing, more than any wrong or invalid move, so a policy learnt to answer nothing.
     """
     segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
     if segment is None or not _WELL_FORMED_MOVES.fullmatch(segment):
@@ -79,7 +83,7 @@ def parse_moves(text: str, last_line_fallback: bool = False) -> list[str] | None
             moves.extend(token.upper())
         else:
             return None
-    return moves
+    return moves or None
 
 
 # Only move words, letters, separators and brackets may appear in a move list.

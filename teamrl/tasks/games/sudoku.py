@@ -255,11 +255,13 @@ _TRIPLE = re.compile(r"[(\[]\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*[)\]]")
 
 def parse_placements(text: str, last_line_fallback: bool = False) -> list | None:
     """Placements ``(row, col, value)`` from the action list in ``text``; None if there is no
-    well-formed list (anything but triples, commas, spaces and brackets in it: issue 11)."""
+    well-formed list (anything but triples, commas, spaces and brackets in it: issue 11), and
+    None for a list with no placement (``[]``: no action, with its penalty, not a free answer;
+    see ``parse_moves``)."""
     segment = extract_action_segment(text, last_line_fallback=last_line_fallback)
     if segment is None or _TRIPLE.sub("", segment).strip("[](), \t\n"):
         return None
-    return [tuple(int(x) for x in m) for m in _TRIPLE.findall(segment)]
+    return [tuple(int(x) for x in m) for m in _TRIPLE.findall(segment)] or None
 
 
 RULES = """Game: Sudoku. Fill the empty cells (.) so that every row, every column and every box
