@@ -122,6 +122,8 @@ def name_public_base(folder: Path, base: str) -> None:
     a local folder (or a builtin generated locally) is kept, and one line says so, since
     nobody else can load the adapter without that base.
     """
+    from teamrl.models import looks_like_hub_id  # torch and transformers: only when exporting
+
     path = folder / "adapter_config.json"
     if not path.exists():  # a full model loads on its own
         return
@@ -129,7 +131,7 @@ def name_public_base(folder: Path, base: str) -> None:
     if base in PUBLIC_BASES:
         config["base_model_name_or_path"] = PUBLIC_BASES[base]
         path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    elif not is_hub_id(base):
+    elif not looks_like_hub_id(base):
         log.warning(
             "%s: the adapter's base_model_name_or_path is %s, a folder on this machine "
             "(model %r); whoever loads the adapter elsewhere needs that base: publish it and "
@@ -138,16 +140,6 @@ def name_public_base(folder: Path, base: str) -> None:
             config.get("base_model_name_or_path"),
             base,
         )
-
-
-def is_hub_id(name: str) -> bool:
-    """Whether a model name is a hub id (``org/name`` or ``name``) rather than a builtin or a
-    local folder (as ``teamrl.models`` tells them apart)."""
-    from teamrl.models import BUILTINS
-
-    if name in BUILTINS or Path(name).expanduser().is_dir():
-        return False
-    return not name.startswith((".", "/", "~")) and name.count("/") <= 1
 
 
 def push_to_hub(folder: Path, repo: str) -> str:

@@ -106,13 +106,21 @@ def _from_pretrained(cls, name_or_path: str, folder: str, **kwargs):
         raise ConfigError(_load_error(name_or_path, local, err)) from err
 
 
+def looks_like_hub_id(name: str) -> bool:
+    """Whether ``name`` has the shape of a hub id (``org/name`` or ``name``): not a builtin, an
+    existing folder, or a path (``./x``, ``/x``, ``~/x``, ``a/b/c``)."""
+    if name in BUILTINS or Path(name).expanduser().is_dir():
+        return False
+    return not name.startswith((".", "/", "~")) and name.count("/") <= 1
+
+
 def _load_error(name_or_path: str, local: bool, err: Exception) -> str:
     """One line that says why a model could not be found, naming the field and the value."""
     reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
     where = f"model.name_or_path: cannot load {name_or_path!r}"
     if local:
         return f"{where}: the local folder holds no loadable model ({reason})"
-    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+    if not looks_like_hub_id(name_or_path):
         return (
             f"{where}: no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a "
             "Hugging Face id"

@@ -19,6 +19,14 @@ LOCAL_COPY = "env.kwargs.dataset_id=<a local folder holding a copy of the datase
 _BUGS = (TypeError, AttributeError, NameError, AssertionError, ImportError)
 
 
+def check_dataset_id(dataset_id: Any) -> None:
+    """``env.kwargs.dataset_id`` must be a non-empty string (a hub id or a local folder)."""
+    if not isinstance(dataset_id, str) or not dataset_id.strip():
+        raise ConfigError(
+            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
+        )
+
+
 def load_dataset(*args: Any, dataset: str, instead: str = LOCAL_COPY, **kwargs: Any) -> Any:
     """``datasets.load_dataset(*args, **kwargs)``; a failure is a ConfigError naming
     ``dataset`` (the hub id or folder the user gave) and ``instead`` (what to pass instead)."""

@@ -40,9 +40,8 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from teamrl.errors import ConfigError
 from teamrl.tasks.coding.harness import split_check
-from teamrl.tasks.hub import load_dataset
+from teamrl.tasks.hub import check_dataset_id, load_dataset
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class SkipRow(Exception):
 
 
 def load_split(dataset_id: str, split: str, name: str | None = None) -> Any:
-    _check_dataset_id(dataset_id)
+    check_dataset_id(dataset_id)
     if os.path.isdir(dataset_id):
         # A local folder: configs do not apply, and ``datasets`` names a ``valid.*`` file's
         # split "validation" (CodeContests calls its split "valid" upstream).
@@ -73,17 +72,10 @@ def load_split(dataset_id: str, split: str, name: str | None = None) -> Any:
 
 def load_jsonl(dataset_id: str, files: list[str], split: str = "train") -> Any:
     """JSONL files of a repository (or local folder) through the ``json`` builder."""
-    _check_dataset_id(dataset_id)
+    check_dataset_id(dataset_id)
     base = dataset_id if os.path.isdir(dataset_id) else f"hf://datasets/{dataset_id}"
     data_files = [f"{base}/{f}" for f in files]
     return load_dataset("json", data_files=data_files, split=split, dataset=dataset_id)
-
-
-def _check_dataset_id(dataset_id: Any) -> None:
-    if not isinstance(dataset_id, str) or not dataset_id.strip():
-        raise ConfigError(
-            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
-        )
 
 
 def normalise_all(
@@ -225,7 +217,7 @@ def load_coophumaneval(
     """All CoopHumanEval problems, in order. ``split=None`` takes ``train`` if the dataset has
     one, else its only split (the hub copy has been published under either name)."""
     if split is None:
-        _check_dataset_id(dataset_id)
+        check_dataset_id(dataset_id)
         splits = load_dataset(dataset_id, dataset=dataset_id)
         if "train" in splits:
             split = "train"

@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from teamrl.errors import ConfigError
-from teamrl.tasks.hub import load_dataset
+from teamrl.tasks.hub import check_dataset_id, load_dataset
 from teamrl.tasks.options import option
 
 # what a user whose hub data cannot be fetched (no network) can pass instead
@@ -54,10 +54,7 @@ def _load_rows(
 ) -> Any:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ConfigError(f"env.kwargs.limit: expected None or an integer >= 0, got {limit!r}")
-    if not isinstance(dataset_id, str) or not dataset_id.strip():
-        raise ConfigError(
-            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
-        )
+    check_dataset_id(dataset_id)
     # The datasets cache keys a local folder by its name, not its content, so a folder that
     # changed (or another folder of the same name) would be served stale: rebuild it.
     fresh = "force_redownload" if os.path.isdir(dataset_id) else None

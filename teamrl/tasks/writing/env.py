@@ -17,6 +17,7 @@ from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
 from teamrl.errors import ConfigError
+from teamrl.tasks.hub import check_dataset_id
 from teamrl.tasks.rows import check_limit, limit_rows
 from teamrl.tasks.writing.data import (
     ARXIV_DATASET,
@@ -129,10 +130,7 @@ def _hub_splits(loader: Any, splits: Any, limit, dataset_id: Any):
         raise ConfigError(
             f"env.kwargs.splits: expected 3 split names (train, eval, test), got {splits!r}"
         )
-    if not isinstance(dataset_id, str) or not dataset_id.strip():
-        raise ConfigError(
-            f"env.kwargs.dataset_id: expected a hub id or a local folder, got {dataset_id!r}"
-        )
+    check_dataset_id(dataset_id)
     return tuple(loader(split=s, limit=limit, dataset_id=dataset_id) for s in splits)
 
 
