@@ -134,8 +134,8 @@ def evaluate_trainer(
         raise ValueError(f"task {trainer.task.name!r} has no {split!r} split to evaluate on")
     n = len(data) if limit is None else min(limit, len(data))
     examples = [(i, data[i]) for i in range(n)]
-    if progress is None:  # a config-like object without ``log`` (a scripted trainer): no bar
-        progress = getattr(getattr(trainer.cfg, "log", None), "progress_bar", False)
+    if progress is None:
+        progress = trainer.cfg.log.progress_bar
     bar = progress_bar(n * (1 + num_samples), f"eval {split}", progress)
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
