@@ -1,6 +1,12 @@
 """Run one experiment table (conditions x seeds), resuming from its raw records, and report it.
 
     python experiments/run_table.py TABLE [--seeds 3] [--dry-run] [--conditions A B]
+    python experiments/run_table.py TABLE --tune train.learning_rate=1e-4 [...]   # choose settings
+
+Choosing settings: ``--tune KEY=VALUE ...`` adds config overrides on top of every condition's
+and evaluates on the validation split (never the test split), with records under
+experiments/results/<TABLE>/validation/<overrides>/. ``--split validation`` alone evaluates
+the table as it is on the validation split.
 
 Raw records: experiments/results/<TABLE>/<condition>__seed<k>.json, one per finished run (commit
 them as they complete; a rerun skips them). Then table.md, summary.json and curve PNGs are
@@ -28,12 +34,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="records folder (default experiments/results/TABLE)")
     ap.add_argument("--runs", help="run folders (checkpoints; default runs/experiments)")
     ap.add_argument("--list", action="store_true", help="list the tables and exit")
+    ap.add_argument(
+        "--tune",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides to try; evaluates on the validation split",
+    )
+    ap.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        help="split to evaluate (default: test; validation with --tune)",
+    )
     args = ap.parse_args(argv)
     if args.list or not args.table:
         for t in TABLES.values():
             print(f"{t.name:<24} {t.description}")
         return 0
     table = get_table(args.table)
+    split = args.split or ("validation" if args.tune else "test")
+    if args.tune and split == "test":
+        ap.error("--tune chooses settings, so it evaluates on the validation split, not test")
+    bad = [t for t in args.tune if "=" not in t]
+    if bad:
+        ap.error(f"--tune: expected KEY=VALUE, got {bad}")
     if args.conditions:
         unknown = set(args.conditions) - {c.name for c in table.conditions}
         if unknown:
@@ -42,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     from teamrl.cli import _quiet_hf
 
     _quiet_hf()
-    out = Path(args.out) if args.out else runner.RESULTS / table.name
+    tune = tuple(args.tune)
+    split_name = "eval" if split == "validation" else "test"  # the task's name for it
+    out = Path(args.out) if args.out else runner.default_out(table, split_name, tune)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     runner.run_table(
         table,
@@ -51,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         runs_dir=Path(args.runs) if args.runs else runner.RUNS,
         conditions=args.conditions,
         dry_run=args.dry_run,
+        split=split_name,
+        tune=tune,
     )
     if args.dry_run:
         return 0

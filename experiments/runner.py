@@ -88,16 +88,27 @@ def machine() -> str:
 # --- one run -----------------------------------------------------------------------------------
 
 
-def run_name(table: Table, condition: str, seed: int) -> str:
-    return f"{table.name}__{condition}__seed{seed}"
+def run_name(table: Table, condition: str, seed: int, tune: tuple[str, ...] = ()) -> str:
+    name = f"{table.name}__{condition}__seed{seed}"
+    return f"{name}__tune-{tune_slug(tune)}" if tune else name
 
 
-def run_overrides(table: Table, condition: Condition, seed: int, runs_dir: Path) -> list[str]:
+def tune_slug(tune: tuple[str, ...]) -> str:
+    """A file-name-safe id of tuning overrides, e.g. ``train.learning_rate=1e-4`` ->
+    ``train.learning_rate-1e-4``."""
+    text = "_".join(tune)
+    return "".join(c if c.isalnum() or c in ".-_" else "-" for c in text)[:120]
+
+
+def run_overrides(
+    table: Table, condition: Condition, seed: int, runs_dir: Path, tune: tuple[str, ...] = ()
+) -> list[str]:
     return [
         *table.base,
         *condition.overrides,
+        *tune,  # tuning overrides come last: they win
         f"seed={seed}",
-        f"run_name={run_name(table, condition.name, seed)}",
+        f"run_name={run_name(table, condition.name, seed, tune)}",
         f"log.output_dir={runs_dir}",
         "log.overwrite=true",
     ]
@@ -141,8 +152,19 @@ def swapped(policy_of: dict[str, str], swap: dict[str, str]) -> dict[str, str]:
     return {a: policy_of[swap.get(a, a)] for a in policy_of}
 
 
-def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS) -> dict:
-    """Train (unless the condition is the untrained model), evaluate on test; the record."""
+def run_one(
+    table: Table,
+    condition: Condition,
+    seed: int,
+    runs_dir: Path = RUNS,
+    split: str = "test",
+    tune: tuple[str, ...] = (),
+) -> dict:
+    """Train (unless the condition is the untrained model), evaluate on ``split``; the record.
+
+    ``split="eval"`` (the validation split) with ``tune`` overrides is how settings are chosen;
+    the test split is only for the table's final numbers.
+    """
     from teamrl import checkpoints
     from teamrl.config import load_config, to_dict
     from teamrl.evaluation import evaluate_trainer
@@ -150,14 +172,15 @@ def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS
     from teamrl.trainer import Trainer
 
     t0 = time.perf_counter()
-    cfg = load_config(table.config, run_overrides(table, condition, seed, runs_dir))
+    overrides = run_overrides(table, condition, seed, runs_dir, tune)
+    cfg = load_config(table.config, overrides)
     trainer = Trainer(cfg)
     check_held_out(trainer.task, table.test_problems)
     before = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
     curve: list[dict] = []
     trained_dir = None
     if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
-        trained_dir = Path(runs_dir) / run_name(table, condition.from_run, seed)
+        trained_dir = Path(runs_dir) / run_name(table, condition.from_run, seed, tune)
         ckpt = checkpoints.latest_checkpoint(trained_dir)
         if ckpt is None:
             raise SystemExit(
@@ -178,7 +201,7 @@ def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS
     if condition.swap:  # route each agent to another agent's trained policy at test time
         trainer.team.policy_of = swapped(trainer.team.policy_of, condition.swap)
     test = evaluate_trainer(
-        trainer, "test", num_samples=table.eval_samples, limit=table.test_problems
+        trainer, split, num_samples=table.eval_samples, limit=table.test_problems
     )
     after = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
     record = {
@@ -186,7 +209,9 @@ def run_one(table: Table, condition: Condition, seed: int, runs_dir: Path = RUNS
         "condition": condition.name,
         "seed": seed,
         "config": to_dict(cfg),
-        "overrides": run_overrides(table, condition, seed, runs_dir),
+        "overrides": overrides,
+        "split": split,
+        "tune": list(tune),
         "trained": condition.train,
         "swap": condition.swap,
         "from_run": condition.from_run,
@@ -214,9 +239,11 @@ def run_table(
     conditions: list[str] | None = None,
     dry_run: bool = False,
     log=print,
+    split: str = "test",
+    tune: tuple[str, ...] = (),
 ) -> list[dict]:
     """Run every missing (condition, seed) of ``table``; returns all records of the table."""
-    out = Path(out_dir) if out_dir else RESULTS / table.name
+    out = Path(out_dir) if out_dir else default_out(table, split, tune)
     for cond in table.conditions:
         if conditions and cond.name not in conditions:
             continue
@@ -228,10 +255,10 @@ def run_table(
             if dry_run:
                 from teamrl.config import load_config
 
-                load_config(table.config, run_overrides(table, cond, seed, runs_dir))  # validates
+                load_config(table.config, run_overrides(table, cond, seed, runs_dir, tune))
                 log(f"would run {cond.name} seed {seed} -> {path}")
                 continue
-            record = run_one(table, cond, seed, runs_dir)
+            record = run_one(table, cond, seed, runs_dir, split, tune)
             write_json_atomic(path, record)
             log(
                 f"{cond.name} seed {seed}: "
@@ -239,6 +266,14 @@ def run_table(
                 + f" ({record['wall_seconds'] / 60:.1f} min)"
             )
     return load_records(out) if out.exists() else []
+
+
+def default_out(table: Table, split: str = "test", tune: tuple[str, ...] = ()) -> Path:
+    """``results/<table>`` for the table itself; validation runs (tuning) go to
+    ``results/<table>/validation/<tune slug or "base">``, never among the test records."""
+    if split == "test" and not tune:
+        return RESULTS / table.name
+    return RESULTS / table.name / "validation" / (tune_slug(tune) or "base")
 
 
 # --- aggregation -------------------------------------------------------------------------------
@@ -353,9 +388,17 @@ def report(table: Table, out_dir: Path, command: str = "") -> tuple[Path, list[P
     md = markdown(table, agg)
     dates = sorted(r["date"] for r in records)
     machines = sorted({r["machine"] for r in records})
+    splits = sorted({r.get("split", "test") for r in records})  # "eval" = the validation split
+    tunes = sorted({" ".join(r.get("tune", [])) for r in records} - {""})
+    sizes = sorted({r["test"].get("problems", table.test_problems) for r in records})
     text = (
         f"# {table.name}\n\n{table.description}\n\n{md}\n\n"
-        "Cells: mean ± sd over seeds [bootstrap 95 % interval of the mean, resampling seeds, "
+        f"Evaluated on the {' + '.join(splits) or 'test'} split: {'/'.join(map(str, sizes))} "
+        f"problems, one greedy episode each"
+        + (f" plus {table.eval_samples} sampled" if table.eval_samples else "")
+        + ".\n\n"
+        + (f"Tuning overrides: `{'`, `'.join(tunes)}`\n\n" if tunes else "")
+        + "Cells: mean ± sd over seeds [bootstrap 95 % interval of the mean, resampling seeds, "
         "10,000 resamples, rng seed 0].\n\n"
         + (f"Command: `{command}`\n\n" if command else "")
         + (f"Runs: {dates[0]} .. {dates[-1]} on {'; '.join(machines)}\n\n" if dates else "")

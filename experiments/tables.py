@@ -193,6 +193,81 @@ _add(
     )
 )
 
+# --- the learning ladder (issue: why training made Plan-Path worse) ---------------------------
+#
+# From a setting that must learn up to the table's, each rung trained with the same knobs, so
+# the rung where learning stops is a property of the task, not of the settings:
+#   0 a one-token bandit (nothing but the reward says which letter pays);
+#   1 Plan-Path 3x3 with a shortest path printed under the board (copying it is the answer);
+#   2 Plan-Path 3x3 with obstacles (density 0.3), the main table's boards.
+# Rungs 1-2 train one agent (GRPO) and the two-agent team (AT-GRPO shared). The lowest rung is
+# also a test on a tiny model (tests/test_ladder.py). Boards smaller or emptier than rung 2's are
+# not a rung: 3x3 boards without obstacles give 3 distinct test boards (2x2 fewer still), since
+# a board's content decides its split (teamrl.tasks.games.seeds), so 64 test episodes would
+# repeat three answers.
+
+LADDER_BOARDS = {
+    "hint": "size: 3, density: 0.3, hint: true",
+    "board": "size: 3, density: 0.3",
+}
+
+
+def ladder_conditions(rewards: str) -> tuple[Condition, ...]:
+    """The ladder's conditions; ``rewards`` is the Plan-Path constants' YAML (``{}``: defaults)."""
+    bandit = (
+        "env.name=bandit",
+        "env.kwargs={target: C, n_test: 64}",
+        f"team.agents=[{agent('picker', 2)}]",
+        "algorithm.name=grpo",
+    )
+    rows = [
+        Condition("bandit_untrained", bandit, train=False),
+        Condition("bandit_grpo", bandit),
+    ]
+    for board, params in LADDER_BOARDS.items():
+        env = f"env.kwargs={{{params}, n_eval: 32, n_test: 64, rewards: {rewards}}}"
+        single = ("env.name=plan_path_single", env, team(single=True), "algorithm.name=grpo")
+        pair = ("env.name=plan_path", env, team(), "algorithm.name=at_grpo")
+        rows += [
+            Condition(f"{board}_untrained_single", single, train=False),
+            Condition(f"{board}_single_grpo", single),
+            Condition(f"{board}_untrained_team", pair, train=False),
+            Condition(f"{board}_at_grpo", pair),
+        ]
+    return tuple(rows)
+
+
+LADDER_DESCRIPTION = (
+    "The learning ladder: one-token bandit -> Plan-Path 3x3 with the shortest path in the "
+    "prompt -> 3x3 (the main table's boards); one agent (GRPO) and the two-agent team "
+    "(AT-GRPO shared) at each rung, untrained and trained."
+)
+for _name, _rewards, _what in (
+    ("plan_path_ladder", "{}", "teamrl's default constants (win 10, shaping 0.1)"),
+    (
+        "plan_path_ladder_proposed",
+        _proposed_rewards(),
+        "PROPOSED_REWARDS (the reference's, gamma 1)",
+    ),
+):
+    _add(
+        Table(
+            name=_name,
+            description=f"{LADDER_DESCRIPTION} Reward constants: {_what}.",
+            config=None,
+            base=(*plan_path_base(), "team.policies=shared"),
+            conditions=ladder_conditions(_rewards),
+            splits={**GAME_SPLITS, "train": GAME_SPLITS["train"] + "; bandit: rows 0..63"},
+            test_problems=64,
+            metrics=PLAN_PATH_METRICS,
+            # the team reward over every candidate of the last agent: what the policy samples
+            # (AT-GRPO's reward/mean follows the best of K at each node)
+            curve_metrics=tuple(f"reward/team/{a}/mean" for a in ("picker", "solver", "plan")),
+            notes=f"Every trained rung uses the same knobs (the base); only the task changes. "
+            f"Plan-Path reward constants: {_what}.",
+        )
+    )
+
 # --- the first CPU ablation of docs/results.md (experiments/plan_path_ablation.py) --------------
 
 # display name -> (task, algorithm, policies); None = the untrained two-agent team

@@ -8,6 +8,12 @@ the n = k samples successful, the unbiased estimator of Chen et al. (2021) is
 and avg@k = c / n (the mean success of a sample). A task's "success" comes from the env's
 ``Step.success``; tasks without one (writing) report rewards only.
 
+``greedy/reward`` is what the task pays the team: the env's team reward summed over the
+episode's real steps, the same quantity for every algorithm. ``greedy/return`` is what the
+algorithm maximised, which differs under AT-GRPO's mixing ``alpha * team + local`` (with
+alpha = 1 and an agent whose own action made the transition, local = team, so the return is
+twice the reward); tables compare ``greedy/reward``.
+
 Every evaluated episode is an independent single path (``eval_episodes``): never the AT-GRPO
 tree, whose branch selection reads the reward (the gold answer), nor MAGRPO's early stop on a
 high reward. Either would be an oracle at test time.
@@ -45,7 +51,8 @@ def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[st
     """
     report: dict[str, Any] = {"problems": len({e["problem"] for e in greedy})}
     report["episodes"] = len(greedy) + len(sampled)
-    report["greedy/reward"] = float(np.mean([e["return"] for e in greedy]))
+    report["greedy/reward"] = float(np.mean([e["team_return"] for e in greedy]))
+    report["greedy/return"] = float(np.mean([e["return"] for e in greedy]))
     report["greedy/turns"] = float(np.mean([e["turns"] for e in greedy]))
     comps: dict[str, list[float]] = {}
     for e in greedy + sampled:
@@ -62,7 +69,8 @@ def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[st
             by_problem.setdefault(e["problem"], []).append(e)
         n = min(len(v) for v in by_problem.values())
         report["samples_per_problem"] = n
-        report["sampled/reward"] = float(np.mean([e["return"] for e in sampled]))
+        report["sampled/reward"] = float(np.mean([e["team_return"] for e in sampled]))
+        report["sampled/return"] = float(np.mean([e["return"] for e in sampled]))
         report["sampled/turns"] = float(np.mean([e["turns"] for e in sampled]))
         if has_success:
             counts = [sum(bool(e["success"]) for e in v[:n]) for v in by_problem.values()]

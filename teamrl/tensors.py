@@ -3,6 +3,10 @@ the other)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Any
+
 import torch
 
 
@@ -15,3 +19,26 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
             ids[i, width - len(s) :] = torch.tensor(s)
             mask[i, width - len(s) :] = 1
     return ids, mask
+
+
+# --- the KV cache's name across transformers versions ------------------------------------------
+# transformers 5.x renamed the forward keyword and output field ``past_key_values`` to ``cache``
+# and warns on every call that uses the old name; 4.x knows only the old one. One place decides,
+# per model class, so a decode loop neither warns each token nor breaks on an older install.
+
+
+@functools.cache
+def _cache_name(cls: type) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for ``model(...)``, under the name its transformers version expects."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_name(type(base)): cache}
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward with ``use_cache=True`` returned (either field name)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

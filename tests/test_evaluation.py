@@ -36,11 +36,12 @@ def test_pass_at_k_unbiased_estimator_by_hand():
         pass_at_k(2, 1, 3)
 
 
-def ep(problem, success, ret=0.0, turns=1, comps=None):
+def ep(problem, success, ret=0.0, turns=1, comps=None, team=None):
     return {
         "problem": problem,
         "success": success,
         "return": ret,
+        "team_return": ret if team is None else team,
         "turns": turns,
         "components": comps or {},
     }
@@ -65,6 +66,15 @@ def test_rewards_only_tasks_have_no_accuracy():
     table = markdown_table({"tldr": r})
     assert table.splitlines()[0] == "| metric | tldr |"
     assert "| greedy/reward | 2.000 |" in table
+
+
+def test_reward_is_the_team_reward_and_return_the_mixed_objective():
+    # AT-GRPO with alpha = 1: the committing agent's mixed reward is team + local = 2 * team
+    greedy = [ep(0, True, ret=3.0, team=1.5), ep(1, False, ret=-2.0, team=-1.0)]
+    sampled = [ep(0, True, ret=1.0, team=0.5), ep(1, False, ret=0.0, team=0.0)]
+    r = summarise(greedy, sampled, [1])
+    assert r["greedy/reward"] == pytest.approx(0.25) and r["greedy/return"] == 0.5
+    assert r["sampled/reward"] == pytest.approx(0.25) and r["sampled/return"] == 0.5
 
 
 def test_components_average_every_evaluated_episode():

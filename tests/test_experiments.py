@@ -301,6 +301,36 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     assert not record_path(out, "untrained", 0).exists()
 
 
+def test_tuning_evaluates_on_validation_and_keeps_its_records_apart(tmp_path, monkeypatch):
+    from experiments import runner
+    from experiments.run_table import main
+
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    table = _table()
+    tune = ("train.learning_rate=0.5",)
+    out = runner.default_out(table, "eval", tune)
+    assert out == tmp_path / "results" / "toy" / "validation" / "train.learning_rate-0.5"
+    assert runner.default_out(table) == tmp_path / "results" / "toy"
+    (rec,) = runner.run_table(
+        table, [0], runs_dir=tmp_path / "runs", conditions=["trained"], split="eval", tune=tune
+    )
+    assert rec["split"] == "eval" and rec["tune"] == list(tune)
+    assert rec["config"]["train"]["learning_rate"] == 0.5  # the tuning override won
+    assert rec["config"]["run_name"].endswith("__tune-train.learning_rate-0.5")
+    assert rec["test"]["split"] == "eval" and rec["test"]["problems"] == 2
+    assert not (tmp_path / "results" / "toy" / "trained__seed0.json").exists()
+    md, _ = runner.report(table, out)
+    assert "Evaluated on the eval split: 2 problems" in md.read_text()
+    assert "Tuning overrides: `train.learning_rate=0.5`" in md.read_text()
+    # the command line refuses to tune on the test split, and a malformed override
+    for argv in (
+        ["plan_path_main", "--tune", "seed=1", "--split", "test"],
+        ["plan_path_main", "--tune", "seed"],
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+
+
 def test_plan_path_tables_use_the_proposed_constants_the_docs_name():
     # docs/results.md says the Plan-Path tables use PROPOSED_REWARDS (gamma = 1); the runner
     # built them with PAPER_REWARDS (gamma 0.99, which pays wall bumps far from the goal).
@@ -309,8 +339,18 @@ def test_plan_path_tables_use_the_proposed_constants_the_docs_name():
     from teamrl.tasks.games.plan_path import PROPOSED_REWARDS
 
     # the new tables (plan_path_base); the CPU ablation is the record of an earlier run
-    plan_path = [t for t in TABLES.values() if any("rewards:" in o for o in t.base)]
-    assert {t.name for t in plan_path} >= {"plan_path_main", "plan_path_grouping", "plan_path_swap"}
-    for table in plan_path:
+    for name in ("plan_path_main", "plan_path_grouping", "plan_path_swap"):
+        table = TABLES[name]
         cfg = load_config(table.config, [*table.base, *table.conditions[0].overrides])
         assert cfg.env.kwargs["rewards"] == PROPOSED_REWARDS, table.name
+    # the ladder: every Plan-Path rung of a ladder uses that ladder's constants
+    for name, rewards in (
+        ("plan_path_ladder", {}),
+        ("plan_path_ladder_proposed", PROPOSED_REWARDS),
+    ):
+        table = TABLES[name]
+        rungs = [c for c in table.conditions if not c.name.startswith("bandit")]
+        assert len(rungs) == 8
+        for cond in rungs:
+            cfg = load_config(table.config, [*table.base, *cond.overrides])
+            assert cfg.env.kwargs["rewards"] == rewards, (name, cond.name)

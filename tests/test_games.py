@@ -292,7 +292,7 @@ def test_seed_splits_disjoint():
     task = plan_path_task(size=4, n_train=50, n_eval=20, n_test=20)
     seeds = [{e["seed"] for e in split} for split in (task.train, task.eval, task.test)]
     assert not (seeds[0] & seeds[1]) and not (seeds[0] & seeds[2]) and not (seeds[1] & seeds[2])
-    assert task.train[0] == {"seed": 0, "size": 4, "density": 0.3}
+    assert task.train[0] == {"seed": 0, "size": 4, "density": 0.3, "hint": False}
     assert set(task.agents) == {"tool", "plan"}
     with pytest.raises(ValueError, match="split"):
         split_seeds("dev", 3)
@@ -455,6 +455,27 @@ def test_single_agent_env_multi_turn():
     assert step.success
     task = sudoku_single_task(n_train=1, n_eval=1, n_test=1)
     assert task.make_env().reset(task.train[0])["solver"].count("\n") > 5
+
+
+def test_plan_path_hint_prints_a_shortest_path_and_leaves_the_board_alone():
+    # the learning ladder's rung 1: copying the printed list must solve the board optimally
+    plain = plan_path_task(size=5, n_train=3, n_eval=1, n_test=1)
+    hinted = plan_path_task(size=5, n_train=3, n_eval=1, n_test=1, hint=True)
+    for a, b in zip(plain.train, hinted.train):
+        env_a, env_b = plain.make_env(), hinted.make_env()
+        obs_a, obs_b = env_a.reset(a)["tool"], env_b.reset(b)["tool"]
+        assert env_a.state.render() == env_b.state.render()  # the hint never changes the board
+        assert "A shortest path from P to G:" not in obs_a
+        line = next(ln for ln in obs_b.splitlines() if ln.startswith("A shortest path from P"))
+        path = line.split(": ", 1)[1]
+        assert len(eval(path)) == env_b.state.shortest_path_length  # noqa: S307 (our own list)
+        env_b.step({"tool": "```python\nprint([])\n```"})
+        step = env_b.step({"plan": f"#### {path}"})
+        assert step.success and step.reward_components["plan_win"] > 0
+    single = plan_path_single_task(size=5, n_train=1, n_eval=1, n_test=1, hint=True)
+    assert "A shortest path from P to G" in single.make_env().reset(single.train[0])["solver"]
+    with pytest.raises(ValueError, match="plan_path.hint"):
+        plan_path_task(size=5, hint="yes")
 
 
 def test_game_steps_set_the_protocol_fields():

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from teamrl.generation.hf import truncation_keep
 from teamrl.sample import Sample
-from teamrl.tensors import left_pad
+from teamrl.tensors import cache_kwargs, left_pad, output_cache
 
 
 @dataclass
@@ -225,15 +225,15 @@ def _completion_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = prefix.past_key_values
+    cache = output_cache(prefix)
     if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
         cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
     suffix = model(
         input_ids=batch.completion_ids,
         attention_mask=attn,
         position_ids=pos,
-        past_key_values=cache,
         use_cache=True,
+        **cache_kwargs(model, cache),
     )
     # logit of completion token t comes from position t-1; token 0 from the prompt's last one
     return torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)

@@ -34,6 +34,9 @@ class FunctionEnv:
     turn started from, [{agent: text}, ...], this turn's last.
     sequential=True sets ``turn_order``: agents act one at a time (AT-GRPO) and the reward is
     called on the actions committed so far in the turn.
+    success(reward, example) -> bool says whether a finished turn solved the task; it fills
+    ``Step.success``, which evaluation turns into greedy accuracy and pass@k (without one the
+    task reports rewards only).
 
     ``reward_funcs`` (instead of ``reward``), TRL's way: a list of reward(completions, example)
     -> float, combined into the one team reward sum_i reward_weights[i] * f_i (weights default
@@ -50,6 +53,7 @@ class FunctionEnv:
         sequential: bool = False,
         reward_funcs: Sequence[RewardFn] | None = None,
         reward_weights: Sequence[float] | None = None,
+        success: Callable[[float, dict], bool] | None = None,
     ):
         if (reward is None) == (reward_funcs is None):
             raise ValueError("FunctionEnv: give exactly one of reward= or reward_funcs=")
@@ -60,7 +64,7 @@ class FunctionEnv:
             self.turn_order = list(agents)
         self.pending: dict[str, str] = {}
         self.reward_fn, self.prompt_fn = reward, prompt or (lambda ex, agent: ex["prompt"])
-        self.transition_fn, self.done_fn = transition, done
+        self.transition_fn, self.done_fn, self.success_fn = transition, done, success
         # the callables that declare a `prompts` keyword (looked up once, not every step)
         self.wants_prompts = {
             "reward": _declares(reward, "prompts"),
@@ -112,12 +116,14 @@ class FunctionEnv:
         self.observations = nxt
         self.prompts.append(dict(nxt))
         finished = bool(self.done_fn(reward, self.example)) if self.done_fn else False
+        solved = bool(self.success_fn(reward, self.example)) if self.success_fn else None
         return Step(
             observations=dict(nxt),
             reward=reward,  # checked where it enters the rollout (float() would take "1.0")
             terminations={a: finished for a in self.agents},
             truncations={a: False for a in self.agents},
             reward_components=dict(components),
+            success=solved,
         )
 
 

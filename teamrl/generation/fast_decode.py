@@ -52,6 +52,7 @@ import torch
 from teamrl.generation import hf as reference
 from teamrl.generation.hf import Batch, Decoded
 from teamrl.generation.types import Request
+from teamrl.tensors import cache_kwargs, output_cache
 
 CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
 
@@ -105,8 +106,8 @@ def _decode_step(model, input_ids, attention_mask, position_ids, cache):
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        past_key_values=cache,
         use_cache=True,
+        **cache_kwargs(model, cache),
     )
     return out.logits[:, -1]
 
@@ -151,7 +152,7 @@ def generate(model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, 
         dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device)
         n_rows, width, expand = len(batch.rows), batch.ids.shape[1], batch.expand
         length = -(-(width + dec.max_new) // CACHE_BUCKET) * CACHE_BUCKET
-        prefill = out.past_key_values
+        prefill = output_cache(out)
         cache = _static_cache(model, state, n_rows, length, prefill.layers[0].keys)
         for src, dst in zip(prefill.layers, cache.layers):
             # update() allocates on first use, writes columns 0..width-1, advances the counter.

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from teamrl.generation.types import Generation, Request
-from teamrl.tensors import left_pad
+from teamrl.tensors import cache_kwargs, left_pad, output_cache
 
 if TYPE_CHECKING:  # backend.py imports this module lazily (make_backend)
     from teamrl.generation.backend import EngineSpec
@@ -210,7 +210,7 @@ def generate(
     model.eval()
     try:
         out, position = batch.prefill(model)
-        cache = out.past_key_values
+        cache = output_cache(out)
         if batch.shared:
             cache.reorder_cache(batch.expand)
         expand = batch.expand
@@ -228,11 +228,11 @@ def generate(
                     input_ids=dec.tokens[:, t : t + 1],
                     attention_mask=attn,
                     position_ids=last_pos.unsqueeze(-1),
-                    past_key_values=cache,
                     use_cache=True,
+                    **cache_kwargs(model, cache),
                     **kw,
                 )
-                cache, logits = out.past_key_values, out.logits[:, -1]
+                cache, logits = output_cache(out), out.logits[:, -1]
     finally:
         model.train(was_training)
     return dec.generations()

@@ -211,9 +211,12 @@ class _Episode:
 
     def _board(self) -> str:
         history = "\n".join(self.history) if self.history else "(none)"
+        # a state may offer hint() (Plan-Path's shortest path, the learning ladder's rung 1)
+        hint = self.state.hint() if hasattr(self.state, "hint") else ""
         return (
             f"{self.spec.rules}\n\nPrevious turns:\n{history}\n\n"
             f"Current board (turn {self.turn + 1} of {self.max_turns}):\n{self.state.render()}"
+            + (f"\n{hint}" if hint else "")
         )
 
     def _apply_real(self, actions: list | None) -> tuple[float, dict | None]:

@@ -29,7 +29,7 @@ import random
 from collections import deque
 from typing import Any
 
-from teamrl.tasks.games.actions import MOVES, parse_moves
+from teamrl.tasks.games.actions import MOVES, format_actions, parse_moves
 from teamrl.tasks.games.builders import game_spec, register_game
 from teamrl.tasks.games.episode import apply_actions, rewards_class
 from teamrl.tasks.games.seeds import board_fits_seed, example_int, example_seed
@@ -111,6 +111,7 @@ class PlanPathState:
         self.pos = tuple(pos)
         self.goal = tuple(goal)
         self.rewards = rewards or PlanPathRewards()
+        self.show_hint = False  # the learning ladder's rung 1: the prompt gives a shortest path
         self.dist = bfs_distances(grid, self.goal)  # read-only, shared by copies
         if self.pos not in self.dist:
             raise ValueError(f"plan_path: goal {goal} is unreachable from {pos}")
@@ -156,6 +157,12 @@ class PlanPathState:
                     pos = nxt
                     break
         return path
+
+    def hint(self) -> str:
+        """The line the prompt adds under the board when ``show_hint`` is set, else ""."""
+        if not self.show_hint:
+            return ""
+        return f"A shortest path from P to G: {format_actions(self.shortest_path())}"
 
     def apply(self, actions: list) -> tuple[PlanPathState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
@@ -232,7 +239,12 @@ An action list is a Python-style list of moves, e.g. ['R', 'R', 'D']."""
 def _build(example: dict, rewards: PlanPathRewards) -> PlanPathState:
     seed = example_seed(example, "plan_path")
     size = example_int(example, "size", 10, "plan_path")
-    return generate_plan_path(seed, size, example.get("density", 0.3), rewards)
+    hint = example.get("hint", False)
+    if not isinstance(hint, bool):
+        raise ValueError(f"plan_path.hint: expected true or false, got {hint!r}")
+    state = generate_plan_path(seed, size, example.get("density", 0.3), rewards)
+    state.show_hint = hint  # after generation: the board never depends on the hint
+    return state
 
 
 _GAME = """
@@ -246,6 +258,7 @@ describe        Plan-Path {size}x{size}
 SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "plan_path" (tool + plan agents) and "plan_path_single"; the board parameters come first.
+# ``hint`` (the learning ladder's rung 1) prints a shortest path under the board.
 plan_path_task, plan_path_single_task = register_game(
-    _GAME, SPEC, PlanPathRewards, {"size": 10, "density": 0.3}
+    _GAME, SPEC, PlanPathRewards, {"size": 10, "density": 0.3, "hint": False}
 )
