@@ -144,6 +144,32 @@ def outputs(trainer: Any, n: int) -> list[dict]:
     return list(rows.values())
 
 
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields whose values differ between two config dicts."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += config_diff(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def check_same_config(checkpoint: Path, config: dict) -> None:
+    """Refuse to continue a checkpoint written under another config (one line, the fields)."""
+    import yaml
+
+    saved = yaml.safe_load((Path(checkpoint) / "config.yaml").read_text())
+    diff = config_diff(saved, yaml.safe_load(yaml.safe_dump(config)))  # as the file holds it
+    if diff:
+        raise SystemExit(
+            f"{checkpoint}: a run of another config ({', '.join(diff[:6])} differ) left this "
+            f"checkpoint under the same run name; delete {Path(checkpoint).parent.parent} to start "
+            "this one afresh"
+        )
+
+
 def swapped(policy_of: dict[str, str], swap: dict[str, str]) -> dict[str, str]:
     """Agent -> policy with each agent in ``swap`` routed to the policy of its partner."""
     unknown = (set(swap) | set(swap.values())) - set(policy_of)
@@ -189,9 +215,13 @@ def run_one(
             )
         trainer.load_checkpoint(ckpt)
     elif condition.train and cfg.train.max_steps > 0:
-        # a run killed mid-way continues from its latest checkpoint (log.save_steps)
-        resume = checkpoints.latest_checkpoint(trainer.run_dir) is not None
-        trainer.train(resume=resume)
+        # a run killed mid-way continues from its latest checkpoint (log.save_steps), but only
+        # a run of this very config: a folder left by another setting under the same name
+        # (a renamed table, changed constants) would otherwise be continued silently
+        latest = checkpoints.latest_checkpoint(trainer.run_dir)
+        if latest is not None:
+            check_same_config(latest, to_dict(cfg))
+        trainer.train(resume=latest is not None)
         trained_dir = trainer.run_dir
     if trained_dir is not None:
         curve = [

@@ -301,6 +301,23 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     assert not record_path(out, "untrained", 0).exists()
 
 
+def test_a_run_folder_of_another_config_is_never_continued(tmp_path):
+    import dataclasses
+
+    from experiments.runner import record_path, run_table
+
+    table = _table()
+    out, runs = tmp_path / "records", tmp_path / "runs"
+    run_table(table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=print)
+    record_path(out, "trained", 0).unlink()  # as if the record were lost, the folder kept
+    changed = dataclasses.replace(table, base=(*table.base, "train.learning_rate=0.5"))
+    with pytest.raises(SystemExit, match=r"train\.learning_rate differ"):
+        run_table(changed, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=print)
+    # the same config continues (here: its last checkpoint is the final step)
+    (rec,) = run_table(table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=print)
+    assert rec["condition"] == "trained"
+
+
 def test_tuning_evaluates_on_validation_and_keeps_its_records_apart(tmp_path, monkeypatch):
     from experiments import runner
     from experiments.run_table import main
