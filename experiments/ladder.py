@@ -17,12 +17,10 @@ reward before and after training, and from the training curve:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "experiments" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import experiments`
 RUNGS = (
     ("bandit", "0 one-token bandit"),
     ("hint", "1 3x3, shortest path in the prompt"),
@@ -104,8 +102,10 @@ def ladder_markdown(records: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     table = args[0] if args else "plan_path_ladder"
+    from experiments.runner import RESULTS, load_records
+
     folder = RESULTS / table
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*__seed*.json"))]
+    records = load_records(folder) if folder.exists() else []
     if not records:
         raise SystemExit(f"no records in {folder}: run python experiments/run_table.py {table}")
     text = f"# {table}: the learning ladder (seed 0)\n\n{ladder_markdown(records)}\n"
