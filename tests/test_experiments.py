@@ -259,6 +259,25 @@ def test_aggregation_mean_std_and_bootstrap_interval_by_hand():
     assert statistics.mean(vals) == s["mean"]
 
 
+def test_per_seed_report_counts_rises_against_the_baseline_by_hand():
+    import dataclasses
+
+    from experiments.runner import per_seed
+
+    table = dataclasses.replace(
+        _table(("greedy/reward",)), extra={"baseline": "untrained", "min_rise": 0.3}
+    )
+    rows = [("untrained", 0, 1.0), ("trained", 0, 1.5), ("trained", 1, 1.2), ("trained", 2, 0.9)]
+    records = [{"condition": c, "seed": k, "test": {"greedy/reward": v}} for c, k, v in rows]
+    text = per_seed(table, records)
+    assert "| trained | 1.500 | 1.200 | 0.900 |" in text
+    assert "| untrained | 1.000 | - | - |" in text
+    # changes against the untrained 1.0: +0.5 (>= 0.3), +0.2 (a rise, but < 0.3), -0.1 (a fall)
+    assert "- trained: +0.500, +0.200, -0.100; rose by >= 0.3 in 1 of 3, fell in 1" in text
+    # no baseline declared: the per-seed values only
+    assert "Change against" not in per_seed(_table(("greedy/reward",)), records)
+
+
 def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     from experiments.runner import record_path, report, run_table
 
