@@ -302,9 +302,10 @@ def test_eval_shows_progress_per_chunk_of_problems_and_the_same_numbers_without(
 
     monkeypatch.setattr(evaluation, "progress_bar", Bar)
     shown = evaluation.evaluate_trainer(trained, "train", 1, (1,), limit=12, progress=True)
-    # 12 problems in rollouts of ceil(12 / 10) = 2: six greedy rollouts of 2 episodes, then
-    # six of 2 problems x 1 sample; 12 x (1 + 1) = 24 episodes in all
-    assert seen == [(24, "eval train", True), *[2] * 12, "closed"]
+    # 12 problems in rollouts of max(EVAL_MIN_CHUNK = 8, ceil(12 / 10) = 2) = 8 problems: greedy
+    # rollouts of 8 and 4 episodes, then 8 and 4 problems x 1 sample; 12 x (1 + 1) = 24 in all
+    assert evaluation.EVAL_MIN_CHUNK == 8
+    assert seen == [(24, "eval train", True), 8, 4, 8, 4, "closed"]
     seen.clear()
     quiet = evaluation.evaluate_trainer(trained, "train", 1, (1,), limit=12)
     assert seen[0] == (24, "eval train", False)  # log.progress_bar=false in this run's config
