@@ -467,13 +467,6 @@ _add(
 
 # --- the demo (make demo) ---------------------------------------------------------------------
 
-QUICKSTART_LEVELS = (
-    "greedy/reward",
-    "components/structure",
-    "components/length_ratio",
-    "components/unique_words",
-    "components/style",
-)
 _add(
     Table(
         name="quickstart_seeds",
@@ -492,7 +485,7 @@ _add(
             "test": "the offline test posts (24), what make demo reports",
         },
         test_problems=24,
-        metrics=QUICKSTART_LEVELS,
+        metrics=TLDR_LEVELS,  # the same task and reward levels as the TLDR table
         sample_outputs=2,
         extra={"baseline": "untrained", "min_rise": 0.3},
         notes="The demo's greedy evaluation of the untrained team is the same for every seed "
