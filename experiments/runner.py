@@ -124,25 +124,25 @@ def check_held_out(task: Any, n_test: int) -> None:
         raise SystemExit(f"task {task.name!r}: test problems {clash[:5]} are also train/eval rows")
 
 
-def outputs(trainer: Any, n: int) -> list[dict]:
-    """Greedy test outputs of the first ``n`` problems: each agent's text and the reward."""
+def outputs(trainer: Any, n: int, split: str = "test") -> list[dict]:
+    """Greedy outputs of the first ``n`` problems of ``split``: each agent's text and the
+    reward (``teamrl.evaluation.greedy_outputs``). The torch RNG is left as it was found."""
     import torch
 
+    from teamrl.evaluation import greedy_outputs
     from teamrl.recipes import recipe_for
 
-    examples = [(i, trainer.task.test[i]) for i in range(min(n, len(trainer.task.test)))]
+    data = getattr(trainer.task, split)
+    examples = [(i, data[i]) for i in range(min(n, len(data)))]
     recipe = recipe_for(trainer.cfg.algorithm.name)
-    with torch.no_grad():
+    # forked: the rollout must not move the torch RNG, or training after it would draw other
+    # samples than the same seed draws without it (make demo scores through evaluate_trainer,
+    # which forks too, so a table's trained run is the demo's run for the same seed and threads)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
         result = recipe.eval_rollout(
             trainer.team, trainer.task.make_env, examples, trainer.cfg, n=1, greedy=True
         )
-    rows: dict[int, dict] = {}
-    for s in result.samples:
-        problem = s.group[0] if isinstance(s.group, tuple) else s.group
-        row = rows.setdefault(problem, {"problem": problem, "texts": {}})
-        row["texts"][f"{s.agent}@turn{s.turn}"] = s.text
-        row["reward"] = s.team_reward if s.team_reward is not None else s.reward
-    return list(rows.values())
+    return greedy_outputs([result])
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -210,7 +210,7 @@ def _run_one(
 
     from teamrl import checkpoints
     from teamrl.config import load_config, to_dict
-    from teamrl.evaluation import evaluate_trainer
+    from teamrl.evaluation import evaluate_trainer, greedy_outputs
     from teamrl.logging import read_metrics
     from teamrl.trainer import Trainer
 
@@ -219,7 +219,7 @@ def _run_one(
     cfg = load_config(table.config, overrides)
     trainer = Trainer(cfg)
     check_held_out(trainer.task, table.test_problems)
-    before = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
+    before = outputs(trainer, table.sample_outputs, split) if table.sample_outputs else []
     curve: list[dict] = []
     trained_dir = None
     if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
@@ -247,10 +247,14 @@ def _run_one(
         ]
     if condition.swap:  # route each agent to another agent's trained policy at test time
         trainer.team.policy_of = swapped(trainer.team.policy_of, condition.swap)
+    rollouts: list = []
     test = evaluate_trainer(
-        trainer, split, num_samples=table.eval_samples, limit=table.test_problems
-    )
-    after = outputs(trainer, table.sample_outputs) if table.sample_outputs else []
+        trainer, split, num_samples=table.eval_samples, limit=table.test_problems,
+        greedy_rollouts=rollouts,
+    )  # fmt: skip
+    # the texts the evaluation itself scored (no second pass): every problem's, or a few
+    scored = greedy_outputs(rollouts)
+    after = scored if table.test_outputs else scored[: table.sample_outputs]
     record = {
         "table": table.name,
         "condition": condition.name,

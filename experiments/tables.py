@@ -43,6 +43,9 @@ class Table:
     curve_metrics: tuple[str, ...] = ("reward/mean",)  # per-step training metrics plotted
     eval_samples: int = 0  # sampled test episodes per problem on top of the greedy one
     sample_outputs: int = 0  # test outputs recorded before and after training (per seed)
+    # after training, record every evaluated problem's outputs (from the evaluation itself, at
+    # no extra cost): what a look for reward hacking reads
+    test_outputs: bool = False
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -380,42 +383,57 @@ TLDR_LEVELS = (
 _add(
     Table(
         name="tldr_magrpo",
-        description="MAGRPO on TLDR (offline posts): trained two-agent team vs the untrained "
-        "team vs one agent writing both parts (trained the same way); every reward level.",
-        config="tldr_magrpo",
+        description="MAGRPO's claim on TLDR (offline posts, 56 held-out): the team trained on one "
+        "team reward vs the untrained team, vs one agent writing both parts with the same samples "
+        "per step, and vs two writers trained independently, each on its own reward; every level.",
+        # make demo's setting (teamrl/configs/quickstart.yaml: LoRA writers on SmolLM2-135M, 8
+        # joint samples, T 0.7, LR 5e-4), chosen on the validation posts, on the held-out split
+        config="quickstart",
         base=(
             "env.name=tldr_heldout",
             "env.kwargs={}",
-            "train.max_steps=40",
-            "train.warmup_steps=0",
             "eval.eval_steps=0",
             "log.save_steps=5",
             "log.progress_bar=false",
-            "team.agents.0.max_completion_length=64",
-            "team.agents.1.max_completion_length=128",
         ),
         conditions=(
             Condition("untrained_team", (), train=False),
             Condition("magrpo_team", ()),
+            # the same joint samples and groups; each writer's advantage from its own reward
+            # (experiments.tasks.own_part_rewards: the levels that concern its own part)
+            Condition(
+                "independent_rewards",
+                (
+                    "env.name=tldr_own_part",
+                    "algorithm.reward_per_agent=true",
+                    "algorithm.alpha=0",
+                ),
+            ),
+            # 16 completions per step, as the team's 8 joint samples x 2 writers; each holds
+            # both parts (64 + 64 tokens), so the one writer generates twice the team's tokens
             Condition(
                 "one_writer",
                 (
                     "env.name=tldr_one_writer",
                     "env.kwargs={}",
-                    f"team.agents=[{agent('writer', 192, temperature=0.7)}]",
-                    "team.policies=shared",
+                    f"team.agents=[{agent('writer', 128, temperature=0.7)}]",
+                    "algorithm.num_generations=16",
                 ),
             ),
         ),
         splits={
             "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
-            "validation": "offline eval posts",
-            "test": "offline test posts (24) + offline train posts 64..95 (never trained on)",
+            "validation": "offline eval posts (24): where the demo's setting was chosen",
+            "test": "offline test posts (24) + offline train posts 64..95 (never trained on): "
+            "the first 32",
         },
         test_problems=32,
         metrics=TLDR_LEVELS,
         sample_outputs=4,
-        notes="The levels are the writing reward's components (WritingScore.components).",
+        test_outputs=True,
+        extra={"baseline": "untrained_team", "min_rise": 0.3},
+        notes="The levels are the writing reward's components (WritingScore.components). "
+        "independent_rewards: each writer's own reward is experiments.tasks.own_part_rewards.",
     )
 )
 
@@ -482,11 +500,12 @@ _add(
         splits={
             "train": "offline TLDR train posts (96, teamrl.tasks.writing.data.offline_texts)",
             "validation": "the offline eval posts (24): the only split used to choose settings",
-            "test": "the offline test posts (24), what make demo reports",
+            "test": "the first 16 offline test posts, what make demo reports",
         },
-        test_problems=24,
+        test_problems=16,  # teamrl.quickstart.HELD_OUT_POSTS
         metrics=TLDR_LEVELS,  # the same task and reward levels as the TLDR table
         sample_outputs=2,
+        test_outputs=True,
         extra={"baseline": "untrained", "min_rise": 0.3},
         notes="The demo's greedy evaluation of the untrained team is the same for every seed "
         "(greedy decoding, LoRA adapters start at zero), so each trained seed's change is its "

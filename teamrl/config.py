@@ -260,6 +260,13 @@ class AlgorithmConfig:
         "both (the paper's (problem, turn, agent)); [] = problem only; [agent]; [turn].",
     )
     alpha: float = _f(1.0, "AT-GRPO/GRPO: an agent's reward is alpha * team + local.")
+    reward_per_agent: bool = _f(
+        False,
+        "MAGRPO: False (the paper) credits every agent of a joint action with the team reward; "
+        "True credits each agent with alpha * team + its own Step.local_rewards term, so with "
+        "alpha=0 the agents learn independently, each on its own reward, under MAGRPO's joint "
+        "sampling and groups (the per-agent reward design MAGRPO argues against).",
+    )
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."
     )

@@ -216,6 +216,12 @@ def rollout_leaves(cfg: Any) -> int:
 
 def _check_fidelity(cfg: Any) -> None:
     a = cfg.algorithm
+    # AT-GRPO and grpo always credit alpha * team + local; only MAGRPO has a choice to make
+    if a.reward_per_agent and a.name != "magrpo":
+        raise ConfigError(
+            f"algorithm.reward_per_agent: only MAGRPO reads it (algorithm.name={a.name!r} always "
+            "credits alpha * team + local); remove it or use algorithm.name=magrpo"
+        )
     if a.delta is not None:
         hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
         _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")

@@ -184,6 +184,23 @@ def chunked_episodes(
     return episodes
 
 
+def greedy_outputs(rollouts: list) -> list[dict]:
+    """What single-path rollouts wrote, per problem in problem order: ``{"problem", "reward"
+    (the episode's team return), "texts" and "tokens" (completion length), the last two keyed
+    "agent@turnT"}``. Reads the ``greedy_rollouts`` that ``evaluate_trainer`` fills."""
+    rows: dict[int, dict] = {}
+    for result in rollouts:
+        for e in result.episodes:
+            rows.setdefault(e["problem"], {"problem": e["problem"], "texts": {}, "tokens": {}})
+            rows[e["problem"]]["reward"] = e["team_return"]
+        for s in result.samples:
+            problem = s.group[0] if isinstance(s.group, tuple) else s.group
+            row = rows.setdefault(problem, {"problem": problem, "texts": {}, "tokens": {}})
+            row["texts"][f"{s.agent}@turn{s.turn}"] = s.text
+            row["tokens"][f"{s.agent}@turn{s.turn}"] = len(s.completion_ids)
+    return [rows[p] for p in sorted(rows)]
+
+
 def progress_bar(total: int, desc: str, enabled: bool):
     """A tqdm bar like training's (``log.progress_bar``); a disabled one shows nothing."""
     from tqdm.auto import tqdm

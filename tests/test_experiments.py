@@ -390,3 +390,60 @@ def test_plan_path_tables_use_the_proposed_constants_the_docs_name():
         for cond in rungs:
             cfg = load_config(table.config, [*table.base, *cond.overrides])
             assert cfg.env.kwargs["rewards"] == rewards, (name, cond.name)
+
+
+# Own-part rewards (the independent learners' condition), on hand-made texts under the TLDR
+# thresholds: c1 = 8 distinct 4-letter words (39 chars); c2 = 15 distinct 4-letter words, one of
+# them shared with c1, and "however" (82 chars, 16 distinct words). chars 82/39 = 2.10 and
+# unique 16/8 = 2.0 are on both bands' tops (1.0 and 0.5); "however" is 1 transition category
+# (T = 0.4); Jaccard 1/23 > the cap 0.03, so the overlap score is 1.
+_C1 = "qzaa qzbb qzcc qzdd qzee qzff qzgg qzhh"
+_C2 = "qzaa " + " ".join(f"xj{a}{b}" for a, b in zip("kkkkkmmmmmvvvv", "abcdeabcdeabcd"))
+_C2 += " however"
+
+
+def test_own_part_rewards_by_hand():
+    from experiments.tasks import own_part_rewards
+    from teamrl.tasks.writing.reward import WritingRewardConfig, score_pair, transition_categories
+
+    cfg = WritingRewardConfig.tldr()
+    assert (len(_C1), len(_C2)) == (39, 82) and len(transition_categories(_C2)) == 1
+    concise, detailed = own_part_rewards(_C1, _C2, cfg)
+    # concise: 0.5 + 1.0 + 0.5 + 0.6 * 1 (no transitions: they are in c2, the detailed part)
+    assert concise == pytest.approx(2.6)
+    # detailed: 0.5 + 1.0 + 0.5 + 0.4 * 0.4 + 0.6 * 1 = 2.76, the team reward itself
+    assert detailed == pytest.approx(2.76)
+    assert score_pair(_C1, _C2, cfg).total == pytest.approx(2.76)
+
+
+def test_own_part_rewards_gate_each_writer_on_its_own_part_only():
+    from experiments.tasks import own_part_rewards
+    from teamrl.tasks.writing.reward import WritingRewardConfig, score_pair
+
+    cfg = WritingRewardConfig.tldr()
+    short_c1 = " ".join(_C1.split()[:7])  # 7 words: under the 8-word floor (34 chars)
+    # the team scores 0; the detailed writer keeps its levels (82/34 = 2.41, 16/7 = 2.29: tops)
+    assert score_pair(short_c1, _C2, cfg).total == 0.0
+    assert own_part_rewards(short_c1, _C2, cfg) == pytest.approx((0.0, 2.76))
+    # a 2-word c2: the detailed writer scores 0; the concise one keeps L1, then 12/39 < 1.1
+    # is off the length band, which stops its levels there
+    assert own_part_rewards(_C1, "qzaa however", cfg) == pytest.approx((0.5, 0.0))
+    # both in range, c2 = c1: the ratio 1.0 is off the band for both, as for the team
+    assert own_part_rewards(_C1, _C1, cfg) == pytest.approx((0.5, 0.5))
+    assert score_pair(_C1, _C1, cfg).total == pytest.approx(0.5)
+
+
+def test_own_part_env_keeps_the_team_reward_and_adds_each_writers_own():
+    from experiments.tasks import own_part_rewards
+    from teamrl.envs.base import make_task
+    from teamrl.tasks.writing.reward import WritingRewardConfig
+
+    task = make_task("tldr_own_part")
+    assert len(task.test) >= 32 and len(task.train) == 64  # the table's held-out split
+    env = task.make_env()
+    env.reset(task.train[0])
+    short_c1 = " ".join(_C1.split()[:7])
+    step = env.step({"concise": short_c1, "detailed": _C2})
+    assert step.reward == 0.0  # the team's: what evaluation reports
+    own = own_part_rewards(short_c1, _C2, WritingRewardConfig.tldr())
+    assert step.local_rewards == {"concise": own[0], "detailed": own[1]}

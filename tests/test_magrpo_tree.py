@@ -222,3 +222,88 @@ def test_nan_reward_is_an_error():
     env = lambda: FunctionEnv(["a", "b"], lambda c, e: float("nan"))  # noqa: E731
     with pytest.raises(RewardError, match="NaN"):
         joint_rollout(ScriptedTeam(), env, [(0, {"prompt": "p"})], num_generations=2, max_turns=1)
+
+
+def _with_local(values, local):
+    """FunctionEnv whose steps also carry local_rewards looked up like reward_table."""
+    import dataclasses
+
+    class LocalEnv(FunctionEnv):
+        def step(self, actions):
+            step = super().step(actions)
+            key = (int(actions["a"][1:]), int(actions["b"][1:]))
+            return dataclasses.replace(step, local_rewards=dict(local[key]))
+
+    return lambda: LocalEnv(["a", "b"], reward_table(values))
+
+
+def test_reward_per_agent_credits_alpha_team_plus_own_local():
+    team_r = {(0, 0): 1.0, (1, 1): 3.0}
+    local = {(0, 0): {"a": 2.0, "b": 0.0}, (1, 1): {"a": 0.0, "b": 4.0}}
+    kw = dict(num_generations=2, max_turns=1)
+    base = joint_rollout(ScriptedTeam(), _with_local(team_r, local), [(0, {"prompt": "p"})], **kw)
+    # off (the default): every agent is credited with the team reward, locals ignored
+    assert {s.text: s.return_ for s in base.samples} == {"a0": 1, "a1": 3, "b0": 1, "b1": 3}
+    out = joint_rollout(
+        ScriptedTeam(), _with_local(team_r, local), [(0, {"prompt": "p"})],
+        alpha=0.5, reward_per_agent=True, **kw,
+    )  # fmt: skip
+    # a: 0.5 * 1 + 2 = 2.5, 0.5 * 3 + 0 = 1.5;  b: 0.5 * 1 + 0 = 0.5, 0.5 * 3 + 4 = 5.5
+    assert {s.text: s.return_ for s in out.samples} == {"a0": 2.5, "a1": 1.5, "b0": 0.5, "b1": 5.5}
+    assert {s.text: s.reward for s in out.samples} == {"a0": 2.5, "a1": 1.5, "b0": 0.5, "b1": 5.5}
+    assert out.roots[0].returns == [1.0, 3.0]  # the team return: what evaluation reports
+    compute_advantages(out.samples, "mean", "none")
+    # agent a's sample 0 did better on a's own reward though the team did worse
+    adv = {s.text: s.advantage for s in out.samples}
+    assert adv == {"a0": 0.5, "a1": -0.5, "b0": -2.5, "b1": 2.5}
+
+
+def test_reward_per_agent_in_cross_mode_takes_each_agents_marginal():
+    team_r = {(0, 0): 0.0, (0, 1): 0.0, (1, 0): 0.0, (1, 1): 0.0}
+    # a's own reward: 1 for a1; b's own reward: b's index times 2 plus a's index
+    local = {(i, j): {"a": float(i), "b": 2.0 * j + i} for i in (0, 1) for j in (0, 1)}
+    out = joint_rollout(
+        ScriptedTeam(), _with_local(team_r, local), [(0, {"prompt": "p"})], num_generations=2,
+        max_turns=1, joint_mode="cross", alpha=0.0, reward_per_agent=True,
+    )  # fmt: skip
+    # a0: mean(0, 0) = 0; a1: mean(1, 1) = 1; b0: mean(0, 1) = 0.5; b1: mean(2, 3) = 2.5
+    assert {s.text: s.return_ for s in out.samples} == {"a0": 0, "a1": 1, "b0": 0.5, "b1": 2.5}
+
+
+def test_reward_per_agent_two_turn_returns_follow_each_agent():
+    """R^x_j = c^x_j + gamma * mean_k R^x(child j, k), with c^x = alpha * team + local_x."""
+    gamma, alpha = 0.5, 1.0
+
+    class TwoTurnEnv(FunctionEnv):
+        def step(self, actions):
+            import dataclasses
+
+            step = super().step(actions)
+            g = int(actions["a"][1:])
+            if self.example.get("turn", 0) == 0:
+                self.example = {**self.example, "turn": 1, "parent": g}
+                return dataclasses.replace(step, local_rewards={"a": 1.0 * g, "b": 0.0})
+            return dataclasses.replace(step, local_rewards={"a": 0.0, "b": 10.0 + g})
+
+    def reward(completions, example):
+        return 1.0  # team reward 1 at every step
+
+    out = joint_rollout(
+        ScriptedTeam(), lambda: TwoTurnEnv(["a", "b"], reward), [(0, {"prompt": "p"})],
+        num_generations=2, max_turns=2, discount=gamma, alpha=alpha, reward_per_agent=True,
+    )  # fmt: skip
+    root = out.roots[0]
+    # leaves: a's credit 1 + 0 = 1 at both; b's credit 1 + 10 + k = 11, 12 (mean 11.5)
+    assert root.children[0].agent_returns == {"a": [1.0, 1.0], "b": [11.0, 12.0]}
+    # root: a: 1 + g + 0.5 * 1 = 1.5, 2.5; b: 1 + 0 + 0.5 * 11.5 = 6.75 for both branches
+    assert root.agent_returns == {"a": [1.5, 2.5], "b": [6.75, 6.75]}
+    assert root.returns == [1.5, 1.5]  # team: 1 + 0.5 * 1
+    roots_a = {s.text: s.return_ for s in out.samples if s.group == (0, 0, "root", "a")}
+    assert roots_a == {"a0": 1.5, "a1": 2.5}
+
+
+def test_reward_per_agent_is_magrpo_only():
+    from teamrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="algorithm.reward_per_agent: only MAGRPO"):
+        load_config("quickstart", ["algorithm.name=grpo", "algorithm.reward_per_agent=true"])

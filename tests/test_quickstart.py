@@ -29,7 +29,7 @@ def test_verdict_pairs_posts_by_id_not_by_order():
     assert mean == 0.0 and "0 posts better, 0 worse, 2 unchanged" in line
 
 
-def test_the_demo_reports_every_held_out_post_and_ends_with_its_verdict(tmp_path, capsys):
+def test_the_demo_reports_its_held_out_posts_and_ends_with_its_verdict(tmp_path, capsys):
     code = quickstart.main(
         [
             "model.name_or_path=tiny-llama",
@@ -46,8 +46,8 @@ def test_the_demo_reports_every_held_out_post_and_ends_with_its_verdict(tmp_path
     assert code == 0
     from teamrl.tasks.writing.data import OFFLINE_SIZES
 
-    n = OFFLINE_SIZES[quickstart.HELD_OUT]
-    assert n >= 16  # the floor: fewer posts cannot tell a change from noise
+    assert OFFLINE_SIZES[quickstart.HELD_OUT] >= quickstart.HELD_OUT_POSTS >= 16  # the floor
+    n = quickstart.HELD_OUT_POSTS
     assert f"greedy team reward on {n} held-out posts" in out
     last = out.strip().splitlines()[-1]
     assert last.startswith("verdict: ") and "unchanged)" in last
@@ -72,7 +72,14 @@ def test_held_out_per_post_rewards_average_to_the_report(tmp_path):
     )
     result = quickstart.held_out(Trainer(cfg))
     rewards = result["rewards"]
-    assert sorted(rewards) == list(range(len(Trainer(cfg).task.test)))
+    assert sorted(rewards) == list(range(quickstart.HELD_OUT_POSTS))  # the first 16 test posts
     assert sum(rewards.values()) / len(rewards) == pytest.approx(result["report"]["greedy/reward"])
     assert set(result["texts"][0]) == {"concise", "detailed"}
     assert all(1 <= n <= 6 for n in result["lengths"]["concise"])
+
+
+def test_the_demos_table_scores_what_the_demo_scores():
+    from experiments.tables import TABLES
+
+    table = TABLES["quickstart_seeds"]
+    assert table.config == "quickstart" and table.test_problems == quickstart.HELD_OUT_POSTS

@@ -54,7 +54,8 @@ class Node:
     steps: list[Step] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     children: dict[int, Node] = field(default_factory=dict)
-    returns: list[float] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)  # team return per joint action
+    agent_returns: dict[str, list[float]] = field(default_factory=dict)  # what each agent learns
     samples: dict[str, list[Sample]] = field(default_factory=dict)
 
 
@@ -72,8 +73,13 @@ def joint_rollout(
     reward_workers: int = 1,
     step_timeout: float = 0.0,
     ignore_eos: bool = False,
+    alpha: float = 1.0,
+    reward_per_agent: bool = False,
 ) -> RolloutResult:
-    """Grow one tree per example and return its samples with rewards and returns set."""
+    """Grow one tree per example and return its samples with rewards and returns set.
+
+    Each agent's completions are credited with the team reward, or with ``reward_per_agent``
+    with ``alpha * team + local`` (the step's ``local_rewards`` term of that agent)."""
     agents = list(team.agents)
     g = 1 if greedy else num_generations
     t_gen = t_env = 0.0
@@ -168,7 +174,9 @@ def joint_rollout(
 
     samples: list[Sample] = []
     for root in roots:
-        _assign_returns(root, agents, discount, cross=(joint_mode == "cross" and not greedy))
+        credit = _per_agent_credit(alpha) if reward_per_agent else _team_credit
+        cross = joint_mode == "cross" and not greedy
+        _assign_returns(root, agents, discount, cross=cross, credit=credit)
         samples.extend(_collect(root, agents))
     stats = {
         "time/generate": t_gen,
@@ -194,21 +202,41 @@ def path_summary(root: Node) -> dict:
     return episode_summary(root.problem, outcome, root.returns[0], team_return=root.returns[0])
 
 
-def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool) -> None:
-    """Post-order: R_j = r_j + gamma * mean(child_j.returns); then credit each completion."""
-    node.returns = []
+def _team_credit(step: Step, agent: str) -> float:
+    return float(step.reward)
+
+
+def _per_agent_credit(alpha: float):
+    def credit(step: Step, agent: str) -> float:
+        return alpha * float(step.reward) + float(step.local_rewards.get(agent, 0.0))
+
+    return credit
+
+
+def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool, credit) -> None:
+    """Post-order, per agent a: R^a_j = c^a_j + gamma * mean(child_j.agent_returns[a]), with
+    c^a_j = credit(step_j, a) (the team reward unless reward_per_agent); node.returns is the
+    same recursion on the team reward (what metrics and evaluation report). Then each of a's
+    completions gets the mean over the joint actions that contain it."""
+    team = [0.0] * len(node.rewards)
+    own = {a: [credit(step, a) for step in node.steps] for a in agents}
     for j, r in enumerate(node.rewards):
+        team[j] = r
         child = node.children.get(j)
         if child is not None:
-            _assign_returns(child, agents, gamma, cross)
-            r = r + gamma * sum(child.returns) / len(child.returns)
-        node.returns.append(r)
+            _assign_returns(child, agents, gamma, cross, credit)
+            team[j] += gamma * sum(child.returns) / len(child.returns)
+            for a in agents:
+                below = child.agent_returns[a]
+                own[a][j] += gamma * sum(below) / len(below)
+    node.returns, node.agent_returns = team, own
     for k, a in enumerate(agents):
+        rewards = [credit(step, a) for step in node.steps]
         for i, s in enumerate(node.samples[a]):
             # the joint actions that contain completion i of agent a
             js = [j for j, idx in enumerate(node.joint) if idx[k] == i]
-            s.reward = sum(node.rewards[j] for j in js) / len(js)
-            s.return_ = sum(node.returns[j] for j in js) / len(js)
+            s.reward = sum(rewards[j] for j in js) / len(js)
+            s.return_ = sum(own[a][j] for j in js) / len(js)
             if not cross:
                 assert len(js) == 1
 
