@@ -78,6 +78,14 @@ class AgentConfig:
     top_p: float = _f(1.0, "Nucleus sampling mass.")
     top_k: int = _f(0, "Top-k sampling (0 = off).")
     max_completion_length: int = _f(64, "Maximum new tokens per completion.")
+    stop: list[str] = _f(
+        [],
+        "Strings that end a completion as EOS does (vLLM's and TRL's stop): generation stops at "
+        "the token that completes one, which is kept, and the completion counts as finished, not "
+        "truncated. Matched in the completion's text only (not the prompt or response_prefix). "
+        "For answers whose format has a known end, e.g. [']'] after a '#### [' prefill: tokens "
+        "after the answer would carry its advantage without acting.",
+    )
     response_prefix: str = _f(
         "",
         "Text the agent's reply starts with (an assistant prefill), e.g. '#### ['. It ends the "

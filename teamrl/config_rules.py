@@ -246,7 +246,14 @@ def _check_fidelity(cfg: Any) -> None:
 
 
 def _check_agent_overrides(cfg: Any) -> None:
-    """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy."""
+    """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy;
+    stop strings non-empty (an empty one is in every text: every reply would end at once)."""
+    for ag in cfg.team.agents:
+        bad = [s for s in ag.stop if not isinstance(s, str) or not s]
+        if bad:
+            raise ConfigError(
+                f"team.agents[{ag.name}].stop: expected non-empty strings, got {bad[0]!r}"
+            )
     for field_name, low in (("learning_rate", 0), ("num_iterations", 1)):
         values = {ag.name: getattr(ag, field_name) for ag in cfg.team.agents}
         for name, v in values.items():

@@ -81,6 +81,7 @@ def write_team_folder(
                     "top_p": a.top_p,
                     "top_k": a.top_k,
                     "max_new_tokens": a.max_completion_length,
+                    "stop": list(a.stop),
                 },
             }
         )

@@ -244,6 +244,7 @@ class Team:
             top_k=a.top_k,
             max_new_tokens=a.max_completion_length,
             adapter=pol.adapter,
+            stop=tuple(a.stop),
         )
 
     def generate(

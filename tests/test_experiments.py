@@ -447,3 +447,75 @@ def test_own_part_env_keeps_the_team_reward_and_adds_each_writers_own():
     assert step.reward == 0.0  # the team's: what evaluation reports
     own = own_part_rewards(short_c1, _C2, WritingRewardConfig.tldr())
     assert step.local_rewards == {"concise": own[0], "detailed": own[1]}
+
+
+def test_independent_writers_train_end_to_end_on_their_own_rewards(tmp_path):
+    """The table's independent_rewards condition on a tiny model: one step runs, and each
+    writer's own reward is what its samples carry (the team's stays in reward/mean)."""
+    from experiments.tables import TABLES
+    from teamrl.trainer import Trainer
+
+    table = TABLES["tldr_magrpo"]
+    (cond,) = [c for c in table.conditions if c.name == "independent_rewards"]
+    cfg = load_config(
+        table.config,
+        [
+            *table.base,
+            *cond.overrides,
+            "model.name_or_path=tiny-llama",
+            "team.agents.0.max_completion_length=6",
+            "team.agents.1.max_completion_length=6",
+            "algorithm.num_generations=2",
+            "train.max_steps=1",
+            "train.warmup_steps=0",
+            f"log.output_dir={tmp_path}",
+            "log.progress_bar=false",
+            "log.save_steps=0",
+        ],
+    )
+    assert cfg.algorithm.reward_per_agent and cfg.algorithm.alpha == 0.0
+    trainer = Trainer(cfg)
+    (root,) = trainer.rollout([(0, trainer.task.train[0])]).roots  # one step's tree
+    for k, agent in enumerate(trainer.team.agents):
+        for i, s in enumerate(root.samples[agent]):
+            (j,) = [j for j, idx in enumerate(root.joint) if idx[k] == i]
+            assert s.return_ == root.steps[j].local_rewards[agent]  # alpha 0: its own reward
+    (metrics,) = trainer.train()
+    assert {"reward/local/concise/mean", "reward/local/detailed/mean"} <= set(metrics)
+
+
+def test_test_outputs_keep_what_the_evaluation_scored(tmp_path):
+    import dataclasses
+
+    from experiments.runner import record_path, run_table
+
+    table = dataclasses.replace(_table(("greedy/reward",)), test_outputs=True, sample_outputs=1)
+    out = tmp_path / "records"
+    run_table(table, [0], out_dir=out, runs_dir=tmp_path / "runs", conditions=["untrained"])
+    rec = json.loads(record_path(out, "untrained", 0).read_text())
+    assert len(rec["outputs_before"]) == 1  # sample_outputs before training
+    after = rec["outputs_after"]  # every evaluated problem, from the evaluation's own rollouts
+    assert [row["problem"] for row in after] == [0, 1]
+    mean = sum(row["reward"] for row in after) / len(after)
+    assert mean == pytest.approx(rec["test"]["greedy/reward"])
+    assert all(row["tokens"]["solver@turn0"] >= 1 for row in after)
+
+
+def test_writing_outputs_measures_by_hand():
+    from experiments.writing_outputs import look, measures
+
+    post = "a b c d e f g h"  # 8 words: 3 word 6-grams
+    # 8 words: here is a b c d e f; of its 3 6-grams only "a b c d e f" is in the post
+    m = measures("Here is a b c d e f", post)
+    assert m == {"meta": 1.0, "copied": pytest.approx(1 / 3), "distinct": 1.0}
+    assert measures("a a b b", post)["distinct"] == 0.5  # repetition
+    assert measures("a b c d e f g h", post) == {"meta": 0.0, "copied": 1.0, "distinct": 1.0}
+    assert measures("short", post)["copied"] == 0.0  # no 6-gram at all
+    record = {
+        "outputs_after": [
+            {"problem": 0, "texts": {"detailed@turn0": "a b c d e f g h", "concise@turn0": "a"}},
+            {"problem": 0, "texts": {"detailed@turn0": "This post is about z"}},
+        ]
+    }
+    got = look(record, [{"text": post}], "detailed")
+    assert got == {"meta": 0.5, "copied": 0.5, "distinct": 1.0}

@@ -128,16 +128,20 @@ def _static_cache(model, state: _State, rows: int, length: int, sample_kv: torch
 
 
 @torch.no_grad()
-def generate(model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, compile=None):
+def generate(
+    model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, decode=None, compile=None
+):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
-    ``compile``: None = compile the decode step with CUDA graphs on CUDA only; True/False force.
-    Falls back to the reference loop when ``supported(model, requests)`` is False.
+    ``decode``: the tokenizer's, for stop strings (checked between decode steps, as in the
+    reference loop). ``compile``: None = compile the decode step with CUDA graphs on CUDA only;
+    True/False force. Falls back to the reference loop when ``supported(model, requests)`` is
+    False.
     """
     if not any(r.n for r in requests):
         return []
     if not supported(model, requests):
-        return reference.generate(model, requests, eos_ids, pad_id, ignore_eos)
+        return reference.generate(model, requests, eos_ids, pad_id, ignore_eos, decode)
     device = next(model.parameters()).device
     batch = Batch(requests, pad_id, device)  # the same prefill as the reference loop
     uses_lora = any(a is not None for a in batch.row_adapters)
@@ -149,7 +153,7 @@ def generate(model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, 
     model.eval()
     try:
         out, position = batch.prefill(model)
-        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device)
+        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
         n_rows, width, expand = len(batch.rows), batch.ids.shape[1], batch.expand
         length = -(-(width + dec.max_new) // CACHE_BUCKET) * CACHE_BUCKET
         prefill = output_cache(out)

@@ -144,10 +144,21 @@ class Batch:
 
 class Decoded:
     """What a decode loop has produced so far, row by row: tokens, their sampler log-probs,
-    lengths. A row stops at EOS (unless ``ignore_eos``) or at its own token budget."""
+    lengths. A row stops at EOS or at one of its request's stop strings (neither under
+    ``ignore_eos``), or at its own token budget.
 
-    def __init__(self, batch: Batch, eos_ids: list[int], pad_id: int, ignore_eos: bool, device):
+    Stop strings are matched in the decoded completion after every token, so the row ends at
+    the token that completes the string (kept, as EOS is). ``decode`` (the tokenizer's) is only
+    called for rows that have stop strings."""
+
+    def __init__(
+        self, batch: Batch, eos_ids: list[int], pad_id: int, ignore_eos: bool, device, decode=None
+    ):
         rows = batch.rows
+        self.stops = {i: r.stop for i, (r, _) in enumerate(rows) if r.stop and not ignore_eos}
+        if self.stops and decode is None:
+            raise ValueError("generate: requests with stop strings need the tokenizer's decode")
+        self.decode = decode
         self.batch, self.eos_ids, self.pad_id, self.ignore_eos = batch, eos_ids, pad_id, ignore_eos
         self.temp = torch.tensor([r.temperature for r, _ in rows], device=device)
         self.top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
@@ -159,6 +170,7 @@ class Decoded:
         self.tokens = torch.full((n, self.max_new), pad_id, dtype=torch.long, device=device)
         self.logps = torch.zeros((n, self.max_new), device=device)
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
+        self.stopped = torch.zeros(n, dtype=torch.bool, device=device)  # ended by a stop string
         self.lengths = torch.zeros(n, dtype=torch.long, device=device)
 
     def sample(self, t: int, logits: torch.Tensor) -> bool:
@@ -170,18 +182,32 @@ class Decoded:
         self.logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))
         self.lengths += active.long()
         hit_eos = torch.isin(tok, self.eos) & (not self.ignore_eos)
-        self.done = self.done | (active & (hit_eos | (self.lengths >= self.budget)))
+        if self.stops:
+            self.stopped = self.stopped | (active & self._hit_stop(active))
+        ended = hit_eos | self.stopped | (self.lengths >= self.budget)
+        self.done = self.done | (active & ended)
         return bool(self.done.all())
+
+    def _hit_stop(self, active: torch.Tensor) -> torch.Tensor:
+        """Rows whose completion text now contains one of their stop strings."""
+        hit = torch.zeros_like(active)
+        live, lengths = active.tolist(), self.lengths.tolist()
+        for row, stops in self.stops.items():
+            if live[row]:
+                text = self.decode(self.tokens[row, : lengths[row]].tolist())
+                hit[row] = any(s in text for s in stops)
+        return hit
 
     def generations(self) -> list[list[Generation]]:
         tokens, logps, lengths = self.tokens.cpu(), self.logps.cpu(), self.lengths.cpu()
+        stopped = self.stopped.tolist()
         requests = self.batch.requests
         results: list[list[Generation]] = [[] for _ in requests]
         owner = {id(r): i for i, r in enumerate(requests)}
         for row, (req, _) in enumerate(self.batch.rows):
             n = int(lengths[row])
             comp = tokens[row, :n].tolist()
-            ended = bool(n) and comp[-1] in self.eos_ids and not self.ignore_eos
+            ended = stopped[row] or (bool(n) and comp[-1] in self.eos_ids and not self.ignore_eos)
             results[owner[id(req)]].append(
                 Generation(
                     prompt_ids=list(req.prompt_ids),
@@ -200,8 +226,10 @@ def generate(
     eos_ids: list[int],
     pad_id: int,
     ignore_eos: bool = False,
+    decode=None,
 ) -> list[list[Generation]]:
-    """Sample for every request in one batched call; returns ``n`` generations per request."""
+    """Sample for every request in one batched call; returns ``n`` generations per request.
+    ``decode`` (token ids -> text) is needed when a request has stop strings."""
     if not any(r.n for r in requests):
         return []
     device = next(model.parameters()).device
@@ -216,7 +244,7 @@ def generate(
         expand = batch.expand
         logits, attn, last_pos = out.logits[expand, -1], batch.attn[expand], position[expand, -1]
         del out
-        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device)
+        dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
         ones = torch.ones((len(batch.rows), 1), dtype=attn.dtype, device=device)
         with _adapters(model, batch.row_adapters) as kw:
             for t in range(dec.max_new):
@@ -269,8 +297,13 @@ class HFBackend:
             if self.fast:  # static KV cache + compiled decode; declines where unsupported
                 from teamrl.generation import fast_decode
 
-                return fast_decode.generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos)
-            return generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos)
+                return fast_decode.generate(
+                    s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
+                )
+            return generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.spec.tokenizer.decode(ids, skip_special_tokens=True)
 
     def weights_changed(self, adapter: str | None) -> None:
         pass  # the live model is the sampler's model

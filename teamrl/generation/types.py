@@ -16,6 +16,7 @@ class Request:
     top_k: int = 0
     max_new_tokens: int = 64
     adapter: str | None = None  # LoRA adapter name for mixed-adapter batches
+    stop: tuple[str, ...] = ()  # strings that end a completion (kept), like EOS
 
 
 @dataclass
@@ -23,4 +24,4 @@ class Generation:
     prompt_ids: list[int]
     completion_ids: list[int]  # real tokens only (through EOS), no pads
     logprobs: list[float]  # sampler log-prob of each completion token
-    truncated: bool  # hit max_new_tokens without EOS
+    truncated: bool  # hit max_new_tokens without EOS or a stop string

@@ -229,8 +229,12 @@ class VLLMBackend:
                     max_tokens=r.max_new_tokens,
                     ignore_eos=ignore_eos,
                     stop_token_ids=[] if ignore_eos else list(self.spec.eos_ids),
+                    # stop strings are matched on detokenized text; kept in the output, as the
+                    # hf backend keeps the token that completes one
+                    stop=[] if ignore_eos else list(r.stop),
+                    include_stop_str_in_output=True,
                     logprobs=0,  # the chosen token's log-prob only
-                    detokenize=False,
+                    detokenize=bool(r.stop) and not ignore_eos,
                     skip_special_tokens=False,
                 )
             )
@@ -254,7 +258,8 @@ class VLLMBackend:
                 logps = [0.0] * len(ids)
             else:
                 logps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, ids)]
-            ended = bool(ids) and not ignore_eos and ids[-1] in self.spec.eos_ids
+            stopped = bool(req.stop) and not ignore_eos and c.stop_reason in req.stop
+            ended = stopped or (bool(ids) and not ignore_eos and ids[-1] in self.spec.eos_ids)
             gens.append(Generation(list(req.prompt_ids), ids, logps, truncated=not ended))
         if req.temperature <= 0:  # one greedy decode stands for all n (deterministic)
             g = gens[0]

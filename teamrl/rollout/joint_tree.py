@@ -13,7 +13,10 @@ Returns are computed bottom-up:
     R_j = r_j + gamma * mean(R of the child's joint actions)      (R_j = r_j at a leaf)
 
 An agent's completion g is credited with R_g (aligned) or with the marginal mean of R over the
-joint actions that contain it (cross). Group key: (problem, slot, node, agent), where ``slot``
+joint actions that contain it (cross). With ``reward_per_agent`` the same recursion runs per
+agent on c^a_j = alpha * r_j + local^a_j (the step's ``local_rewards``) and agent a is credited
+from its own R^a; the team's R is still what metrics and evaluation report.
+Group key: (problem, slot, node, agent), where ``slot``
 is the example's position in the step's batch: an example drawn twice in one step (an epoch
 wrapping mid-step, or prompts_per_step > the dataset) grows two trees whose groups stay apart.
 
@@ -218,24 +221,20 @@ def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool, cr
     c^a_j = credit(step_j, a) (the team reward unless reward_per_agent); node.returns is the
     same recursion on the team reward (what metrics and evaluation report). Then each of a's
     completions gets the mean over the joint actions that contain it."""
-    team = [0.0] * len(node.rewards)
-    own = {a: [credit(step, a) for step in node.steps] for a in agents}
-    for j, r in enumerate(node.rewards):
-        team[j] = r
-        child = node.children.get(j)
-        if child is not None:
-            _assign_returns(child, agents, gamma, cross, credit)
-            team[j] += gamma * sum(child.returns) / len(child.returns)
-            for a in agents:
-                below = child.agent_returns[a]
-                own[a][j] += gamma * sum(below) / len(below)
+    immediate = {a: [credit(step, a) for step in node.steps] for a in agents}
+    team, own = list(node.rewards), {a: list(c) for a, c in immediate.items()}
+    for j, child in node.children.items():
+        _assign_returns(child, agents, gamma, cross, credit)
+        team[j] += gamma * sum(child.returns) / len(child.returns)
+        for a in agents:
+            below = child.agent_returns[a]
+            own[a][j] += gamma * sum(below) / len(below)
     node.returns, node.agent_returns = team, own
     for k, a in enumerate(agents):
-        rewards = [credit(step, a) for step in node.steps]
         for i, s in enumerate(node.samples[a]):
             # the joint actions that contain completion i of agent a
             js = [j for j, idx in enumerate(node.joint) if idx[k] == i]
-            s.reward = sum(rewards[j] for j in js) / len(js)
+            s.reward = sum(immediate[a][j] for j in js) / len(js)
             s.return_ = sum(own[a][j] for j in js) / len(js)
             if not cross:
                 assert len(js) == 1
