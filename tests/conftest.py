@@ -62,3 +62,18 @@ def tiny_overrides(policies: str = "shared", steps: int = 2, **extra: object) ->
     ]
     items += [f"{k}={v}" for k, v in extra.items()]
     return items
+
+
+def tiny_writers(output_dir, steps: int = 1) -> list[str]:
+    """The quickstart's two writers on tiny-llama, 6 tokens each, 2 joint samples, ``steps``
+    steps from step 1 at the full LR (no warm-up), logging to ``output_dir``."""
+    return [
+        "model.name_or_path=tiny-llama",
+        "team.agents.0.max_completion_length=6",
+        "team.agents.1.max_completion_length=6",
+        "algorithm.num_generations=2",
+        f"train.max_steps={steps}",
+        "train.warmup_steps=0",
+        f"log.output_dir={output_dir}",
+        "log.progress_bar=false",
+    ]

@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import tiny_writers
 
 from teamrl.algorithms.advantages import compute_advantages
 from teamrl.config import ConfigError, load_config
@@ -462,14 +463,7 @@ def test_independent_writers_train_end_to_end_on_their_own_rewards(tmp_path):
         [
             *table.base,
             *cond.overrides,
-            "model.name_or_path=tiny-llama",
-            "team.agents.0.max_completion_length=6",
-            "team.agents.1.max_completion_length=6",
-            "algorithm.num_generations=2",
-            "train.max_steps=1",
-            "train.warmup_steps=0",
-            f"log.output_dir={tmp_path}",
-            "log.progress_bar=false",
+            *tiny_writers(tmp_path),
             "log.save_steps=0",
         ],
     )

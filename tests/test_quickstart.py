@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import tiny_writers
 
 from teamrl import quickstart
 
@@ -30,18 +31,7 @@ def test_verdict_pairs_posts_by_id_not_by_order():
 
 
 def test_the_demo_reports_its_held_out_posts_and_ends_with_its_verdict(tmp_path, capsys):
-    code = quickstart.main(
-        [
-            "model.name_or_path=tiny-llama",
-            "team.agents.0.max_completion_length=6",
-            "team.agents.1.max_completion_length=6",
-            "algorithm.num_generations=2",
-            "train.max_steps=1",
-            "train.warmup_steps=0",
-            f"log.output_dir={tmp_path}",
-            "log.progress_bar=false",
-        ]
-    )
+    code = quickstart.main(tiny_writers(tmp_path))
     out = capsys.readouterr().out
     assert code == 0
     from teamrl.tasks.writing.data import OFFLINE_SIZES
@@ -60,16 +50,7 @@ def test_held_out_per_post_rewards_average_to_the_report(tmp_path):
     from teamrl.config import load_config
     from teamrl.trainer import Trainer
 
-    cfg = load_config(
-        "quickstart",
-        [
-            "model.name_or_path=tiny-llama",
-            "team.agents.0.max_completion_length=6",
-            "team.agents.1.max_completion_length=6",
-            f"log.output_dir={tmp_path}",
-            "log.progress_bar=false",
-        ],
-    )
+    cfg = load_config("quickstart", tiny_writers(tmp_path))
     result = quickstart.held_out(Trainer(cfg))
     rewards = result["rewards"]
     assert sorted(rewards) == list(range(quickstart.HELD_OUT_POSTS))  # the first 16 test posts
