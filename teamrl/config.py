@@ -21,12 +21,15 @@ import yaml
 from teamrl.config_engines import DistributedConfig, GenerationConfig
 from teamrl.config_fields import _f
 from teamrl.config_rules import check_max_turns, validate_config
+from teamrl.config_run import EvalConfig, LogConfig
 from teamrl.errors import ConfigError
 
 __all__ = [
     "ConfigError",
     "DistributedConfig",
+    "EvalConfig",
     "GenerationConfig",
+    "LogConfig",
     "check_max_turns",
 ]  # re-exported: every caller imports them from here
 
@@ -336,28 +339,6 @@ class TrainConfig:
     nan_policy: Literal["error", "skip"] = _f(
         "error", "On a NaN/Inf loss: raise, or skip that update and count it in 'nan_skips'."
     )
-
-
-@dataclass
-class EvalConfig:
-    eval_steps: int = _f(0, "Evaluate every K steps (0 = never), plus before the first step.")
-    num_examples: int = _f(8, "Held-out examples per evaluation.")
-    greedy: bool = _f(True, "Greedy decoding in evaluation.")
-
-
-@dataclass
-class LogConfig:
-    output_dir: str = _f("runs", "Parent folder of run folders.")
-    save_steps: int = _f(50, "Checkpoint every K steps (0: at the end only; SIGTERM also saves).")
-    overwrite: bool = _f(
-        False, "Start afresh in a run folder that already holds a run (else it is an error)."
-    )
-    save_total_limit: int | None = _f(2, "Keep at most this many checkpoints (None = all).")
-    num_completions_to_log: int = _f(2, "Completions per step written to samples.jsonl.")
-    progress_bar: bool = _f(True, "Show a tqdm progress bar.")
-    tensorboard: bool = _f(False, "Also log to TensorBoard (needs `tensorboard`).")
-    wandb: bool = _f(False, "Also log to Weights & Biases (needs `wandb`).")
-    wandb_project: str = _f("teamrl", "wandb project.")
 
 
 @dataclass
