@@ -380,6 +380,12 @@ TLDR_LEVELS = (
     "components/unique_words",
     "components/style",
 )
+ONE_WRITER = (
+    "env.name=tldr_one_writer",
+    "env.kwargs={}",
+    f"team.agents=[{agent('writer', 128, temperature=0.7)}]",
+    "algorithm.num_generations=16",
+)
 _add(
     Table(
         name="tldr_magrpo",
@@ -411,15 +417,9 @@ _add(
             ),
             # 16 completions per step, as the team's 8 joint samples x 2 writers; each holds
             # both parts (64 + 64 tokens), so the one writer generates twice the team's tokens
-            Condition(
-                "one_writer",
-                (
-                    "env.name=tldr_one_writer",
-                    "env.kwargs={}",
-                    f"team.agents=[{agent('writer', 128, temperature=0.7)}]",
-                    "algorithm.num_generations=16",
-                ),
-            ),
+            Condition("one_writer", ONE_WRITER),
+            # where the one writer starts: its prompt and format differ from the team's
+            Condition("one_writer_untrained", ONE_WRITER, train=False),
         ),
         splits={
             "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",

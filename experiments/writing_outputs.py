@@ -9,7 +9,11 @@ evaluated post's detailed summary show what training found:
   version ...", "This post is about ..."), a free way to add words;
 - ``copied``: the share of its word 6-grams found in the post (copying the post passes the length
   and unique-word levels without summarising);
-- ``distinct``: distinct words / words (repetition lowers it).
+- ``distinct``: distinct words / words (repetition lowers it);
+- ``words``: its length in words (padding toward the length ratio shows as growth here).
+
+The one-writer condition writes both parts in one text (``experiments.tasks.split_parts``): its
+``detailed`` (or ``concise``) part is measured the same way, so every condition reads alike.
 
     python experiments/writing_outputs.py experiments/results/quickstart_seeds [--agent detailed]
 """
@@ -36,26 +40,44 @@ def ngrams(ws: list[str], n: int = 6) -> set[tuple[str, ...]]:
     return {tuple(ws[i : i + n]) for i in range(len(ws) - n + 1)}
 
 
+MEASURES = ("meta", "copied", "distinct", "words")
+
+
 def measures(text: str, post: str) -> dict[str, float]:
-    """``meta`` (0/1), ``copied`` (share of the text's 6-grams in the post), ``distinct``."""
+    """``meta`` (0/1), ``copied`` (share of the text's 6-grams in the post), ``distinct``,
+    ``words``."""
     ws = words(text)
     grams = ngrams(ws)
     return {
         "meta": float(bool(META.match(text))),
         "copied": len(grams & ngrams(words(post))) / len(grams) if grams else 0.0,
         "distinct": len(set(ws)) / len(ws) if ws else 0.0,
+        "words": float(len(ws)),
     }
+
+
+def part_of(key: str, text: str, agent: str) -> str | None:
+    """The text of ``agent``'s part in one output entry (``<agent>@turn<t>``), or None. The
+    one writer's entry (``writer@...``) holds both parts; its ``agent`` part is cut out."""
+    name = key.split("@")[0]
+    if name == agent:
+        return text
+    if name == "writer" and agent in ("concise", "detailed"):
+        from experiments.tasks import split_parts
+
+        return split_parts(text)[agent == "detailed"]
+    return None
 
 
 def look(record: dict, posts: list[dict], agent: str) -> dict[str, float]:
     """Means of ``measures`` over a record's evaluated problems (``outputs_after``)."""
     rows = [
-        measures(text, posts[row["problem"]]["text"])
+        measures(part, posts[row["problem"]]["text"])
         for row in record["outputs_after"]
         for key, text in row["texts"].items()
-        if key.split("@")[0] == agent
+        if (part := part_of(key, text, agent)) is not None
     ]
-    return {k: statistics.mean(r[k] for r in rows) for k in ("meta", "copied", "distinct")}
+    return {k: statistics.mean(r[k] for r in rows) for k in MEASURES}
 
 
 def task_of(record: dict):
@@ -72,14 +94,19 @@ def main() -> int:
     ap.add_argument("records", help="a table's records folder")
     ap.add_argument("--agent", default="detailed")
     args = ap.parse_args()
-    print(f"| record | posts | {args.agent}: meta opening | copied 6-grams | distinct words |")
-    print("|---|---|---|---|---|")
+    print(
+        f"| record | posts | {args.agent}: meta opening | copied 6-grams | distinct words | words |"
+    )
+    print("|---|---|---|---|---|---|")
     for path in sorted(Path(args.records).glob("*__seed*.json")):
         record = json.loads(path.read_text())
         posts = getattr(task_of(record), record.get("split", "test"))
         m = look(record, posts, args.agent)
         n = len(record["outputs_after"])
-        print(f"| {path.stem} | {n} | {m['meta']:.2f} | {m['copied']:.2f} | {m['distinct']:.2f} |")
+        print(
+            f"| {path.stem} | {n} | {m['meta']:.2f} | {m['copied']:.2f} | {m['distinct']:.2f} "
+            f"| {m['words']:.1f} |"
+        )
     return 0
 
 

@@ -501,9 +501,10 @@ def test_writing_outputs_measures_by_hand():
     post = "a b c d e f g h"  # 8 words: 3 word 6-grams
     # 8 words: here is a b c d e f; of its 3 6-grams only "a b c d e f" is in the post
     m = measures("Here is a b c d e f", post)
-    assert m == {"meta": 1.0, "copied": pytest.approx(1 / 3), "distinct": 1.0}
+    assert m == {"meta": 1.0, "copied": pytest.approx(1 / 3), "distinct": 1.0, "words": 8.0}
     assert measures("a a b b", post)["distinct"] == 0.5  # repetition
-    assert measures("a b c d e f g h", post) == {"meta": 0.0, "copied": 1.0, "distinct": 1.0}
+    whole = measures("a b c d e f g h", post)
+    assert whole == {"meta": 0.0, "copied": 1.0, "distinct": 1.0, "words": 8.0}
     assert measures("short", post)["copied"] == 0.0  # no 6-gram at all
     record = {
         "outputs_after": [
@@ -512,4 +513,31 @@ def test_writing_outputs_measures_by_hand():
         ]
     }
     got = look(record, [{"text": post}], "detailed")
-    assert got == {"meta": 0.5, "copied": 0.5, "distinct": 1.0}
+    assert got == {"meta": 0.5, "copied": 0.5, "distinct": 1.0, "words": 6.5}
+    # the one writer's text holds both parts: only the part after DETAILED: is the detailed one
+    one = {"outputs_after": [{"problem": 0, "texts": {"writer@turn0": "x y\nDETAILED: a a b"}}]}
+    assert look(one, [{"text": post}], "detailed") == {
+        "meta": 0.0,
+        "copied": 0.0,
+        "distinct": pytest.approx(2 / 3),
+        "words": 3.0,
+    }
+    assert look(one, [{"text": post}], "concise")["words"] == 2.0
+
+
+def test_compare_paired_differences_by_hand():
+    from experiments.compare import paired
+
+    def rec(cond, seed, value):
+        return {"condition": cond, "seed": seed, "test": {"m": value}}
+
+    records = [rec("a", 0, 2.0), rec("a", 1, 1.0), rec("a", 2, 3.0)]
+    records += [rec("b", 0, 1.5), rec("b", 1, 1.5), rec("b", 3, 9.0)]
+    p = paired(records, "a", "b", "m")
+    # seeds 0 and 1 are in both: +0.5 and -0.5; seeds 2 and 3 are in one condition only
+    assert p["seeds"] == [0, 1] and p["diffs"] == [0.5, -0.5]
+    assert p["mean"] == 0.0 and p["wins"] == 1 and p["missing"] == [2, 3]
+    lo, hi = p["ci95"]  # resampling two values: the interval lies within their range
+    assert -0.5 <= lo <= 0.0 <= hi <= 0.5
+    with pytest.raises(SystemExit, match="no seed has both"):
+        paired(records, "a", "c", "m")
