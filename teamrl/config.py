@@ -85,7 +85,8 @@ class AgentConfig:
         [],
         "Strings that end a completion as EOS does (vLLM's and TRL's stop): generation stops at "
         "the token that completes one, which is kept, and the completion counts as finished, not "
-        "truncated. Matched in the completion's text only (not the prompt or response_prefix). "
+        "truncated. The env reads the reply through the stop string only (as vLLM's output "
+        "text), even when that token carries more characters. Matched in the completion's text only (not the prompt or response_prefix). "
         "For answers whose format has a known end, e.g. [']'] after a '#### [' prefill: tokens "
         "after the answer would carry its advantage without acting.",
     )

@@ -263,15 +263,29 @@ class Team:
         return results
 
     def decode(self, agent: str, ids: list[int]) -> str:
-        """The agent's reply as the env sees it: its response_prefix, then the completion."""
+        """The agent's reply as the env sees it: its response_prefix, then the completion.
+
+        A completion ended by a stop string ends, as text, with that string: the token that
+        completed it may carry more characters (``'])`` then ``.`` in one token ``]).``), which
+        the env never sees (vLLM's text with ``include_stop_str_in_output``). The trained tokens
+        stay the sampled ones; only what the env reads is cut."""
         text = self.engine_of(agent).tokenizer.decode(ids, skip_special_tokens=True)
-        return self.agents[agent].response_prefix + text
+        return self.agents[agent].response_prefix + cut_at_stop(text, self.agents[agent].stop)
 
     def engines(self) -> list[Engine]:
         seen: dict[int, Engine] = {}
         for pol in self.policies.values():
             seen.setdefault(id(pol.engine), pol.engine)
         return list(seen.values())
+
+
+def cut_at_stop(text: str, stops) -> str:
+    """``text`` through the end of the earliest stop string in it (unchanged if none occurs).
+
+    Generation ends at the first token after which the text holds a stop string, so the
+    earliest end of any occurrence is where the reply ended."""
+    ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
 
 
 def is_adapter_param(name: str, adapter: str) -> bool:

@@ -519,3 +519,40 @@ def test_a_plan_reply_that_answers_nothing_costs_the_no_action_penalty():
     step = env.step({"plan": "#### [\n\nThe walker should go around the wall."})
     assert step.reward == env.rewards.no_action_penalty == -1.0
     assert env.state.pos == (0, 0)
+
+
+def test_plan_path_tool_library_gives_the_program_the_board_and_a_shortest_path():
+    # hand case: from (0, 0) to (2, 2) around two obstacles, the only shortest list is D R R D
+    state = PlanPathState.from_text("P # .\n. . .\n. # G")
+    state.tool_library = True
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(state.tool_preamble() + "\nprint(shortest_path(grid, start, goal))", {})  # noqa: S102
+    assert out.getvalue().strip() == "['D', 'R', 'R', 'D']"
+    assert state.tool_preamble().startswith("grid = ['.#.', '...', '.#.']\nstart = (0, 0)")
+    # every board, in the real sandbox: calling the library solves it in a shortest number of
+    # moves; the plan agent is shown the tool's own code, never the preamble
+    task = plan_path_task(size=5, n_train=4, n_eval=1, n_test=1, tool_library=True)
+    call = "```python\nprint(shortest_path(grid, start, goal))"  # a block left open still runs
+    for example in task.train:
+        env = task.make_env()
+        obs = env.reset(example)
+        assert "shortest_path(grid, start, goal)" in obs["tool"]
+        need = env.state.shortest_path_length
+        step = env.step({"tool": call})
+        assert step.reward_components["tool_exec_ok"] == 1.0
+        assert step.reward_components["tool_solved"] == 1.0
+        assert step.reward_components["tool_n_actions"] == need
+        assert (
+            "SOLVED" in step.observations["plan"]
+            and "def shortest_path" not in step.observations["plan"]
+        )
+    # off by default: no preamble, no note, and the names do not exist for the program
+    plain = plan_path_task(size=5, n_train=1, n_eval=1, n_test=1)
+    env = plain.make_env()
+    assert "shortest_path(grid" not in env.reset(plain.train[0])["tool"]
+    assert env.state.tool_preamble() == "" and env.state.tool_note() == ""
+    step = env.step({"tool": call})
+    assert step.reward_components["tool_exec_ok"] == 0.0  # NameError: grid is not defined
+    with pytest.raises(ValueError, match="plan_path.tool_library"):
+        plan_path_task(size=5, tool_library="yes")

@@ -8,7 +8,7 @@ import pytest
 from conftest import tiny_overrides
 
 from teamrl.config import load_config
-from teamrl.team import Team, is_adapter_param
+from teamrl.team import Team, cut_at_stop, is_adapter_param
 
 
 def test_is_adapter_param_matches_peft_lora_names_only():
@@ -73,3 +73,29 @@ def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees():
         assert list(s.prompt_ids) == prefixed
         assert s.text.startswith("#### [")
         assert tok.decode(s.completion_ids, skip_special_tokens=True) == s.text[len("#### [") :]
+
+
+def test_cut_at_stop_ends_the_text_where_generation_stopped():
+    # the token that completes a stop string may carry more text: "]))." in one token
+    assert cut_at_stop("R', 'D'])).", ["'])"]) == "R', 'D'])"
+    # several stops: the earliest end wins (generation stopped at the first one completed)
+    assert cut_at_stop("x])y", ["])", "]"]) == "x]"
+    assert cut_at_stop("ab]c])", ["])"]) == "ab]c])"
+    assert cut_at_stop("no stop here", ["])"]) == "no stop here"
+    assert cut_at_stop("anything", []) == "anything"
+
+
+def test_the_env_reads_a_stopped_reply_through_its_stop_string_only():
+    overrides = tiny_overrides() + [
+        "model.device=cpu",
+        "team.agents=[{name: tool, max_completion_length: 8, response_prefix: 'print([', "
+        'stop: ["\'])"]}, {name: plan, max_completion_length: 8}]',
+    ]
+    team = Team(load_config(None, overrides))
+    tok = team.engine_of("tool").tokenizer
+    tail = "'R', 'D']).\n```\nmore"
+    ids = tok.encode(tail, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == tail  # the stand-in round-trips
+    assert team.decode("tool", ids) == "print(['R', 'D'])"
+    # an agent without stop strings reads everything it sampled
+    assert team.decode("plan", ids) == tail

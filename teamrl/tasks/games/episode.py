@@ -301,7 +301,10 @@ class ToolPlanEnv(_Episode):
 
     def _tool_step(self, completion: str) -> Step:
         code = extract_code(completion)
-        result = self.runner(code)
+        # a state may give the program a preamble (Plan-Path's tool_library); the plan agent
+        # is shown the tool's own code only
+        preamble = self.state.tool_preamble() if hasattr(self.state, "tool_preamble") else ""
+        result = self.runner(preamble + "\n" + code if preamble else code)
         ok = bool(result.ok)
         stdout, stderr = result.stdout or "", result.stderr or ""
         actions = self.spec.parse(stdout, True) if ok else None
@@ -362,6 +365,8 @@ class ToolPlanEnv(_Episode):
             f"simulated on a copy of the board and shown to the plan agent, who decides the "
             f"final actions."
         )
+        note = self.state.tool_note() if hasattr(self.state, "tool_note") else ""
+        tool_obs += f" {note}" if note else ""
         if self.tool is None:
             plan_obs = f"{board}\n\nThe tool agent has not acted yet this turn."
         else:

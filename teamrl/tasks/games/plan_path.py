@@ -112,6 +112,7 @@ class PlanPathState:
         self.goal = tuple(goal)
         self.rewards = rewards or PlanPathRewards()
         self.show_hint = False  # the learning ladder's rung 1: the prompt gives a shortest path
+        self.tool_library = False  # the tool's programs get the board and shortest_path()
         self.dist = bfs_distances(grid, self.goal)  # read-only, shared by copies
         if self.pos not in self.dist:
             raise ValueError(f"plan_path: goal {goal} is unreachable from {pos}")
@@ -164,6 +165,24 @@ class PlanPathState:
             return ""
         return f"A shortest path from P to G: {format_actions(self.shortest_path())}"
 
+    def tool_preamble(self) -> str:
+        """Python run before the tool agent's program when ``tool_library`` is set, else "":
+        the board as data and a path-finding function (see ``TOOL_LIBRARY``)."""
+        if not self.tool_library:
+            return ""
+        board = f"grid = {list(self.grid)!r}\nstart = {self.pos!r}\ngoal = {self.goal!r}\n"
+        return board + TOOL_LIBRARY
+
+    def tool_note(self) -> str:
+        """What the tool agent's prompt says about the library ("" when it is off)."""
+        if not self.tool_library:
+            return ""
+        return (
+            "Your program starts with these names defined: grid (a list of row strings, '#' is an "
+            "obstacle), start and goal ((row, column) tuples), and shortest_path(grid, start, "
+            "goal), which returns a shortest action list."
+        )
+
     def apply(self, actions: list) -> tuple[PlanPathState, float, dict]:
         """Simulate ``actions`` on a copy; returns (new state, shaped reward, info)."""
         return apply_actions(self, actions, PlanPathState._move, win_extra=PlanPathState._optimal)
@@ -195,6 +214,37 @@ class PlanPathState:
                 cells[self.pos[1]] = "P"
             rows.append(" ".join(cells))
         return "\n".join(rows)
+
+
+# The tool agent's library (``tool_library: true``), run in the sandbox before its program. A
+# 1.7B tool agent writes this search itself (the paper's setting); SmolLM2-135M cannot (its
+# programs fail: docs/results.md, the learning ladder), so this setting asks the tool agent only
+# to call the library and print the list, and the plan agent to use what the simulation shows.
+TOOL_LIBRARY = """
+from collections import deque
+
+
+def shortest_path(grid, start, goal):
+    steps = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+    start, goal = tuple(start), tuple(goal)
+    came = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell == goal:
+            moves = []
+            while came[cell] is not None:
+                cell, move = came[cell]
+                moves.append(move)
+            return moves[::-1]
+        for move, (dr, dc) in steps.items():
+            r, c = cell[0] + dr, cell[1] + dc
+            free = 0 <= r < len(grid) and 0 <= c < len(grid[0]) and grid[r][c] != "#"
+            if free and (r, c) not in came:
+                came[(r, c)] = (cell, move)
+                queue.append((r, c))
+    return []
+"""
 
 
 def generate_plan_path(
@@ -242,8 +292,12 @@ def _build(example: dict, rewards: PlanPathRewards) -> PlanPathState:
     hint = example.get("hint", False)
     if not isinstance(hint, bool):
         raise ValueError(f"plan_path.hint: expected true or false, got {hint!r}")
+    library = example.get("tool_library", False)
+    if not isinstance(library, bool):
+        raise ValueError(f"plan_path.tool_library: expected true or false, got {library!r}")
     state = generate_plan_path(seed, size, example.get("density", 0.3), rewards)
-    state.show_hint = hint  # after generation: the board never depends on the hint
+    state.show_hint = hint  # after generation: the board never depends on either option
+    state.tool_library = library
     return state
 
 
@@ -258,7 +312,12 @@ describe        Plan-Path {size}x{size}
 SPEC = game_spec(_GAME, RULES, _build, parse_moves)
 
 # Registers "plan_path" (tool + plan agents) and "plan_path_single"; the board parameters come first.
-# ``hint`` (the learning ladder's rung 1) prints a shortest path under the board.
+# ``hint`` (the learning ladder's rung 1) prints a shortest path under the board;
+# ``tool_library`` gives the tool agent's programs the board and ``shortest_path`` (a one-agent
+# solver has no sandbox, so there it changes nothing).
 plan_path_task, plan_path_single_task = register_game(
-    _GAME, SPEC, PlanPathRewards, {"size": 10, "density": 0.3, "hint": False}
+    _GAME,
+    SPEC,
+    PlanPathRewards,
+    {"size": 10, "density": 0.3, "hint": False, "tool_library": False},
 )
