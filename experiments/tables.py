@@ -50,11 +50,14 @@ class Table:
     extra: dict = field(default_factory=dict)
 
 
-def agent(name: str, tokens: int, prefix: str = "", temperature: float = 1.0) -> str:
+def agent(
+    name: str, tokens: int, prefix: str = "", temperature: float = 1.0, stop: tuple = ()
+) -> str:
     """One ``team.agents`` entry; json.dumps gives a YAML double-quoted string (keeps newlines)."""
+    stops = f", stop: {json.dumps(list(stop))}" if stop else ""
     return (
         f"{{name: {name}, temperature: {temperature}, max_completion_length: {tokens}, "
-        f"response_prefix: {json.dumps(prefix)}}}"
+        f"response_prefix: {json.dumps(prefix)}{stops}}}"
     )
 
 
@@ -67,15 +70,16 @@ GAME_SPLITS = {
 }
 TOOL_PREFIX = "```python\nprint(["  # pins a 135M model to the format (never trained on)
 PLAN_PREFIX = "#### ["
+# With the tool library (env tool_library: true) the tool agent's program is one line that calls
+# shortest_path; the prefill names the function, the agent writes the arguments, the stop string
+# ends the program at its line (docs/results.md: the tool agent at 135M).
+LIBRARY_PREFIX = "```python\nprint(shortest_path("
 
 
 def plan_path_base(size: int = 3, k: int = 4, steps: int = 16, prompts: int = 2) -> tuple:
-    """The Plan-Path setting every new table starts from (tune it on the validation split).
-
-    Budget estimate from the first ablation (about 20 s per AT-GRPO step of one 3x3 problem on
-    the idle 2-core machine): 16 steps x 2 problems is about 11 minutes per trained run, so a
-    5-condition, 3-seed table is about 2 to 2.5 hours. Not yet measured.
-    """
+    """The learning ladder's Plan-Path setting (the first main-table setting, before the
+    ladder): model, adapters, batch shape, step size. The main table adds what the ladder chose
+    on the validation split (``plan_path_table_base``)."""
     return (
         "model.name_or_path=smollm2-135m",
         "model.use_peft=true",
@@ -103,17 +107,33 @@ def _proposed_rewards() -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in PROPOSED_REWARDS.items()) + "}"
 
 
-def team(single: bool = False, tool_tokens: int = 24, plan_tokens: int = 16) -> str:
+def team(
+    single: bool = False, tool_tokens: int = 24, plan_tokens: int = 16, library: bool = False
+) -> str:
     if single:
         return f"team.agents=[{agent('solver', plan_tokens, PLAN_PREFIX)}]"
-    tool, plan = agent("tool", tool_tokens, TOOL_PREFIX), agent("plan", plan_tokens, PLAN_PREFIX)
-    return f"team.agents=[{tool}, {plan}]"
+    if library:
+        tool = agent("tool", tool_tokens, LIBRARY_PREFIX, stop=("\n",))
+    else:
+        tool = agent("tool", tool_tokens, TOOL_PREFIX)
+    return f"team.agents=[{tool}, {agent('plan', plan_tokens, PLAN_PREFIX)}]"
+
+
+def plan_path_table_base(**kw) -> tuple[str, ...]:
+    """The main table's setting (and its ablations'), chosen on the validation split
+    (docs/results.md, the learning ladder): teamrl's reward constants (win +10, shaping 0.1),
+    the tool library, rewards centred but not scaled per group (Dr. GRPO)."""
+    return (
+        *plan_path_base(**kw),
+        "env.kwargs={size: 3, n_eval: 32, n_test: 64, tool_library: true}",
+        "algorithm.scale_rewards=none",
+    )
 
 
 def _at_grpo(policies: str, *more: str) -> tuple[str, ...]:
     return (
         "env.name=plan_path",
-        team(),
+        team(library=True),
         "algorithm.name=at_grpo",
         f"team.policies={policies}",
         *more,
@@ -126,7 +146,9 @@ PLAN_PATH_CONDITIONS = (
         "single_grpo",
         ("env.name=plan_path_single", team(single=True), "algorithm.name=grpo"),
     ),
-    Condition("traj_grpo_shared", ("env.name=plan_path", team(), "algorithm.name=grpo")),
+    Condition(
+        "traj_grpo_shared", ("env.name=plan_path", team(library=True), "algorithm.name=grpo")
+    ),
     Condition("at_grpo_shared", _at_grpo("shared")),
     Condition("at_grpo_lora", _at_grpo("lora")),
 )
@@ -145,13 +167,14 @@ _add(
         description="Plan-Path 3x3, SmolLM2-135M, 1 turn: untrained team vs single agent + "
         "GRPO vs two agents + trajectory GRPO vs AT-GRPO shared vs AT-GRPO per-role LoRA.",
         config=None,
-        base=plan_path_base(),
+        base=plan_path_table_base(),
         conditions=PLAN_PATH_CONDITIONS,
         splits=GAME_SPLITS,
         test_problems=64,
         metrics=PLAN_PATH_METRICS,
-        notes="Reward constants: the reference's with gamma = 1 (PROPOSED_REWARDS); see the "
-        "shaping check.",
+        notes="Reward constants: teamrl's (win +10, shaping 0.1, gamma 1). The tool agent's "
+        "programs get the board and shortest_path() (tool_library); the one agent has no "
+        "sandbox. Settings chosen on the validation split (the learning ladder).",
     )
 )
 
@@ -162,7 +185,7 @@ _add(
         "(problem only), agent only, turn only, agent and turn (the paper's). 2 turns, so turn "
         "grouping has something to split.",
         config=None,
-        base=(*plan_path_base(), "env.max_turns=2"),
+        base=(*plan_path_table_base(), "env.max_turns=2"),
         conditions=tuple(
             Condition(name, _at_grpo("shared", f"algorithm.group_by={keys}"))
             for name, keys in (
@@ -185,7 +208,7 @@ _add(
         description="Per-role policies (lora adapters, separate models) evaluated as trained "
         "and with the two roles' policies swapped at test time.",
         config=None,
-        base=plan_path_base(),
+        base=plan_path_table_base(),
         conditions=(
             Condition("lora", _at_grpo("lora")),
             Condition("lora_swapped", _at_grpo("lora"), swap=SWAP, from_run="lora"),

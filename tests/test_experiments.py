@@ -368,18 +368,25 @@ def test_tuning_evaluates_on_validation_and_keeps_its_records_apart(tmp_path, mo
             main(argv)
 
 
-def test_plan_path_tables_use_the_proposed_constants_the_docs_name():
-    # docs/results.md says the Plan-Path tables use PROPOSED_REWARDS (gamma = 1); the runner
-    # built them with PAPER_REWARDS (gamma 0.99, which pays wall bumps far from the goal).
-    from experiments.tables import TABLES
+def test_plan_path_tables_use_the_setting_the_docs_name():
+    # docs/results.md: the main table and its ablations use teamrl's constants (no rewards
+    # override), the tool library, unscaled group advantages, and the library call's prefill
+    # with a newline stop for every two-agent condition (the one agent has no sandbox)
+    from experiments.tables import LIBRARY_PREFIX, TABLES
     from teamrl.config import load_config
     from teamrl.tasks.games.plan_path import PROPOSED_REWARDS
 
-    # the new tables (plan_path_base); the CPU ablation is the record of an earlier run
     for name in ("plan_path_main", "plan_path_grouping", "plan_path_swap"):
         table = TABLES[name]
-        cfg = load_config(table.config, [*table.base, *table.conditions[0].overrides])
-        assert cfg.env.kwargs["rewards"] == PROPOSED_REWARDS, table.name
+        for cond in table.conditions:
+            cfg = load_config(table.config, [*table.base, *cond.overrides])
+            kw = cfg.env.kwargs
+            assert "rewards" not in kw and kw["tool_library"] is True and kw["size"] == 3
+            assert cfg.algorithm.scale_rewards == "none", (name, cond.name)
+            agents = {a.name: a for a in cfg.team.agents}
+            if "tool" in agents:
+                assert agents["tool"].response_prefix == LIBRARY_PREFIX
+                assert agents["tool"].stop == ["\n"], (name, cond.name)
     # the ladder: every Plan-Path rung of a ladder uses that ladder's constants
     for name, rewards in (
         ("plan_path_ladder", {}),
