@@ -172,6 +172,7 @@ _add(
         splits=GAME_SPLITS,
         test_problems=64,
         metrics=PLAN_PATH_METRICS,
+        test_outputs=True,  # every test board's replies: what a look for a sweep reads
         notes="Reward constants: teamrl's (win +10, shaping 0.1, gamma 1). The tool agent's "
         "programs get the board and shortest_path() (tool_library); the one agent has no "
         "sandbox. Settings chosen on the validation split (the learning ladder).",
@@ -465,15 +466,17 @@ _add(
 _add(
     Table(
         name="math_arith",
-        description="The offline arithmetic set: MAGRPO team (tool + reasoner) vs the "
-        "untrained team vs the reasoner alone with GRPO.",
-        config="math_magrpo",
+        description="The offline arithmetic set, tool (Python) then reasoner (boxed answer) in "
+        "one turn: the untrained team vs trajectory GRPO vs AT-GRPO, one shared LoRA.",
+        config="math_at_grpo",
         base=(
-            "env.kwargs={source: arithmetic, mode: simultaneous, max_turns: 1, n_eval: 32, "
+            "env.kwargs={source: arithmetic, mode: sequential, max_turns: 1, n_eval: 32, "
             "n_test: 64}",
             "env.max_turns=1",
-            "train.max_steps=40",
+            "team.policies=shared",
+            "train.max_steps=24",
             "train.prompts_per_step=2",
+            "train.learning_rate=1e-4",
             "train.warmup_steps=0",
             "eval.eval_steps=0",
             "log.save_steps=5",
@@ -483,17 +486,10 @@ _add(
         ),
         conditions=(
             Condition("untrained_team", (), train=False),
-            Condition("magrpo_team", ()),
-            Condition(
-                "single_grpo",
-                (
-                    "env.name=math_single",
-                    "env.kwargs={source: arithmetic, max_turns: 1, n_eval: 32, n_test: 64}",
-                    f"team.agents=[{agent('reasoner', 96)}]",
-                    "algorithm.name=grpo",
-                    "team.policies=shared",
-                ),
-            ),
+            # trajectory groups: one group per problem, every agent's tokens get the episode's
+            # advantage (the baseline AT-GRPO's agent- and turn-wise groups are measured against)
+            Condition("traj_grpo", ("algorithm.name=grpo",)),
+            Condition("at_grpo", ()),
         ),
         splits={
             "train": "generated arithmetic train problems (teamrl.tasks.math, source=arithmetic)",
@@ -502,6 +498,7 @@ _add(
         },
         test_problems=64,
         metrics=("greedy/accuracy", "greedy/reward"),
+        notes="24 steps at learning rate 1e-4: not yet chosen on the validation split.",
     )
 )
 

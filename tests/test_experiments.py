@@ -548,3 +548,80 @@ def test_compare_paired_differences_by_hand():
     assert -0.5 <= lo <= 0.0 <= hi <= 0.5
     with pytest.raises(SystemExit, match="no seed has both"):
         paired(records, "a", "c", "m")
+
+
+def _pp_record(condition: str, env_name: str, texts_of) -> dict:
+    """A hand-made Plan-Path record over 3 test boards; ``texts_of(state)`` gives the replies."""
+    from teamrl.config import to_dict
+    from teamrl.envs.base import task_from_config
+
+    cfg = load_config(
+        None,
+        [
+            f"env.name={env_name}",
+            "env.max_turns=1",
+            "env.kwargs={size: 3, n_train: 2, n_eval: 1, n_test: 3, tool_library: true}",
+            "team.agents=[{name: solver}]"
+            if env_name.endswith("single")
+            else "team.agents=[{name: tool}, {name: plan}]",
+        ],
+    )
+    task = task_from_config(cfg.env)
+    outs = []
+    for i, ex in enumerate(task.test):
+        env = task.make_env()
+        env.reset(ex)
+        outs.append({"problem": i, "texts": texts_of(i, env.state)})
+    return {"condition": condition, "split": "test", "config": to_dict(cfg), "outputs_after": outs}
+
+
+def _bump_then_path(state) -> list[str]:
+    """An invalid first move (off the grid or into an obstacle), then a shortest path."""
+    from teamrl.tasks.games.actions import MOVES
+
+    for move, (dr, dc) in MOVES.items():
+        r, c = state.pos[0] + dr, state.pos[1] + dc
+        if not (0 <= r < 3 and 0 <= c < 3) or state.grid[r][c] == "#":
+            return [move, *state.shortest_path()]
+    raise AssertionError("a 3x3 board always has a wall next to some start")
+
+
+def test_plan_path_outputs_replays_sweeps_copies_and_tool_calls_by_hand():
+    from experiments.plan_path_outputs import look
+    from experiments.tables import LIBRARY_PREFIX
+
+    right, wrong = LIBRARY_PREFIX + "grid, start, goal))\n", LIBRARY_PREFIX + "board))\n"
+
+    def team_texts(i, state):
+        # board 0: the right call, copied; board 1: a wrong call (NameError), the plan bumps
+        # once and then walks a shortest path; board 2: the right call, the plan answers []
+        path = state.shortest_path()
+        plan = {0: None, 1: _bump_then_path(state), 2: []}[i]
+        if plan is None:  # copy what the tool's program prints (the library's own path)
+            from teamrl.tasks.games.plan_path import TOOL_LIBRARY
+
+            scope: dict = {}
+            exec(TOOL_LIBRARY, scope)  # noqa: S102 (our own library)
+            plan = scope["shortest_path"](list(state.grid), state.pos, state.goal)
+            assert len(plan) == len(path)
+        return {"tool@turn0": right if i != 1 else wrong, "plan@turn0": f"#### {plan}"}
+
+    def single_texts(i, state):
+        return {"solver@turn0": f"#### {_bump_then_path(state) if i else state.shortest_path()}"}
+
+    table = look(
+        [
+            _pp_record("team", "plan_path", team_texts),
+            _pp_record("one", "plan_path_single", single_texts),
+        ]
+    )
+    team, one = table["team"], table["one"]
+    assert team["boards"] == 3 and one["boards"] == 3
+    assert team["solved"] == pytest.approx(2 / 3)  # boards 0 and 1
+    assert team["optimal"] == pytest.approx(1 / 3) and team["sweep"] == pytest.approx(1 / 3)
+    assert team["tool_ran"] == pytest.approx(2 / 3) and team["tool_solves"] == pytest.approx(2 / 3)
+    # copied is measured where the tool printed a list (boards 0 and 2): 1 of 2
+    assert team["copied"] == pytest.approx(1 / 2)
+    assert team["invalid"] == pytest.approx(1 / 3)
+    assert one["solved"] == 1.0 and one["optimal"] == pytest.approx(1 / 3)
+    assert one["sweep"] == pytest.approx(2 / 3) and "copied" not in one and "tool_ran" not in one
