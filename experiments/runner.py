@@ -157,18 +157,33 @@ def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def check_same_config(checkpoint: Path, config: dict) -> None:
-    """Refuse to continue a checkpoint written under another config (one line, the fields)."""
+def check_same_config(checkpoint: Path, config: dict, ignore: tuple[str, ...] = ()) -> None:
+    """Refuse to continue a checkpoint written under another config (one line, the fields);
+    ``ignore``: fields that may differ (a reused run's own ``run_name``)."""
     import yaml
 
     saved = yaml.safe_load((Path(checkpoint) / "config.yaml").read_text())
     diff = config_diff(saved, yaml.safe_load(yaml.safe_dump(config)))  # as the file holds it
+    diff = [d for d in diff if d not in ignore]
     if diff:
         raise SystemExit(
             f"{checkpoint}: a run of another config ({', '.join(diff[:6])} differ) left this "
             f"checkpoint under the same run name; delete {Path(checkpoint).parent.parent} to start "
             "this one afresh"
         )
+
+
+def reused_run_dir(table: Table, condition: Condition, seed: int, runs_dir: Path, tune) -> Path:
+    """The run a ``from_run`` condition evaluates: ``from_run`` names a condition of this
+    table, or ``TABLE:CONDITION`` one of another table (the same seed and tuning), so that two
+    tables that share a trained condition train it once (the swap table reuses the main
+    table's per-role LoRA runs)."""
+    from experiments.tables import TABLES
+
+    other, _, name = condition.from_run.rpartition(":")
+    if other and other not in TABLES:
+        raise SystemExit(f"{condition.name}.from_run={condition.from_run!r}: no table {other!r}")
+    return Path(runs_dir) / run_name(TABLES[other] if other else table, name, seed, tune)
 
 
 def swapped(policy_of: dict[str, str], swap: dict[str, str]) -> dict[str, str]:
@@ -223,13 +238,16 @@ def _run_one(
     curve: list[dict] = []
     trained_dir = None
     if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
-        trained_dir = Path(runs_dir) / run_name(table, condition.from_run, seed, tune)
+        trained_dir = reused_run_dir(table, condition, seed, runs_dir, tune)
         ckpt = checkpoints.latest_checkpoint(trained_dir)
         if ckpt is None:
             raise SystemExit(
                 f"{condition.name}: no checkpoint in {trained_dir}; run condition "
                 f"{condition.from_run!r} with seed {seed} first"
             )
+        # the checkpoint must come from this condition's own config (its name aside): a
+        # renamed or changed twin would otherwise be evaluated as if it were this one
+        check_same_config(ckpt, to_dict(cfg), ignore=("run_name",))
         trainer.load_checkpoint(ckpt)
     elif condition.train and cfg.train.max_steps > 0:
         # a run killed mid-way continues from its latest checkpoint (log.save_steps), but only

@@ -211,8 +211,11 @@ _add(
         config=None,
         base=plan_path_table_base(),
         conditions=(
-            Condition("lora", _at_grpo("lora")),
-            Condition("lora_swapped", _at_grpo("lora"), swap=SWAP, from_run="lora"),
+            # the main table's per-role LoRA runs (the same config), evaluated, not retrained
+            Condition("lora", _at_grpo("lora"), from_run="plan_path_main:at_grpo_lora"),
+            Condition(
+                "lora_swapped", _at_grpo("lora"), swap=SWAP, from_run="plan_path_main:at_grpo_lora"
+            ),
             Condition("separate", _at_grpo("separate")),
             Condition("separate_swapped", _at_grpo("separate"), swap=SWAP, from_run="separate"),
         ),
@@ -220,7 +223,8 @@ _add(
         test_problems=64,
         metrics=PLAN_PATH_METRICS,
         notes="A swapped condition evaluates its unswapped twin's final checkpoint (same seed), "
-        "so the pair differs only in the test-time routing of agents to policies.",
+        "so the pair differs only in the test-time routing of agents to policies. The lora pair "
+        "evaluates plan_path_main's at_grpo_lora runs: run that table's seeds first.",
     )
 )
 

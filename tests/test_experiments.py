@@ -67,6 +67,11 @@ def test_every_table_condition_builds_a_valid_config():
         for cond in table.conditions:
             cfg = load_config(table.config, run_overrides(table, cond, 0, Path("runs")))
             assert cfg.seed == 0, (table.name, cond.name)
+            if cond.from_run:  # a trained condition of this table, or TABLE:CONDITION
+                other, _, name = cond.from_run.rpartition(":")
+                source = TABLES[other] if other else table
+                (twin,) = [c for c in source.conditions if c.name == name]
+                assert twin.train and not twin.from_run, (table.name, cond.name)
     grouping = TABLES["plan_path_grouping"]
     got = {
         c.name: load_config(None, [*grouping.base, *c.overrides]).algorithm.group_by
@@ -336,6 +341,36 @@ def test_a_run_folder_of_another_config_is_never_continued(tmp_path):
     # the same config continues (here: its last checkpoint is the final step)
     (rec,) = run_table(table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=print)
     assert rec["condition"] == "trained"
+
+
+def test_another_tables_run_is_evaluated_only_under_the_same_config(tmp_path, monkeypatch):
+    # the swap table evaluates the main table's per-role LoRA runs: TABLE:CONDITION reuses a
+    # run of another table (same seed), and only one trained under this condition's config
+    import dataclasses
+
+    from experiments import tables
+    from experiments.runner import record_path, run_table
+    from experiments.tables import Condition
+
+    main_table = _table()
+    monkeypatch.setitem(tables.TABLES, "toy", main_table)
+    out, runs = tmp_path / "records", tmp_path / "runs"
+    run_table(main_table, [0], out_dir=out, runs_dir=runs, conditions=["trained"], log=print)
+    other = dataclasses.replace(
+        main_table, name="toy_swap", conditions=(Condition("reused", from_run="toy:trained"),)
+    )
+    (rec,) = run_table(other, [0], out_dir=tmp_path / "swap", runs_dir=runs, log=print)
+    assert rec["from_run"] == "toy:trained" and len(rec["curve"]) == 1  # the main run's curve
+    assert not (runs / "toy_swap__reused__seed0").exists()  # nothing was trained
+    changed = dataclasses.replace(other, base=(*other.base, "train.learning_rate=0.5"))
+    with pytest.raises(SystemExit, match=r"train\.learning_rate differ"):
+        run_table(changed, [0], out_dir=tmp_path / "changed", runs_dir=runs, log=print)
+    missing = dataclasses.replace(
+        other, conditions=(Condition("reused", from_run="nowhere:trained"),)
+    )
+    with pytest.raises(SystemExit, match="no table 'nowhere'"):
+        run_table(missing, [0], out_dir=tmp_path / "missing", runs_dir=runs, log=print)
+    assert not record_path(tmp_path / "changed", "reused", 0).exists()
 
 
 def test_tuning_evaluates_on_validation_and_keeps_its_records_apart(tmp_path, monkeypatch):
