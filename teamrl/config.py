@@ -184,10 +184,12 @@ class AlgorithmConfig:
         None,
         "Stop expanding a node whose mean joint reward exceeds this. None = never stop early.",
     )
-    baseline: Literal["mean", "rloo", "max", "raw"] = _f(
+    baseline: Literal["mean", "rloo", "max", "raw", "counterfactual"] = _f(
         "mean",
         "Group baseline: 'mean' (MAGRPO), 'rloo' (MA-RLOO), 'max' (MA-ReMax), 'raw' "
-        "(MA-REINFORCE, no baseline).",
+        "(MA-REINFORCE, no baseline), 'counterfactual' (COMA: the return minus the mean over the "
+        "agent's own alternatives with the partners' actions fixed; MAGRPO with "
+        "joint_mode='cross' only, where it equals 'mean': docs/algorithms/counterfactual.md).",
     )
     scale_rewards: Literal["group", "batch", "agent", "none"] = _f(
         "group",

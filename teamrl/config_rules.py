@@ -53,6 +53,15 @@ def validate_config(self: Any) -> None:
             f"each agent of team.agents ({', '.join(names)}) exactly once",
         )
     check_max_turns(self.env)
+    a = self.algorithm
+    _check(
+        a.baseline != "counterfactual" or (a.name == "magrpo" and a.joint_mode == "cross"),
+        "algorithm.baseline",
+        a.baseline,
+        f"a baseline other than 'counterfactual' for algorithm.name={a.name!r} with "
+        f"joint_mode={a.joint_mode!r} (the counterfactual needs each agent's alternatives "
+        "with its partners' actions fixed: algorithm.name=magrpo with joint_mode=cross)",
+    )
     leaves = rollout_leaves(self)
     _check(
         leaves <= MAX_EPISODES_PER_STEP,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from types import SimpleNamespace
 
@@ -307,3 +308,80 @@ def test_reward_per_agent_is_magrpo_only():
 
     with pytest.raises(ConfigError, match="algorithm.reward_per_agent: only MAGRPO"):
         load_config("quickstart", ["algorithm.name=grpo", "algorithm.reward_per_agent=true"])
+
+
+# --- the counterfactual baseline (COMA) in cross mode -----------------------------------------
+
+
+def test_counterfactual_advantage_by_hand_on_a_two_agent_cross_tree():
+    # R(a_i, b_j): 1, 3, 5, 11 (not additive: a's credit depends on b's choice)
+    rewards = {(0, 0): 1.0, (0, 1): 3.0, (1, 0): 5.0, (1, 1): 11.0}
+    out = joint_rollout(
+        ScriptedTeam(), lambda: FunctionEnv(["a", "b"], reward_table(rewards)),
+        [(0, {"prompt": "p"})], num_generations=2, max_turns=1, joint_mode="cross",
+        counterfactual=True,
+    )  # fmt: skip
+    # a, joint (0,0): 1 - mean(R(0,0), R(1,0)) = 1 - 3 = -2; (0,1): 3 - mean(3, 11) = -4
+    #    a0 = mean(-2, -4) = -3, spread 1; (1,0): 5 - 3 = 2; (1,1): 11 - 7 = 4: a1 = 3, spread 1
+    # b, joint (0,0): 1 - mean(R(0,0), R(0,1)) = 1 - 2 = -1; (1,0): 5 - mean(5, 11) = -3
+    #    b0 = -2, spread 1; (0,1): 3 - 2 = 1; (1,1): 11 - 8 = 3: b1 = 2, spread 1
+    info = {s.text: s.info for s in out.samples}
+    want = {"a0": -3.0, "a1": 3.0, "b0": -2.0, "b1": 2.0}
+    assert {t: i["counterfactual_advantage"] for t, i in info.items()} == want
+    assert all(i["partner_spread"] == 1.0 for i in info.values())
+    assert out.metrics["advantage/partner_spread/a"] == 1.0
+    compute_advantages(out.samples, "counterfactual", "none")
+    assert {s.text: s.advantage for s in out.samples} == want
+    # the same as MAGRPO's marginal minus the group mean: a 2, 8 (mean 5); b 3, 7 (mean 5)
+    compute_advantages(out.samples, "mean", "none")
+    assert {s.text: s.advantage for s in out.samples} == want
+
+
+@pytest.mark.parametrize("scale", ["none", "group", "batch", "agent"])
+def test_counterfactual_equals_the_mean_baseline_over_the_full_product(scale):
+    # three agents, G = 3 (27 joint actions), two turns: every node of the tree
+    import random
+
+    rng = random.Random(7)
+    table = {k: rng.uniform(-1, 1) for k in itertools.product(range(3), repeat=4)}
+
+    def reward(completions, example):
+        key = tuple(int(completions[a][1:]) for a in "abc")
+        return table[(*key, example.get("turn", 0))] * (1 + key[0] * key[1])
+
+    class TwoTurns(FunctionEnv):
+        def step(self, actions):
+            step = super().step(actions)
+            self.example = {**self.example, "turn": 1}
+            return step
+
+    def run():
+        return joint_rollout(
+            ScriptedTeam("abc"), lambda: TwoTurns(list("abc"), reward), [(0, {"prompt": "p"})],
+            num_generations=3, max_turns=2, joint_mode="cross", counterfactual=True,
+        )  # fmt: skip
+
+    cf, mean = run(), run()
+    assert len(cf.samples) == 9 + 27 * 9  # the root and 27 children, 3 agents x 3 samples
+    compute_advantages(cf.samples, "counterfactual", scale)
+    compute_advantages(mean.samples, "mean", scale)
+    got = [s.advantage for s in cf.samples]
+    assert got == pytest.approx([s.advantage for s in mean.samples], abs=1e-12)
+    assert any(abs(g) > 0.1 for g in got)
+
+
+def test_counterfactual_needs_the_cross_tree():
+    from teamrl.config import ConfigError, load_config
+
+    two = ["team.agents=[{name: a}, {name: b}]", "algorithm.baseline=counterfactual"]
+    load_config(None, [*two, "algorithm.joint_mode=cross"])
+    for bad in (["algorithm.joint_mode=aligned"], ["algorithm.name=at_grpo"]):
+        with pytest.raises(ConfigError, match="algorithm.baseline: expected a baseline other"):
+            load_config(None, [*two, *bad])
+    # samples without the tree's values (an aligned tree) are refused, not read as zeros
+    out = joint_rollout(
+        ScriptedTeam(), lambda: FunctionEnv(["a", "b"], reward_table({(0, 0): 0, (1, 1): 1})),
+        [(0, {"prompt": "p"})], num_generations=2, max_turns=1, counterfactual=True,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="counterfactual advantages"):
+        compute_advantages(out.samples, "counterfactual", "none")

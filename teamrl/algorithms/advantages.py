@@ -7,6 +7,9 @@ Samples are grouped by ``sample.group`` (e.g. (problem, node, agent) for MAGRPO 
     baseline 'rloo' (MA-RLOO):     A_g = R_g - mean_{j != g} R_j = G/(G-1) * (R_g - mean(R))
     baseline 'max'  (MA-ReMax):    A_g = R_g - max(R)
     baseline 'raw'  (MA-REINFORCE): A_g = R_g
+    baseline 'counterfactual' (COMA, MAGRPO cross only): A_g = the sample's counterfactual
+             advantage, written by the cross tree (``counterfactual_advantages``); over the full
+             product it equals 'mean' (docs/algorithms/counterfactual.md)
 
 then, with ``scale_rewards``:
 
@@ -55,7 +58,21 @@ def baseline_advantages(returns: torch.Tensor, baseline: str) -> torch.Tensor:
         return returns - returns.max()
     if baseline == "raw":
         return returns.clone()
-    raise ValueError(f"algorithm.baseline: expected mean|rloo|max|raw, got {baseline!r}")
+    raise ValueError(
+        f"algorithm.baseline: expected mean|rloo|max|raw|counterfactual, got {baseline!r}"
+    )
+
+
+def _counterfactual(members: list[Sample], units: list[int]) -> torch.Tensor:
+    """The counterfactual advantages the MAGRPO cross tree wrote into ``info``."""
+    try:
+        values = [members[i].info["counterfactual_advantage"] for i in units]
+    except KeyError:
+        raise ValueError(
+            "algorithm.baseline='counterfactual' needs the MAGRPO cross tree's counterfactual "
+            f"advantages; sample of group {members[0].group!r} has none"
+        ) from None
+    return torch.tensor(values, dtype=torch.float64)
 
 
 def compute_advantages(
@@ -89,7 +106,10 @@ def compute_advantages(
         unit_returns.append(returns)
         for s in members:
             agent_returns[s.agent].append(s.return_)
-        adv = baseline_advantages(returns, baseline)
+        if baseline == "counterfactual":
+            adv = _counterfactual(members, list(first.values()))
+        else:
+            adv = baseline_advantages(returns, baseline)
         adv = adv - adv.mean() if scale_rewards != "none" else adv
         unit_pos = {u: j for j, u in enumerate(first)}
         centred[key] = adv[[unit_pos[u] for u in units]]
@@ -118,7 +138,7 @@ def compute_advantages(
 
 
 def advantage_warnings(baseline: str, scale_rewards: str) -> list[str]:
-    if baseline != "mean" and scale_rewards != "none":
+    if baseline not in ("mean", "counterfactual") and scale_rewards != "none":
         return [
             f"algorithm.baseline={baseline!r} with scale_rewards={scale_rewards!r}: under std "
             "normalisation the mean, rloo, max and raw baselines give the same advantages (up to a "

@@ -16,6 +16,7 @@ def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_pa
         discount=DEFAULTS["discount"] if a.discount is None else a.discount,
         early_termination_threshold=None if single_path else a.early_termination_threshold,
         alpha=a.alpha, reward_per_agent=a.reward_per_agent,
+        counterfactual=a.baseline == "counterfactual",
     )  # fmt: skip
 
 

@@ -78,11 +78,14 @@ def joint_rollout(
     ignore_eos: bool = False,
     alpha: float = 1.0,
     reward_per_agent: bool = False,
+    counterfactual: bool = False,
 ) -> RolloutResult:
     """Grow one tree per example and return its samples with rewards and returns set.
 
     Each agent's completions are credited with the team reward, or with ``reward_per_agent``
-    with ``alpha * team + local`` (the step's ``local_rewards`` term of that agent)."""
+    with ``alpha * team + local`` (the step's ``local_rewards`` term of that agent). With
+    ``counterfactual`` (cross mode) each sample also gets its counterfactual advantage
+    (``counterfactual_advantages``)."""
     agents = list(team.agents)
     g = 1 if greedy else num_generations
     t_gen = t_env = 0.0
@@ -180,6 +183,9 @@ def joint_rollout(
         credit = _per_agent_credit(alpha) if reward_per_agent else _team_credit
         cross = joint_mode == "cross" and not greedy
         _assign_returns(root, agents, discount, cross=cross, credit=credit)
+        if counterfactual and cross:
+            for node in _walk(root):
+                counterfactual_advantages(node, agents)
         samples.extend(_collect(root, agents))
     stats = {
         "time/generate": t_gen,
@@ -240,6 +246,34 @@ def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool, cr
                 assert len(js) == 1
 
 
+def counterfactual_advantages(node: Node, agents: list[str]) -> None:
+    """COMA's counterfactual advantage (Foerster et al. 2018) of every completion at a node of
+    the cross product: for agent a and joint action j,
+
+        A^a(j) = R^a(j) - (1/G) * sum_i' R^a(j with a's completion replaced by i'),
+
+    the return minus what a's own alternatives would have scored with the partners' choices
+    fixed (R^a: the agent's credited return, the team's unless reward_per_agent). Completion i
+    of a acts in every joint action that holds it, so its advantage is the mean of A^a(j) over
+    those G^(N-1) joint actions, written to ``info["counterfactual_advantage"]``; the spread of
+    A^a(j) over them (how much a's credit depends on its partners) to ``info["partner_spread"]``.
+
+    Over the full product that mean equals MAGRPO-cross's marginal return minus the group's
+    mean: the baseline term averages every partner combination's mean over a's alternatives,
+    which is the mean over all joint actions (docs/algorithms/counterfactual.md)."""
+    where = {idx: j for j, idx in enumerate(node.joint)}
+    for k, a in enumerate(agents):
+        own = node.agent_returns[a]
+        g = len(node.samples[a])
+        per_completion: list[list[float]] = [[] for _ in range(g)]
+        for j, idx in enumerate(node.joint):
+            alternatives = [own[where[idx[:k] + (i,) + idx[k + 1 :]]] for i in range(g)]
+            per_completion[idx[k]].append(own[j] - sum(alternatives) / g)
+        for s, values in zip(node.samples[a], per_completion):
+            s.info["counterfactual_advantage"] = float(np.mean(values))
+            s.info["partner_spread"] = float(np.std(values))
+
+
 def _collect(node: Node, agents: list[str]) -> list[Sample]:
     out = [s for a in agents for s in node.samples[a]]
     for child in node.children.values():
@@ -279,5 +313,11 @@ def rollout_metrics(
     m.update(means("reward/components/", comps))
     m.update(sample_metrics(samples, agents))
     m.update(means("reward/local/", local, "/mean"))
+    # counterfactual baseline: how much each agent's credit depends on its partners' choices
+    spread: dict[str, list[float]] = {}
+    for s in samples:
+        if "partner_spread" in s.info:
+            spread.setdefault(s.agent, []).append(s.info["partner_spread"])
+    m.update(means("advantage/partner_spread/", spread))
     m["terminated_fraction"] = done / max(1, n_steps)
     return m
