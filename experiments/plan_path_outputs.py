@@ -8,10 +8,12 @@ task's own env (the tool's program in the real sandbox), and per condition this 
 
 - ``solved``: the team's success (as the record's ``greedy/accuracy``);
 - ``optimal``: solved in a shortest number of moves, none invalid, none spare;
-- ``sweep``: solved with at least one invalid or spare move;
-- ``moves`` and ``invalid``: the final (plan or solver) list's length and its invalid moves;
-- ``tool_ran`` and ``tool_solves``: the tool's program ran, and its list solved the board;
-- ``copied``: the plan agent's list is the tool's list (on boards where the tool printed one).
+- ``bumped``: solved with at least one invalid move on the way (a sweep bumps into walls);
+- ``padded``: solved with spare moves after the goal (free under the rules: never tried);
+- ``moves``, ``invalid``: the final (plan or solver) list's length and its invalid moves;
+- ``tool_ran``, ``tool_solves``: the tool's program ran, and its list solved the board;
+- ``copied``: the plan agent's list is the tool's list, and ``starts_with_tool``: it begins with
+  it (a copy with spare moves after it), both on boards where the tool printed a list.
 
     python experiments/plan_path_outputs.py experiments/results/plan_path_main [--out FILE]
 """
@@ -26,7 +28,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MEASURES = ("solved", "optimal", "sweep", "moves", "invalid", "tool_ran", "tool_solves", "copied")
+MEASURES = (
+    "solved",
+    "optimal",
+    "bumped",
+    "padded",
+    "moves",
+    "invalid",
+    "tool_ran",
+    "tool_solves",
+    "copied",
+    "starts_with_tool",
+)
 
 
 def replay(env, example: dict, texts: dict[str, str]) -> dict[str, float]:
@@ -35,29 +48,33 @@ def replay(env, example: dict, texts: dict[str, str]) -> dict[str, float]:
     env.reset(example)
     need = env.state.shortest_path_length
     row: dict[str, float] = {}
-    final = None
+    tool_list = None
     if "tool@turn0" in texts:
         tool = env.step({"tool": texts["tool@turn0"]}).reward_components
         row["tool_ran"] = tool["tool_exec_ok"]
         row["tool_solves"] = tool["tool_solved"]
         tool_list = env.tool["actions"]
-        final = env.step({"plan": texts.get("plan@turn0", "")})
-        if tool_list is not None:
-            row["copied"] = float(final.infos["actions"] == tool_list)
-        prefix = "plan_"
+        agent, text = "plan", texts.get("plan@turn0", "")
     else:
-        final = env.step({"solver": texts.get("solver@turn0", "")})
-        prefix = "solver_"
-    comps = final.reward_components
+        agent, text = "solver", texts.get("solver@turn0", "")
+    start = env.state.copy()  # the board the final list is applied to
+    final = env.step({agent: text})
+    actions = final.infos["actions"]
+    _, _, info = start.apply(actions) if actions is not None else (None, None, None)
+    invalid = info["n_invalid"] if info else 0
+    unused = info["n_unused"] if info else 0
     solved = bool(final.success)
-    moves, invalid = comps[f"{prefix}n_actions"], comps[f"{prefix}n_invalid"]
-    spare = moves > need  # more moves than a shortest path: detours, bumps or unused moves
+    if tool_list is not None:
+        plan = actions or []
+        row["copied"] = float(plan == tool_list)
+        row["starts_with_tool"] = float(plan[: len(tool_list)] == tool_list)
     row.update(
         solved=float(solved),
-        optimal=float(solved and moves == need and invalid == 0),
-        sweep=float(solved and (invalid > 0 or spare)),
-        moves=moves,
-        invalid=invalid,
+        optimal=float(solved and len(actions) == need and invalid == 0),
+        bumped=float(solved and invalid > 0),
+        padded=float(solved and unused > 0),
+        moves=float(len(actions or [])),
+        invalid=float(invalid),
     )
     return row
 

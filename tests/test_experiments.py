@@ -642,7 +642,10 @@ def test_plan_path_outputs_replays_sweeps_copies_and_tool_calls_by_hand():
         return {"tool@turn0": right if i != 1 else wrong, "plan@turn0": f"#### {plan}"}
 
     def single_texts(i, state):
-        return {"solver@turn0": f"#### {_bump_then_path(state) if i else state.shortest_path()}"}
+        # board 0: a shortest path; board 1: a bump first; board 2: two spare moves after it
+        path = state.shortest_path()
+        plan = {0: path, 1: _bump_then_path(state), 2: [*path, "U", "L"]}[i]
+        return {"solver@turn0": f"#### {plan}"}
 
     table = look(
         [
@@ -653,10 +656,14 @@ def test_plan_path_outputs_replays_sweeps_copies_and_tool_calls_by_hand():
     team, one = table["team"], table["one"]
     assert team["boards"] == 3 and one["boards"] == 3
     assert team["solved"] == pytest.approx(2 / 3)  # boards 0 and 1
-    assert team["optimal"] == pytest.approx(1 / 3) and team["sweep"] == pytest.approx(1 / 3)
+    assert team["optimal"] == pytest.approx(1 / 3) and team["bumped"] == pytest.approx(1 / 3)
+    assert team["padded"] == 0.0
     assert team["tool_ran"] == pytest.approx(2 / 3) and team["tool_solves"] == pytest.approx(2 / 3)
     # copied is measured where the tool printed a list (boards 0 and 2): 1 of 2
-    assert team["copied"] == pytest.approx(1 / 2)
+    assert team["copied"] == pytest.approx(1 / 2) and team["starts_with_tool"] == pytest.approx(
+        1 / 2
+    )
     assert team["invalid"] == pytest.approx(1 / 3)
     assert one["solved"] == 1.0 and one["optimal"] == pytest.approx(1 / 3)
-    assert one["sweep"] == pytest.approx(2 / 3) and "copied" not in one and "tool_ran" not in one
+    assert one["bumped"] == pytest.approx(1 / 3) and one["padded"] == pytest.approx(1 / 3)
+    assert "copied" not in one and "tool_ran" not in one
