@@ -292,7 +292,13 @@ def test_seed_splits_disjoint():
     task = plan_path_task(size=4, n_train=50, n_eval=20, n_test=20)
     seeds = [{e["seed"] for e in split} for split in (task.train, task.eval, task.test)]
     assert not (seeds[0] & seeds[1]) and not (seeds[0] & seeds[2]) and not (seeds[1] & seeds[2])
-    assert task.train[0] == {"seed": 0, "size": 4, "density": 0.3, "hint": False}
+    assert task.train[0] == {
+        "seed": 0,
+        "size": 4,
+        "density": 0.3,
+        "hint": False,
+        "tool_library": False,
+    }
     assert set(task.agents) == {"tool", "plan"}
     with pytest.raises(ValueError, match="split"):
         split_seeds("dev", 3)
