@@ -5,6 +5,7 @@
                            or config.json + model.safetensors (full), the tokenizer,
                            optimizer.pt, scheduler.pt
       rng.pt  trainer_state.json  config.yaml  base_model.json (base name + weights fingerprint)
+      critics.pt           the critics' value heads and optimizer states (algorithm.critic)
       manifest.json        every other file's size and sha256, written last
 
 Written into a temp folder ``.step-N-*`` that is renamed into place, so ``step-N`` exists only
@@ -44,8 +45,10 @@ def save_checkpoint(
     team: Team,
     state: dict,
     ctx: DistContext | None = None,
+    critics: dict | None = None,
 ) -> Path:
-    """Write ``checkpoints/step-<state["step"]>`` and prune old ones; return its path."""
+    """Write ``checkpoints/step-<state["step"]>`` and prune old ones; return its path.
+    ``critics``: the critics' state (``teamrl.critics.critic_state``), if the run has any."""
     root = run_dir / "checkpoints"
     final = root / f"step-{state['step']}"
     if ctx is not None and not ctx.is_main:
@@ -53,7 +56,7 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{state['step']}-", dir=root))
     try:
-        write_checkpoint_files(tmp, cfg, team, state)
+        write_checkpoint_files(tmp, cfg, team, state, critics)
         write_manifest(tmp)  # last: a folder with a manifest was written completely
         if final.exists():
             shutil.rmtree(final)
@@ -73,7 +76,9 @@ def save_checkpoint(
     return final
 
 
-def write_checkpoint_files(folder: Path, cfg: Config, team: Team, state: dict) -> None:
+def write_checkpoint_files(
+    folder: Path, cfg: Config, team: Team, state: dict, critics: dict | None = None
+) -> None:
     for name, pol in team.policies.items():
         d = folder / "policies" / name
         save_policy(pol, d)
@@ -88,6 +93,8 @@ def write_checkpoint_files(folder: Path, cfg: Config, team: Team, state: dict) -
         },
         folder / "rng.pt",
     )
+    if critics:
+        torch.save(critics, folder / "critics.pt")
     (folder / "trainer_state.json").write_text(json.dumps(state))
     (folder / "base_model.json").write_text(json.dumps(base_record(team, cfg), indent=1))
     dump_config(cfg, folder / "config.yaml")

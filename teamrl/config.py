@@ -196,7 +196,8 @@ class AlgorithmConfig:
         "Std normalisation of advantages, after centring per group: 'group' divides by the "
         "group's std; 'batch' divides by the std of all raw rewards (returns) in the batch, as "
         "TRL does; 'agent' divides by the std of the raw returns of the sample's agent across "
-        "the batch (per-agent normalisation); 'none' leaves them unscaled (Dr. GRPO).",
+        "the batch (per-agent normalisation); 'none' leaves them unscaled (Dr. GRPO). With a "
+        "critic there is no centring: batch and agent only divide by those stds.",
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f(
         "dapo",
@@ -280,6 +281,37 @@ class AlgorithmConfig:
         "True credits each agent with alpha * team + its own Step.local_rewards term, so with "
         "alpha=0 the agents learn independently, each on its own reward, under MAGRPO's joint "
         "sampling and groups (the per-agent reward design MAGRPO argues against).",
+    )
+    critic: Literal["none", "iac", "maac"] = _f(
+        "none",
+        "MAGRPO's advantage from a learned critic instead of the group's mean "
+        "(docs/algorithms/iac.md, maac.md). 'none': the group baseline. 'iac': independent "
+        "actor-critic, one value head per agent on its own policy's last hidden state, reading "
+        "its own prompt. 'maac': one centralised value head that reads every agent's "
+        "observation at once. Advantages by GAE (discount, lam) on MAGRPO's joint tree; needs "
+        "scale_rewards none|batch|agent (per-group centring would cancel the critic).",
+    )
+    critic_level: Literal["turn", "token"] = _f(
+        "turn",
+        "Where the critic's GAE runs: 'turn' (one value per state, one advantage per "
+        "completion) or 'token' (a value per token, the turn's reward on its last token, one "
+        "advantage per token; 'iac' only). The discount applies between turns, lam per step.",
+    )
+    lam: float = _f(
+        1.0,
+        "GAE lambda (TRL's PPO name) for critic != 'none': 1 = the return minus the value "
+        "(Monte Carlo), 0 = the one-step TD error.",
+    )
+    cliprange_value: float | None = _f(
+        None,
+        "Value clipping (TRL's PPO name): the critic's loss takes the larger of its error and "
+        "the error of its prediction held within this distance of the value the advantages "
+        "used. None = plain squared error.",
+    )
+    critic_learning_rate: float = _f(
+        1e-3,
+        "Learning rate of the critics' value heads (AdamW, constant); each trains for "
+        "num_iterations passes of train.num_mini_batches steps per trainer step.",
     )
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."

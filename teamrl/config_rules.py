@@ -151,6 +151,9 @@ RULES: list[tuple[str, Any, str]] = [
         "distinct names from 'turn', 'agent' (e.g. [turn, agent]) or None",
     ),
     ("algorithm.beta", _ge(0), ">= 0"),
+    ("algorithm.lam", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("algorithm.cliprange_value", _gt(0), "> 0 or None"),
+    ("algorithm.critic_learning_rate", _gt(0), "a finite float > 0"),
     ("train.max_steps", _ge(0), ">= 0"),
     ("train.prompts_per_step", _ge(1), ">= 1"),
     ("train.num_mini_batches", _ge(1), ">= 1"),
@@ -234,6 +237,7 @@ def _check_fidelity(cfg: Any) -> None:
     if a.delta is not None:
         hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
         _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
+    _check_critic(cfg)
     cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
     _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
     _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
@@ -252,6 +256,56 @@ def _check_fidelity(cfg: Any) -> None:
             "train; set one of them false"
         )
     _check_agent_overrides(cfg)
+
+
+def _check_critic(cfg: Any) -> None:
+    """A learned critic (IAC, MAAC) replaces MAGRPO's group baseline: only MAGRPO's joint tree
+    feeds it, and nothing may undo it (per-group centring, another baseline, flat-group
+    filtering that reads the group baseline's advantages)."""
+    a = cfg.algorithm
+    if a.critic == "none":
+        if a.critic_level != "turn":
+            raise ConfigError(
+                f"algorithm.critic_level: {a.critic_level!r} needs a critic (algorithm.critic "
+                "iac or maac)"
+            )
+        return
+    why = f"algorithm.critic={a.critic!r}"
+    if a.name != "magrpo":
+        raise ConfigError(
+            f"algorithm.critic: {a.critic!r} runs on MAGRPO's joint tree; algorithm.name is "
+            f"{a.name!r} (set algorithm.name=magrpo or algorithm.critic=none)"
+        )
+    if a.scale_rewards == "group":
+        raise ConfigError(
+            f"algorithm.scale_rewards: 'group' centres each group, which cancels the critic's "
+            f"value (every sample of a node shares it); with {why} use none, batch or agent"
+        )
+    if a.baseline != "mean":
+        raise ConfigError(
+            f"algorithm.baseline: {a.baseline!r} with {why}; the critic's value is the baseline "
+            "(leave baseline=mean)"
+        )
+    if a.filter_groups:
+        raise ConfigError(
+            f"algorithm.filter_groups: true with {why}; a group of equal returns still has "
+            "advantages against the critic, so dropping it would discard signal"
+        )
+    if a.critic == "maac" and a.reward_per_agent:
+        raise ConfigError(
+            "algorithm.reward_per_agent: true with critic='maac'; the centralised critic values "
+            "the team's return (use critic='iac' for per-agent rewards)"
+        )
+    if a.critic == "maac" and a.critic_level == "token":
+        raise ConfigError(
+            "algorithm.critic_level: 'token' needs critic='iac' (the centralised critic reads "
+            "the joint observation, one value per state)"
+        )
+    if cfg.distributed.backend == "ray":
+        raise ConfigError(
+            f"algorithm.critic: {a.critic!r} runs in one process for now; with "
+            "distributed.backend=ray use critic=none"
+        )
 
 
 def _check_agent_overrides(cfg: Any) -> None:

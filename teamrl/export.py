@@ -4,6 +4,8 @@
       team.yaml          which agent uses which weights, its prompts and sampling settings
       <policy>/          a PEFT adapter (adapter_config.json + adapter_model.safetensors) or a
                          save_pretrained model (config.json + model.safetensors), + tokenizer
+      critics/<name>.safetensors   with algorithm.critic: each value head (``weight`` (1, H),
+                         ``bias`` (1,)) over the last hidden state of the policy team.yaml names
 
 One folder per policy: in ``lora`` and ``separate`` teams that is one per agent (named after
 it); in a ``shared`` team every agent points at ``shared/``. An adapter loads with
@@ -44,8 +46,11 @@ def write_team_folder(
     systems: dict[str, str],
     team=None,
     checkpoint: Path | None = None,
+    critics: dict | None = None,
 ) -> Path:
-    """Write OUT from a live ``team`` or from a checkpoint folder (no model is loaded)."""
+    """Write OUT from a live ``team`` or from a checkpoint folder (no model is loaded).
+    ``critics``: a live run's critic state (``teamrl.critics.critic_state``); a checkpoint's
+    own ``critics.pt`` is read when there is one."""
     from teamrl.policy_weights import base_record, save_policy
 
     out.mkdir(parents=True, exist_ok=True)
@@ -59,6 +64,10 @@ def write_team_folder(
         names = copy_checkpoint_policies(checkpoint, out)
         bases = json.loads((checkpoint / "base_model.json").read_text())
         policy_of = {a.name: (a.name if a.name in names else names[0]) for a in cfg.team.agents}
+        if (checkpoint / "critics.pt").exists():
+            import torch
+
+            critics = torch.load(checkpoint / "critics.pt", weights_only=True)
     for pol in sorted(set(policy_of.values())):
         name_public_base(out / pol, bases[pol]["name"])
     agents = []
@@ -91,8 +100,32 @@ def write_team_folder(
         "policies": cfg.team.policies,
         "agents": agents,
     }
+    if critics:
+        team_yaml["critics"] = write_critics(out, critics, cfg)
     (out / "team.yaml").write_text(yaml.safe_dump(team_yaml, sort_keys=False))
     return out
+
+
+def write_critics(out: Path, critics: dict, cfg: Config) -> dict:
+    """Each critic's value head as ``critics/<name>.safetensors``; its team.yaml entry says
+    what it reads (V = weight . h + bias, h the named policy's last hidden state at the last
+    token of its input)."""
+    from safetensors.torch import save_file
+
+    (out / "critics").mkdir(exist_ok=True)
+    entries = {}
+    for name, state in critics.items():
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in state["head"].items()},
+            out / "critics" / f"{name}.safetensors",
+        )
+        entries[name] = {
+            "weights": f"critics/{name}.safetensors",
+            "trunk": f"{state['policy']}/",
+            "reads": "joint_observation" if cfg.algorithm.critic == "maac" else "prompt",
+            "level": cfg.algorithm.critic_level,
+        }
+    return entries
 
 
 def copy_checkpoint_policies(checkpoint: Path, out: Path) -> list[str]:

@@ -25,6 +25,9 @@ class Sample:
     reward: float = 0.0  # immediate reward credited to this action
     return_: float = 0.0  # reward-to-go the advantage is computed from
     advantage: float = 0.0
+    # one advantage per completion token (a token-level critic's GAE); None: ``advantage`` for
+    # every token
+    token_advantages: list[float] | None = None
     text: str = ""  # decoded completion, for logs
     # The episode this action belongs to, when a group holds several actions of one episode
     # (trajectory GRPO): the baseline is then taken over episodes. None: the sample is its own

@@ -33,6 +33,13 @@ from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
 from teamrl.algorithms.filtering import drop_flat_groups, flat_groups_filled
 from teamrl.algorithms.update import agent_setting, update_policy
 from teamrl.config import Config, ConfigError, dump_config, to_dict
+from teamrl.critics import (
+    build_critics,
+    critic_credit,
+    critic_state,
+    fit_critics,
+    load_critic_state,
+)
 from teamrl.data_stream import DataStream
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task, task_from_config
@@ -144,6 +151,7 @@ class Trainer:
         for pol in self.team.policies.values():
             if pol.optimizer is None:  # a remote policy's optimizer lives on its workers
                 self._make_optimizer(pol)
+        self.critics = build_critics(self.team, cfg)  # IAC / MAAC value heads ({} without)
         base_record(self.team, cfg)  # fingerprint the bases now, before training moves them
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
         self.step = 0
@@ -199,6 +207,10 @@ class Trainer:
         metrics.update(result.metrics)
         a = cfg.algorithm
         metrics.update(compute_advantages(result.samples, a.baseline, a.scale_rewards))
+        critic_batch = None
+        if self.critics:  # IAC / MAAC: the critics' GAE replaces the group baseline
+            critic_batch, credit_metrics = critic_credit(self.team, self.critics, result.roots, cfg)
+            metrics.update(credit_metrics)
         train_samples = result.samples
         if a.filter_groups:
             train_samples = drop_flat_groups(train_samples)
@@ -227,6 +239,8 @@ class Trainer:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
                 pol.scheduler.step()
+        if critic_batch is not None:  # the heads regress on features from before the update
+            metrics.update(fit_critics(self.critics, critic_batch, cfg, self.step))
         t_update = time.perf_counter() - t1
         self.step += 1
         gen_s = result.stats["time/generate"]
@@ -373,7 +387,10 @@ class Trainer:
         state = {"step": self.step, "data": self.data.state(), "nan_skips": self.nan_skips}
         if self.logger is not None:
             self.logger.sync()  # no checkpoint is ahead of the metrics it follows
-        return checkpoints.save_checkpoint(self.run_dir, self.cfg, self.team, state, self.ctx)
+        critics = critic_state(self.critics) if self.critics else None
+        return checkpoints.save_checkpoint(
+            self.run_dir, self.cfg, self.team, state, self.ctx, critics=critics
+        )
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = checkpoints.load_checkpoint(path, self.cfg, self.team)
@@ -383,6 +400,15 @@ class Trainer:
                 pol.apply_schedule(lr, self.cfg)
             else:
                 checkpoints.apply_schedule(pol, lr, lr_lambda(self.cfg), self.cfg)
+        if self.critics:
+            saved = Path(path) / "critics.pt"
+            if not saved.exists():
+                raise ConfigError(
+                    f"checkpoint {path} has no critics.pt; this run trains critics "
+                    f"(algorithm.critic={self.cfg.algorithm.critic!r}): resume with the "
+                    "checkpoint's algorithm.critic"
+                )
+            load_critic_state(self.critics, torch.load(saved, weights_only=True), str(saved))
         self.step = state["step"]
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
@@ -391,5 +417,8 @@ class Trainer:
         """A team folder (as ``teamrl export``): one folder of standard weights per policy (a
         PEFT adapter or a save_pretrained model, with the tokenizer) and ``team.yaml``."""
         if self.ctx.is_main:
-            write_team_folder(Path(out_dir), self.cfg, self.team.systems, self.team)
+            critics = critic_state(self.critics) if self.critics else None
+            write_team_folder(
+                Path(out_dir), self.cfg, self.team.systems, self.team, critics=critics
+            )
         return Path(out_dir)

@@ -10,6 +10,8 @@ Loss, per token t of sample i (ratio r = exp(logp - logp_old), advantage A_i):
 
     l_it = -w_it * min(r' * A_i, clip(r, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_it
 
+(A_it in place of A_i when a token-level critic gives each token its own advantage)
+
 where r' = min(r, delta) when ``delta`` is set (two-sided clipping, INTELLECT-2 / TRL's
 ``delta``: bounds the loss of a negative advantage), w_it the detached importance weight that
 corrects for the sampler's distribution (``teamrl.algorithms.importance``, 1 when off), and
@@ -59,7 +61,7 @@ class Batch:
     prompt_index: torch.Tensor  # (B,) which distinct prompt each sample continues
     completion_ids: torch.Tensor  # (B, C) right-padded
     completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS, 0 on pads
-    advantages: torch.Tensor  # (B,)
+    advantages: torch.Tensor  # (B,), or (B, C) when a sample has per-token advantages
     temperatures: torch.Tensor  # (B,)
     sampler_logprobs: torch.Tensor  # (B, C)
     truncated: torch.Tensor  # (B,) float, 1 when the completion hit its budget without EOS
@@ -91,13 +93,33 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
         prompt_index=torch.tensor(index, dtype=torch.long),
         completion_ids=comp,
         completion_mask=mask,
-        advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        advantages=_advantages(samples, width),
         temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
         sampler_logprobs=sampler,
         truncated=torch.tensor([float(s.truncated) for s in samples]),
         top_p=torch.ones(len(samples)),
         top_k=torch.zeros(len(samples), dtype=torch.long),
     )
+
+
+def _advantages(samples: list[Sample], width: int) -> torch.Tensor:
+    """(B,) one advantage per sample, or (B, C) when any sample carries one per token (a
+    token-level critic): the others' then fill their row, pads stay 0."""
+    if all(s.token_advantages is None for s in samples):
+        return torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    out = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        n = len(s.completion_ids)
+        if s.token_advantages is None:
+            out[i, :n] = s.advantage
+        elif len(s.token_advantages) != n:
+            raise ValueError(
+                f"sample of agent {s.agent!r}: {len(s.token_advantages)} token advantages for "
+                f"{n} completion tokens"
+            )
+        else:
+            out[i, :n] = torch.tensor(s.token_advantages)
+    return out
 
 
 def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
@@ -345,7 +367,8 @@ def policy_loss(
             f"got {importance_sampling_level!r}"
         )
     ratio = torch.exp(log_ratio)
-    adv = advantages[:, None]
+    # one advantage per sample, broadcast over its tokens, or one per token (0 off the mask)
+    adv = advantages[:, None] if advantages.ndim == 1 else _live(advantages, live)
     capped = ratio if delta is None else torch.clamp(ratio, max=delta)
     unclipped = capped * adv
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv

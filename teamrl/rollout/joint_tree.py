@@ -180,11 +180,11 @@ def joint_rollout(
 
     samples: list[Sample] = []
     for root in roots:
-        credit = _per_agent_credit(alpha) if reward_per_agent else _team_credit
+        credit = agent_credit(reward_per_agent, alpha)
         cross = joint_mode == "cross" and not greedy
         _assign_returns(root, agents, discount, cross=cross, credit=credit)
         if counterfactual and cross:
-            for node in _walk(root):
+            for node in walk(root):
                 counterfactual_advantages(node, agents)
         samples.extend(_collect(root, agents))
     stats = {
@@ -209,6 +209,12 @@ def path_summary(root: Node) -> dict:
         outcome.record(node.steps[0])
         node = node.children.get(0)
     return episode_summary(root.problem, outcome, root.returns[0], team_return=root.returns[0])
+
+
+def agent_credit(reward_per_agent: bool, alpha: float):
+    """What an agent is credited with for a joint action's step: the team reward, or with
+    ``reward_per_agent`` alpha * team + its local term."""
+    return _per_agent_credit(alpha) if reward_per_agent else _team_credit
 
 
 def _team_credit(step: Step, agent: str) -> float:
@@ -281,10 +287,11 @@ def _collect(node: Node, agents: list[str]) -> list[Sample]:
     return out
 
 
-def _walk(node):
+def walk(node):
+    """Every node of a tree, the root first."""
     yield node
     for child in node.children.values():
-        yield from _walk(child)
+        yield from walk(child)
 
 
 def rollout_metrics(
@@ -301,7 +308,7 @@ def rollout_metrics(
     done = 0
     n_steps = 0
     for root in roots:
-        for node in _walk(root):
+        for node in walk(root):
             per_turn.setdefault(node.turn, []).extend(node.rewards)
             for st in node.steps:
                 n_steps += 1

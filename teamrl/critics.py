@@ -1,0 +1,268 @@
+"""Critics for actor-critic teams: ``algorithm.critic`` iac | maac on MAGRPO's joint tree.
+
+A critic here is a linear value head, V(s) = w . h(s) + b, over the last hidden state h of a
+policy's model (the policy as it is when the step's rollout was sampled, its adapter active):
+
+- **IAC** (independent actor-critic): one head per agent, on its own policy, reading its own
+  prompt: V_a(o_a). At token level the head also reads the hidden state that predicts each
+  completion token, so token k's value is V_a(o_a, y_<k).
+- **MAAC** (multi-agent actor-critic, centralised critic): one head, on the first agent's
+  policy, reading every agent's observation of the state at once (``joint_observation``):
+  V(o_1, ..., o_N), the same for every agent of a node.
+
+The trunk is not trained by the critic: the heads regress on features taken once per step,
+before the policies update, so the value loss never moves a policy and needs no coefficient
+against the policy loss (CoMLRL's shared-head mode trains the trunk too; docs/algorithms/iac.md
+says why teamrl does not). A head starts at zero, V = 0, so the first step's advantage is the
+return itself (REINFORCE), and the critic takes over as it learns.
+
+Per trainer step: ``critic_credit`` (features, values, GAE advantages on the tree,
+``teamrl.rollout.critic_credit``) before the policy updates, ``fit_critics`` after them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from teamrl.algorithms.gae import explained_variance, value_loss
+from teamrl.config import Config
+from teamrl.rollout.critic_credit import critic_advantages, scale_critic_advantages
+from teamrl.rollout.joint_tree import Node, agent_credit, walk
+from teamrl.team import Policy, Team
+
+CENTRAL = "central"  # the MAAC critic's name
+CHUNK = 16  # sequences per feature forward
+
+
+@dataclass
+class Critic:
+    name: str  # the agent it values (IAC), or CENTRAL (MAAC)
+    policy: str  # the policy whose last hidden state it reads
+    head: torch.nn.Linear
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass
+class CriticBatch:
+    """One step's regression data per critic: features, value targets, the values the
+    advantages used (the value loss clips around them)."""
+
+    features: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N, H)
+    targets: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+    old_values: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+
+
+def critic_name(cfg: Config, agent: str) -> str:
+    return agent if cfg.algorithm.critic == "iac" else CENTRAL
+
+
+def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
+    """The run's critics ({} when ``algorithm.critic`` is 'none'), heads at zero."""
+    a = cfg.algorithm
+    if a.critic == "none":
+        return {}
+    agents = list(team.agents)
+    names = agents if a.critic == "iac" else [CENTRAL]
+    critics = {}
+    for name in names:
+        pol = team.policies[team.policy_of[name if a.critic == "iac" else agents[0]]]
+        hidden = int(pol.model.config.hidden_size)
+        head = torch.nn.Linear(hidden, 1, device=team.device, dtype=torch.float32)
+        torch.nn.init.zeros_(head.weight)
+        torch.nn.init.zeros_(head.bias)
+        opt = torch.optim.AdamW(head.parameters(), lr=a.critic_learning_rate, weight_decay=0.0)
+        critics[name] = Critic(name, pol.name, head, opt)
+    return critics
+
+
+def joint_observation(observations: dict[str, str], agents: list[str]) -> str:
+    """What the central critic reads: every agent's observation, tagged with its name."""
+    return "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents)
+
+
+@torch.no_grad()
+def hidden_at(
+    pol: Policy, jobs: list[tuple[list[int], list[int]]], device: torch.device
+) -> list[torch.Tensor]:
+    """For each (token ids, positions): the policy's last hidden state at those positions,
+    (len(positions), H) float32. Right-padded batches: a causal model's real positions never
+    see the pads after them."""
+    pol.activate()
+    model, pad = pol.model, pol.engine.pad_id
+    was_training = model.training
+    model.eval()  # no dropout in the features
+    out: list[torch.Tensor] = []
+    try:
+        for i in range(0, len(jobs), CHUNK):
+            part = jobs[i : i + CHUNK]
+            width = max(len(ids) for ids, _ in part)
+            ids = torch.full((len(part), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            for r, (seq, _) in enumerate(part):
+                ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                mask[r, : len(seq)] = 1
+            res = model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                output_hidden_states=True,
+                use_cache=False,
+                logits_to_keep=1,  # the values need no vocabulary projection
+            )
+            h = res.hidden_states[-1].float()
+            out.extend(h[r, pos] for r, (_, pos) in enumerate(part))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def critic_credit(
+    team: Team, critics: dict[str, Critic], roots: list[Node], cfg: Config
+) -> tuple[CriticBatch, dict[str, float]]:
+    """Every sample's advantage from the critics (written in place) and the regression data."""
+    a = cfg.algorithm
+    agents = list(team.agents)
+    token = a.critic_level == "token"
+
+    def state_key(agent: str, node: Node) -> Hashable:
+        return ("state", critic_name(cfg, agent), node.slot, node.node_id)
+
+    # 1. What each critic reads: every state (and at token level every token) of the trees.
+    jobs: dict[str, dict[Hashable, tuple[list[int], list[int]]]] = {n: {} for n in critics}
+    owner: dict[Hashable, str] = {}  # regression key -> critic
+    for root in roots:
+        for node in walk(root):
+            for ag in agents:
+                name = critic_name(cfg, ag)
+                key = state_key(ag, node)
+                if key in jobs[name]:
+                    continue  # MAAC: one state for every agent
+                if name == CENTRAL:
+                    tok = team.policies[critics[name].policy].engine.tokenizer
+                    text = joint_observation(node.observations, agents)
+                    ids = tok(text, add_special_tokens=False)["input_ids"]
+                else:
+                    ids = list(node.samples[ag][0].prompt_ids)  # a node's samples share it
+                jobs[name][key] = (ids, [len(ids) - 1])
+                if token:
+                    for s in node.samples[ag]:
+                        seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+                        first = len(s.prompt_ids) - 1
+                        positions = list(range(first, first + len(s.completion_ids)))
+                        jobs[name][("tokens", id(s))] = (seq, positions)
+
+    # 2. Features and values, one batched no-grad pass per critic.
+    features: dict[Hashable, torch.Tensor] = {}
+    values: dict[Hashable, float] = {}
+    for name, c in critics.items():
+        keys = list(jobs[name])
+        feats = hidden_at(team.policies[c.policy], [jobs[name][k] for k in keys], team.device)
+        with torch.no_grad():
+            for k, f in zip(keys, feats):
+                v = c.head(f).squeeze(-1).tolist()
+                if k[0] == "tokens":  # one row per token: ("token", id(sample), t)
+                    for t in range(len(f)):
+                        row = ("token", k[1], t)
+                        features[row], values[row], owner[row] = f[t], v[t], name
+                else:
+                    features[k], values[k], owner[k] = f[0], v[0], name
+
+    # 3. GAE on the trees, then the scaling.
+    samples = [
+        s for root in roots for node in walk(root) for ag in agents for s in node.samples[ag]
+    ]
+    targets = critic_advantages(
+        roots,
+        agents,
+        state_value=lambda ag, node: values[state_key(ag, node)],
+        state_key=state_key,
+        credit=agent_credit(a.reward_per_agent, a.alpha),
+        gamma=1.0 if a.discount is None else a.discount,
+        lam=a.lam,
+        level=a.critic_level,
+        token_values=lambda s: [values[("token", id(s), t)] for t in range(len(s.completion_ids))],
+    )
+    scale_critic_advantages(samples, a.scale_rewards)
+
+    # 4. Regression rows: one per (state or token, target).
+    rows: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in critics}
+    for key, tgts in targets.items():
+        f, g, v = rows[owner[key]]
+        for target in tgts:
+            f.append(features[key])
+            g.append(target)
+            v.append(values[key])
+    batch = CriticBatch()
+    for name, (f, g, v) in rows.items():
+        if f:
+            batch.features[name] = torch.stack(f)
+            batch.targets[name] = torch.tensor(g, dtype=torch.float32, device=team.device)
+            batch.old_values[name] = torch.tensor(v, dtype=torch.float32, device=team.device)
+    metrics = {}
+    for ag in agents:
+        adv = [s.advantage for s in samples if s.agent == ag]
+        metrics[f"advantage/spread/{ag}"] = float(np.std(adv)) if adv else 0.0
+    return batch, metrics
+
+
+def fit_critics(
+    critics: dict[str, Critic], batch: CriticBatch, cfg: Config, step: int
+) -> dict[str, float]:
+    """``num_iterations`` passes of ``train.num_mini_batches`` AdamW steps of each head on its
+    rows (seeded shuffle); logs the value loss, the explained variance of the values the
+    advantages used, and the mean value and target."""
+    a, t = cfg.algorithm, cfg.train
+    metrics: dict[str, float] = {}
+    for name, c in critics.items():
+        if name not in batch.features:
+            continue
+        feats, tgt, old = batch.features[name], batch.targets[name], batch.old_values[name]
+        ev = explained_variance(old.tolist(), tgt.tolist())
+        if np.isfinite(ev):  # undefined when every target is the same
+            metrics[f"critic/explained_variance/{name}"] = ev
+        metrics[f"critic/value/{name}"] = float(old.mean())
+        metrics[f"critic/target/{name}"] = float(tgt.mean())
+        losses = []
+        c.head.train()
+        for it in range(a.num_iterations):
+            order = list(range(len(tgt)))
+            random.Random(cfg.seed + 7919 * step + 104729 * (it + 1)).shuffle(order)
+            for mb in (order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)):
+                if not mb:
+                    continue
+                idx = torch.tensor(mb, device=feats.device)
+                v = c.head(feats[idx]).squeeze(-1)
+                loss = value_loss(v, old[idx], tgt[idx], torch.ones_like(v), clip=a.cliprange_value)
+                c.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                c.optimizer.step()
+                losses.append(float(loss.detach()))
+        metrics[f"critic/value_loss/{name}"] = float(np.mean(losses))
+    return metrics
+
+
+def critic_state(critics: dict[str, Critic]) -> dict:
+    """What a checkpoint keeps of the critics: heads and optimizer states."""
+    return {
+        name: {
+            "policy": c.policy,
+            "head": c.head.state_dict(),
+            "optimizer": c.optimizer.state_dict(),
+        }
+        for name, c in critics.items()
+    }
+
+
+def load_critic_state(critics: dict[str, Critic], state: dict, where: str) -> None:
+    if sorted(state) != sorted(critics):
+        raise ValueError(
+            f"{where}: holds critics {sorted(state)}, this run has {sorted(critics)} "
+            "(algorithm.critic must match the checkpoint's)"
+        )
+    for name, c in critics.items():
+        c.head.load_state_dict(state[name]["head"])
+        c.optimizer.load_state_dict(state[name]["optimizer"])
