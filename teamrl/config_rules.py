@@ -301,11 +301,6 @@ def _check_critic(cfg: Any) -> None:
             "algorithm.critic_level: 'token' needs critic='iac' (the centralised critic reads "
             "the joint observation, one value per state)"
         )
-    if cfg.distributed.backend == "ray":
-        raise ConfigError(
-            f"algorithm.critic: {a.critic!r} runs in one process for now; with "
-            "distributed.backend=ray use critic=none"
-        )
 
 
 def _check_agent_overrides(cfg: Any) -> None:

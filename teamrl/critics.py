@@ -71,7 +71,10 @@ def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
     critics = {}
     for name in names:
         pol = team.policies[team.policy_of[name if a.critic == "iac" else agents[0]]]
-        hidden = int(pol.model.config.hidden_size)
+        # a Ray policy's model lives on its workers, which reported its width
+        hidden = int(
+            pol.model.config.hidden_size if pol.model is not None else pol.engine.hidden_size
+        )
         head = torch.nn.Linear(hidden, 1, device=team.device, dtype=torch.float32)
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
@@ -160,7 +163,9 @@ def critic_credit(
     values: dict[Hashable, float] = {}
     for name, c in critics.items():
         keys = list(jobs[name])
-        feats = hidden_at(team.policies[c.policy], [jobs[name][k] for k in keys], team.device)
+        pol, todo = team.policies[c.policy], [jobs[name][k] for k in keys]
+        remote = getattr(pol, "hidden_at", None)  # a Ray policy: rank 0 of its worker group
+        feats = remote(todo, team.device) if remote else hidden_at(pol, todo, team.device)
         with torch.no_grad():
             for k, f in zip(keys, feats):
                 v = c.head(f).squeeze(-1).tolist()

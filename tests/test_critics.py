@@ -255,7 +255,6 @@ def test_the_bandit_rung_learns_with_a_critic(tmp_path, critic):
         ({"algorithm.critic": "iac", "algorithm.filter_groups": True}, "filter_groups"),
         ({"algorithm.critic": "maac", "algorithm.reward_per_agent": True}, "reward_per_agent"),
         ({"algorithm.critic": "iac", "algorithm.lam": 1.5}, "algorithm.lam"),
-        ({"algorithm.critic": "iac", "distributed.backend": "ray"}, "algorithm.critic"),
     ],
 )
 def test_bad_critic_configs_are_one_line_errors(extra, field):

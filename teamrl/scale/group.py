@@ -269,6 +269,12 @@ class RemotePolicy:
         """``checkpoints.apply_schedule`` on every rank (after a checkpoint load)."""
         self.group._call("apply_schedule", self.name, lr, cfg)
 
+    def hidden_at(self, jobs: list, device) -> list:
+        """Rank 0's last hidden states for the controller's critics (``teamrl.critics``)."""
+        ray = require_ray()
+        feats = self.group._call("hidden_at", self.name, ray.put(jobs), ranks=[0])[0]
+        return [f.to(device) for f in feats]
+
     def weight_files(self) -> dict[str, bytes]:
         """Rank 0's weights as the files ``save_policy`` writes in one process (a PEFT adapter
         or a save_pretrained model), so checkpoints and exports of a Ray run hold the same
@@ -302,6 +308,7 @@ def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
             engine.backend = RemoteBackend(group)
             engine.eos_ids = group.info[0]["eos_ids"]
             engine._base_fingerprint = group.info[0]["fingerprint"]  # see fingerprint_of
+            engine.hidden_size = group.info[0]["hidden_size"]  # what a critic's head reads
             for name in plan.policies:
                 pol = team.policies[name]
                 team.policies[name] = RemotePolicy(name, engine, pol.adapter, pol.agents, group)

@@ -70,6 +70,7 @@ class PolicyWorker:
             "pid": os.getpid(),
             "node": _node_ip(),
             "eos_ids": engine.eos_ids if engine else None,
+            "hidden_size": int(engine.model.config.hidden_size) if engine else None,
             # computed on the first call after configure, before any update moves the weights
             "fingerprint": fingerprint_of(engine) if engine else "",
         }
@@ -93,6 +94,15 @@ class PolicyWorker:
         return update_policy(
             pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=self.ctx
         )
+
+    def hidden_at(self, policy: str, jobs: list) -> list:
+        """(rank 0) The policy's last hidden states at the given positions, on the CPU: what
+        the controller's critics read (``teamrl.critics.hidden_at``; every rank holds the
+        same weights, so one answers)."""
+        from teamrl.critics import hidden_at
+
+        pol = self.team.policies[policy]
+        return [h.cpu() for h in hidden_at(pol, jobs, pol.model.device)]
 
     def state(self, policy: str, part: str):
         """'weights' | 'optimizer' | 'scheduler' of ``policy``, on the CPU."""
