@@ -408,6 +408,11 @@ TLDR_LEVELS = (
     "components/unique_words",
     "components/style",
 )
+TLDR_SPLITS = {
+    "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
+    "validation": "offline eval posts (24): where the demo's setting was chosen",
+    "test": "offline test posts (24) + offline train posts 64..95 (never trained on): the first 32",
+}
 ONE_WRITER = (
     "env.name=tldr_one_writer",
     "env.kwargs={}",
@@ -449,12 +454,7 @@ _add(
             # where the one writer starts: its prompt and format differ from the team's
             Condition("one_writer_untrained", ONE_WRITER, train=False),
         ),
-        splits={
-            "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
-            "validation": "offline eval posts (24): where the demo's setting was chosen",
-            "test": "offline test posts (24) + offline train posts 64..95 (never trained on): "
-            "the first 32",
-        },
+        splits=TLDR_SPLITS,
         test_problems=32,
         metrics=TLDR_LEVELS,
         sample_outputs=4,
@@ -462,6 +462,49 @@ _add(
         extra={"baseline": "untrained_team", "min_rise": 0.3},
         notes="The levels are the writing reward's components (WritingScore.components). "
         "independent_rewards: each writer's own reward is experiments.tasks.own_part_rewards.",
+    )
+)
+
+# --- credit beyond one shared reward (issue 24): the TLDR table's setting, other estimators ---
+
+CRITIC_SCALE = "algorithm.scale_rewards=batch"  # the critic is the baseline: no group centring
+_add(
+    Table(
+        name="tldr_credit",
+        description="Credit assignment on TLDR (the tldr_magrpo setting): MAGRPO's group "
+        "mean vs the counterfactual baseline (cross mode) vs IAC (a value head per writer, "
+        "turn and token level) vs MAAC (one centralised value head).",
+        config="quickstart",
+        base=(
+            "env.name=tldr_heldout",
+            "env.kwargs={}",
+            "eval.eval_steps=0",
+            "log.save_steps=5",
+            "log.progress_bar=false",
+        ),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", ()),
+            # equal to MAGRPO-cross with the mean baseline (docs/algorithms/counterfactual.md)
+            Condition(
+                "counterfactual",
+                ("algorithm.joint_mode=cross", "algorithm.baseline=counterfactual"),
+            ),
+            Condition("iac", ("algorithm.critic=iac", CRITIC_SCALE)),
+            Condition(
+                "iac_token",
+                ("algorithm.critic=iac", "algorithm.critic_level=token", CRITIC_SCALE),
+            ),
+            Condition("maac", ("algorithm.critic=maac", CRITIC_SCALE)),
+        ),
+        splits=TLDR_SPLITS,
+        test_problems=32,
+        metrics=TLDR_LEVELS,
+        sample_outputs=2,
+        test_outputs=True,
+        extra={"baseline": "untrained_team", "min_rise": 0.3},
+        notes="Critic conditions: scale_rewards=batch (group centring would cancel the critic); "
+        "critic_learning_rate to be chosen on the validation posts before the test runs.",
     )
 )
 
