@@ -37,7 +37,7 @@ def _prepare(args: argparse.Namespace):
     from teamrl.envs.base import task_from_config
     from teamrl.plugins import ensure_task, import_tasks
     from teamrl.preflight import preflight
-    from teamrl.trainer import set_seed
+    from teamrl.seeding import set_seed
 
     import_tasks(args.imports)
     cfg = load_config(args.config, args.overrides)

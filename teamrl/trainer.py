@@ -18,21 +18,18 @@ checkpoints in ``teamrl.checkpoints`` and the data order in ``teamrl.data_stream
 from __future__ import annotations
 
 import dataclasses
-import math
-import random
 import shutil
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from teamrl import checkpoints
 from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
 from teamrl.algorithms.filtering import drop_flat_groups, flat_groups_filled
-from teamrl.algorithms.update import agent_setting, update_policy
-from teamrl.config import Config, ConfigError, dump_config, to_dict
+from teamrl.algorithms.update import update_policy
+from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
 from teamrl.critics import (
     build_critics,
     critic_credit,
@@ -47,64 +44,15 @@ from teamrl.envs.sequential import SequentialTurns
 from teamrl.export import write_team_folder
 from teamrl.interrupt import StopRequest, TrainingInterrupted
 from teamrl.logging import RunLogger, sample_rows
+from teamrl.optim import lr_lambda, make_optimizer
 from teamrl.policy_weights import base_record
 from teamrl.preflight import preflight as run_preflight
 from teamrl.recipes import recipe_for
 from teamrl.rollout.common import RolloutResult
 from teamrl.run_files import RunLock, log_line, remove_orphans
 from teamrl.sample import Sample
+from teamrl.seeding import set_seed
 from teamrl.team import Policy, Team
-
-
-def lr_lambda(cfg: Config):
-    t = cfg.train
-
-    def f(step: int) -> float:
-        if step < t.warmup_steps:
-            return (step + 1) / (t.warmup_steps + 1)
-        if t.lr_scheduler_type == "constant":
-            return 1.0
-        span = max(1, t.max_steps - t.warmup_steps)
-        progress = min(1.0, (step - t.warmup_steps) / span)
-        if t.lr_scheduler_type == "linear":
-            shape = 1.0 - progress
-        else:
-            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return t.min_lr_ratio + (1 - t.min_lr_ratio) * shape
-
-    return f
-
-
-def make_optimizer(pol: Policy, cfg: Config) -> None:
-    """The optimizer (``train.optim``) over the policy's trainable parameters, and its LR
-    schedule (``lr_lambda``)."""
-    t = cfg.train
-    params = pol.parameters()
-    if not params:
-        raise RuntimeError(f"policy {pol.name!r} has no trainable parameters")
-    lr = agent_setting(cfg, pol.agents, "learning_rate", t.learning_rate)
-    if t.optim == "sgd":
-        # w <- w - lr * g: the update is linear in the gradient, so two runs that sum the same
-        # gradient in another order differ by rounding relative to the gradient's scale. AdamW's
-        # first step, lr * g / (|g| + eps), turns rounding in a near-zero entry into a step of
-        # size lr, which is why exactness checks use this optimizer.
-        pol.optimizer = torch.optim.SGD(params, lr=lr, weight_decay=t.weight_decay)
-    else:
-        fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
-        pol.optimizer = torch.optim.AdamW(
-            params,
-            lr=lr,
-            betas=(t.adam_beta1, t.adam_beta2),
-            weight_decay=t.weight_decay,
-            **fused,
-        )
-    pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(cfg))
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class Trainer:

@@ -13,8 +13,9 @@ from teamrl.algorithms.advantages import compute_advantages
 from teamrl.algorithms.importance import importance_weights, mismatch_stats
 from teamrl.algorithms.losses import collate, loss_mask, policy_loss
 from teamrl.algorithms.update import disable_dropout
-from teamrl.generation.hf import sample_tokens, truncation_keep
+from teamrl.generation.hf import sample_tokens
 from teamrl.sample import Sample
+from teamrl.truncation import truncation_keep
 
 # The shipped TLDR/arXiv sampling: T = 0.7, top_p = 0.9.
 T, TOP_P = 0.7, 0.9

@@ -9,7 +9,8 @@ import torch
 
 from teamrl.config import ConfigError, load_config
 from teamrl.generation import fast_decode
-from teamrl.generation.hf import HFBackend, generate
+from teamrl.generation.hf import generate
+from teamrl.generation.hf_backend import HFBackend
 from teamrl.generation.types import Request
 from teamrl.models import load_model
 

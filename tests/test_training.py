@@ -336,7 +336,7 @@ def test_sgd_optimizer_steps_by_minus_lr_times_the_gradient():
     # lr * g / |g| = 0.25 for both entries.
     from types import SimpleNamespace
 
-    from teamrl.trainer import make_optimizer
+    from teamrl.optim import make_optimizer
 
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     pol = SimpleNamespace(name="p", agents=["alice", "bob"], parameters=lambda: [w])

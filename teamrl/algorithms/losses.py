@@ -49,9 +49,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from teamrl.generation.hf import truncation_keep
 from teamrl.sample import Sample
 from teamrl.tensors import cache_kwargs, left_pad, output_cache
+from teamrl.truncation import truncation_keep
 
 
 @dataclass

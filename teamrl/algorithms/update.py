@@ -37,7 +37,7 @@ import torch
 
 from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
 from teamrl.algorithms.losses import collate, loss_mask, policy_loss, score_tokens
-from teamrl.config import Config
+from teamrl.config import Config, agent_setting
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
 
@@ -45,13 +45,6 @@ if TYPE_CHECKING:
     from teamrl.team import Policy
 
 Minibatch = list[Sample]
-
-
-def agent_setting(cfg: Config, agents: list[str], name: str, default):
-    """A per-agent override (``team.agents[i].<name>``) for a policy serving ``agents``, else
-    ``default``. Config.validate refuses a shared policy whose agents set different values."""
-    values = [ag.__dict__[name] for ag in cfg.team.agents if ag.name in agents]
-    return next((v for v in values if v is not None), default)
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

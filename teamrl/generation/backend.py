@@ -10,30 +10,12 @@ live model and has nothing to do.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import torch
+from typing import Protocol
 
 from teamrl.config import ConfigError, GenerationConfig
-from teamrl.generation.types import Generation, Request
+from teamrl.generation.types import EngineSpec, Generation, Request
 
-
-@dataclass
-class EngineSpec:
-    """What a backend may know about one model object (engine)."""
-
-    model: torch.nn.Module  # the trainer's live model (PEFT-wrapped when LoRA is used)
-    tokenizer: Any
-    eos_ids: list[int]
-    pad_id: int
-    model_path: str  # local HF folder (teamrl.models.resolve) or hub id of the base weights
-    dtype: str  # "float32" | "bfloat16" | "float16"
-    device: str  # "cpu", "cuda", "cuda:1"...
-    adapters: list[str]  # LoRA adapter names living in `model` ([] when no LoRA)
-    lora_r: int = 0
-    lora_alpha: int = 0
-    lora_target_modules: list[str] = field(default_factory=list)
+__all__ = ["Backend", "EngineSpec", "make_backend"]  # EngineSpec: re-exported, callers use it here
 
 
 class Backend(Protocol):
@@ -53,7 +35,7 @@ class Backend(Protocol):
 def make_backend(cfg: GenerationConfig, spec: EngineSpec) -> Backend:
     """The backend ``cfg.backend`` names, built for one engine."""
     if cfg.backend == "hf":
-        from teamrl.generation.hf import HFBackend
+        from teamrl.generation.hf_backend import HFBackend
 
         return HFBackend(spec, fast_decode=cfg.fast_decode, cpu_prepack=cfg.cpu_prepack)
     if cfg.backend == "vllm":

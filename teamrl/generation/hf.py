@@ -15,16 +15,13 @@ truncated (``truncated=True``) and its mask covers all its tokens.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from teamrl.generation.types import Generation, Request
 from teamrl.tensors import cache_kwargs, left_pad, output_cache
-
-if TYPE_CHECKING:  # backend.py imports this module lazily (make_backend)
-    from teamrl.generation.backend import EngineSpec
+from teamrl.truncation import truncation_keep
 
 
 @contextmanager
@@ -89,25 +86,6 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
         rows = bad.squeeze(-1)
         tokens[rows] = torch.multinomial(probs[rows], 1)
     return tokens.squeeze(-1)
-
-
-def truncation_keep(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """Which tokens of each row of (temperature-scaled) logits the sampler may draw: the top_k
-    largest (top_k > 0), then the smallest prefix of the sorted rest whose mass reaches top_p
-    (a token is dropped when the mass strictly before it already reaches top_p; >= 1 kept)."""
-    keep = torch.ones_like(scaled, dtype=torch.bool)
-    if bool((top_k > 0).any()):
-        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
-        thresh = kth.gather(-1, (top_k.clamp_min(1) - 1).unsqueeze(-1))
-        keep &= ~((scaled < thresh) & (top_k > 0).unsqueeze(-1))
-    if bool((top_p < 1).any()):
-        masked = scaled.masked_fill(~keep, float("-inf"))
-        sorted_logits, order = torch.sort(masked, descending=True, dim=-1)
-        probs = sorted_logits.softmax(-1)
-        before = probs.cumsum(-1) - probs
-        drop_sorted = before >= top_p.unsqueeze(-1)
-        keep &= ~torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return keep
 
 
 class Batch:
@@ -264,46 +242,3 @@ def generate(
     finally:
         model.train(was_training)
     return dec.generations()
-
-
-class HFBackend:
-    """Samples from ``spec.model`` itself, so it always sees the weights the trainer just
-    stepped: ``weights_changed`` has nothing to do."""
-
-    name = "hf"
-
-    def __init__(self, spec: EngineSpec, fast_decode: str = "off", cpu_prepack: str = "off"):
-        from teamrl.generation import cpu_prepack as prepack
-
-        self.spec = spec
-        on_cuda = str(spec.device).startswith("cuda")
-        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda)
-        # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so
-        # when it cannot (checked here, once, rather than silently per call).
-        self.prepack = cpu_prepack != "off" and prepack.available() and prepack.eligible(spec.model)
-        if cpu_prepack == "on" and not self.prepack:
-            from teamrl.errors import ConfigError
-
-            raise ConfigError(
-                "generation.cpu_prepack=on: needs a float32 model on CPU and PyTorch's oneDNN "
-                f"linear operators (model on {spec.device}, dtype {spec.dtype}); use auto or off"
-            )
-
-    def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
-        from teamrl.generation.cpu_prepack import prepacked
-
-        s = self.spec
-        with prepacked(s.model, enabled=self.prepack):
-            if self.fast:  # static KV cache + compiled decode; declines where unsupported
-                from teamrl.generation import fast_decode
-
-                return fast_decode.generate(
-                    s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
-                )
-            return generate(s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode)
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.spec.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def weights_changed(self, adapter: str | None) -> None:
-        pass  # the live model is the sampler's model

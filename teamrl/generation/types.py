@@ -1,8 +1,12 @@
-"""What crosses the generation seam: a request for ``n`` samples and the generations back."""
+"""What crosses the generation seam: what a backend knows of its engine, a request for ``n``
+samples and the generations back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
 
 
 @dataclass
@@ -25,3 +29,20 @@ class Generation:
     completion_ids: list[int]  # real tokens only (through EOS), no pads
     logprobs: list[float]  # sampler log-prob of each completion token
     truncated: bool  # hit max_new_tokens without EOS or a stop string
+
+
+@dataclass
+class EngineSpec:
+    """What a backend may know about one model object (engine)."""
+
+    model: torch.nn.Module  # the trainer's live model (PEFT-wrapped when LoRA is used)
+    tokenizer: Any
+    eos_ids: list[int]
+    pad_id: int
+    model_path: str  # local HF folder (teamrl.models.resolve) or hub id of the base weights
+    dtype: str  # "float32" | "bfloat16" | "float16"
+    device: str  # "cpu", "cuda", "cuda:1"...
+    adapters: list[str]  # LoRA adapter names living in `model` ([] when no LoRA)
+    lora_r: int = 0
+    lora_alpha: int = 0
+    lora_target_modules: list[str] = field(default_factory=list)

@@ -32,8 +32,7 @@ from pathlib import Path
 import torch
 
 from teamrl.config import ConfigError, GenerationConfig
-from teamrl.generation.backend import EngineSpec
-from teamrl.generation.types import Generation, Request
+from teamrl.generation.types import EngineSpec, Generation, Request
 
 INSTALL_HINT = (
     "generation.backend=vllm needs vLLM: pip install 'teamrl[vllm]' "

@@ -99,7 +99,7 @@ def _advice(tried: list[str]) -> str:
 
 def _probe(mode: str, exe: str) -> str | None:
     """None if a trivial program runs under ``mode``, else why not."""
-    from teamrl.sandbox.run import execute  # run imports this module's users, not this one
+    from teamrl.sandbox.execute import execute  # the sandbox itself: only when probing
 
     try:
         probe = execute("print('ok')", "", Limits(wall_seconds=20), (), mode, exe)

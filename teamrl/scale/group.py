@@ -28,6 +28,7 @@ import torch
 from teamrl.config import Config, ConfigError, to_dict
 from teamrl.models import resolve
 from teamrl.scale.placement import GroupPlan, placement_plan
+from teamrl.scale.requires import require_ray
 from teamrl.scale.worker import PolicyWorker
 from teamrl.team import Team
 
@@ -38,14 +39,6 @@ PLACEMENT_TIMEOUT_S = 120.0
 
 class WorkerDiedError(RuntimeError):
     """A worker process of a policy group died (killed, out of memory, node lost)."""
-
-
-def require_ray():
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("distributed.backend=ray needs Ray: pip install 'teamrl[ray]'") from None
-    return ray
 
 
 def connect(cfg: Config) -> None:

@@ -24,7 +24,7 @@ def _run_one(code: str, stdin: str, limits, isolation: str, report: bool) -> obj
 
 @lru_cache(maxsize=1)
 def _task():
-    from teamrl.scale.group import require_ray
+    from teamrl.scale.requires import require_ray
 
     return require_ray().remote(num_cpus=1, max_retries=0)(_run_one)
 

@@ -29,8 +29,9 @@ class PolicyWorker:
         import dataclasses
 
         from teamrl.config import Config, from_dict
+        from teamrl.optim import make_optimizer
+        from teamrl.seeding import set_seed
         from teamrl.team import Team
-        from teamrl.trainer import make_optimizer, set_seed
 
         device = self.ctx.device
         cfg = from_dict(Config, cfg_data)
@@ -133,7 +134,7 @@ class PolicyWorker:
     def apply_schedule(self, policy: str, lr: float, cfg) -> None:
         """After a checkpoint load: follow the controller's config (``checkpoints``)."""
         from teamrl.checkpoints import apply_schedule
-        from teamrl.trainer import lr_lambda
+        from teamrl.optim import lr_lambda
 
         apply_schedule(self.team.policies[policy], lr, lr_lambda(cfg), cfg)
 

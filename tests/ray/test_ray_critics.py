@@ -43,11 +43,11 @@ def cfg_for(policies: str, critic: str, level: str, ray_address: str | None = No
     "policies, critic, level", [("lora", "iac", "token"), ("separate", "maac", "turn")]
 )
 def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
-    ray_cluster,
+    ray_cluster,  # noqa: F811
     tmp_path,
     policies,
     critic,
-    level,  # noqa: F811
+    level,
 ):
     local = Trainer(cfg_for(policies, critic, level), run_dir=tmp_path / "local")
     remote = Trainer(cfg_for(policies, critic, level, ray_cluster), run_dir=tmp_path / "ray")

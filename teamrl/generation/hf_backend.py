@@ -1,0 +1,49 @@
+"""The ``hf`` backend: teamrl's own sampler over the trainer's live model, with its two loops
+(the eager KV-cache loop of ``teamrl.generation.hf`` and the static-cache, compiled loop of
+``teamrl.generation.fast_decode``) and the CPU prepacking of ``teamrl.generation.cpu_prepack``."""
+
+from __future__ import annotations
+
+from teamrl.generation import cpu_prepack as prepack
+from teamrl.generation import fast_decode as static_loop
+from teamrl.generation import hf as eager_loop
+from teamrl.generation.types import EngineSpec, Generation, Request
+
+
+class HFBackend:
+    """Samples from ``spec.model`` itself, so it always sees the weights the trainer just
+    stepped: ``weights_changed`` has nothing to do."""
+
+    name = "hf"
+
+    def __init__(self, spec: EngineSpec, fast_decode: str = "off", cpu_prepack: str = "off"):
+        self.spec = spec
+        on_cuda = str(spec.device).startswith("cuda")
+        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda)
+        # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so
+        # when it cannot (checked here, once, rather than silently per call).
+        self.prepack = cpu_prepack != "off" and prepack.available() and prepack.eligible(spec.model)
+        if cpu_prepack == "on" and not self.prepack:
+            from teamrl.errors import ConfigError
+
+            raise ConfigError(
+                "generation.cpu_prepack=on: needs a float32 model on CPU and PyTorch's oneDNN "
+                f"linear operators (model on {spec.device}, dtype {spec.dtype}); use auto or off"
+            )
+
+    def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
+        s = self.spec
+        with prepack.prepacked(s.model, enabled=self.prepack):
+            if self.fast:  # static KV cache + compiled decode; declines where unsupported
+                return static_loop.generate(
+                    s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
+                )
+            return eager_loop.generate(
+                s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
+            )
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.spec.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def weights_changed(self, adapter: str | None) -> None:
+        pass  # the live model is the sampler's model

@@ -1,0 +1,29 @@
+"""The sampler's truncated distribution: which tokens top-k and top-p leave drawable.
+
+Shared by every sampler (``teamrl.generation``) and by the loss that scores completions under
+the sampler's own distribution (``truncated_scoring`` in ``teamrl.algorithms.losses``), so the
+loss depends on this maths and on no generation backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def truncation_keep(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Which tokens of each row of (temperature-scaled) logits the sampler may draw: the top_k
+    largest (top_k > 0), then the smallest prefix of the sorted rest whose mass reaches top_p
+    (a token is dropped when the mass strictly before it already reaches top_p; >= 1 kept)."""
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+    if bool((top_k > 0).any()):
+        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
+        thresh = kth.gather(-1, (top_k.clamp_min(1) - 1).unsqueeze(-1))
+        keep &= ~((scaled < thresh) & (top_k > 0).unsqueeze(-1))
+    if bool((top_p < 1).any()):
+        masked = scaled.masked_fill(~keep, float("-inf"))
+        sorted_logits, order = torch.sort(masked, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        before = probs.cumsum(-1) - probs
+        drop_sorted = before >= top_p.unsqueeze(-1)
+        keep &= ~torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return keep
