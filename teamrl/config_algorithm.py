@@ -168,6 +168,15 @@ class AlgorithmConfig:
         "Learning rate of the critics' value heads (AdamW, constant); each trains for "
         "num_iterations passes of train.num_mini_batches steps per trainer step.",
     )
+    max_staleness: int = _f(
+        0,
+        "Asynchronous training (TRL's name): the generator samples the next steps' rollouts on "
+        "its own copy of the weights while the learner updates, and the learner takes a batch "
+        "only if it was sampled at most this many updates ago (stale samples are corrected by "
+        "importance sampling against the sampler's log-probs). 0 = synchronous, today's "
+        "behaviour. One process only (distributed.backend none, generation.backend hf); holds "
+        "a second copy of the models. docs/async.md.",
+    )
     filter_groups: bool = _f(
         False, "Drop zero-variance groups from the update (their fraction is always logged)."
     )

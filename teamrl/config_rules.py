@@ -152,6 +152,7 @@ RULES: list[tuple[str, Any, str]] = [
     ),
     ("algorithm.beta", _ge(0), ">= 0"),
     ("algorithm.lam", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("algorithm.max_staleness", _ge(0), ">= 0 (0 = synchronous)"),
     ("algorithm.cliprange_value", _gt(0), "> 0 or None"),
     ("algorithm.critic_learning_rate", _gt(0), "a finite float > 0"),
     ("train.max_steps", _ge(0), ">= 0"),
@@ -238,6 +239,7 @@ def _check_fidelity(cfg: Any) -> None:
         hi = 1 + (a.epsilon if a.epsilon_high is None else a.epsilon_high)
         _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
     _check_critic(cfg)
+    _check_async(cfg)
     cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
     _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
     _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
@@ -256,6 +258,30 @@ def _check_fidelity(cfg: Any) -> None:
             "train; set one of them false"
         )
     _check_agent_overrides(cfg)
+
+
+def _check_async(cfg: Any) -> None:
+    """Asynchronous training (max_staleness > 0) runs its generator in this process, on a copy
+    of the models that only the hf backend can hold, and never draws extra rollouts mid-step."""
+    a = cfg.algorithm
+    if a.max_staleness == 0:
+        return
+    why = f"algorithm.max_staleness={a.max_staleness}"
+    if cfg.distributed.backend != "none":
+        raise ConfigError(
+            f"distributed.backend: {cfg.distributed.backend!r} with {why}; asynchronous "
+            "training runs in one process for now (set max_staleness=0 on Ray)"
+        )
+    if cfg.generation.backend != "hf":
+        raise ConfigError(
+            f"generation.backend: {cfg.generation.backend!r} with {why}; the asynchronous "
+            "generator keeps its own hf copy of the models (use generation.backend=hf)"
+        )
+    if a.filter_groups and a.max_resample_rounds:
+        raise ConfigError(
+            f"algorithm.max_resample_rounds: {a.max_resample_rounds} with {why}; resampling "
+            "draws rollouts inside a step, which the asynchronous generator cannot (set it 0)"
+        )
 
 
 def _check_critic(cfg: Any) -> None:

@@ -101,7 +101,7 @@ class Team:
             a.name: (a.system if a.system is not None else (role_prompts or {}).get(a.name, ""))
             for a in cfg.team.agents
         }
-        self.device = _device(cfg.model.device)
+        self.device = resolve_device(cfg.model.device)
         self.policies: dict[str, Policy] = {}
         self.policy_of: dict[str, str] = {}
         build = {"shared": self._build_shared, "lora": self._build_lora}
@@ -300,7 +300,8 @@ def is_adapter_param(name: str, adapter: str) -> bool:
     return any(part.startswith("lora_") and nxt == adapter for part, nxt in zip(parts, parts[1:]))
 
 
-def _device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
+    """``model.device`` as a torch device ('auto': CUDA when there is one)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

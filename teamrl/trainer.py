@@ -1,13 +1,15 @@
 """The training loop, top to bottom:
 
     for step in range(max_steps):
-        examples = data.next(prompts_per_step)
-        rollout  = recipe.rollout(team, env, examples)        # samples with rewards and returns
-        compute_advantages(samples, baseline, scale_rewards)  # per group
+        batch = execution.next_batch(step)   # prompts_per_step examples, recipe.rollout: samples
+                                             # with rewards and returns (teamrl.execution: here,
+                                             # on Ray, or from an asynchronous generator)
+        compute_advantages(samples, baseline, scale_rewards)  # per group (or the critics')
         filter_groups: drop flat groups; optionally resample problems to refill (DAPO)
         for policy in team.policies:
             update_policy(policy, its samples)   # clipped PG, AdamW (none when it has no samples)
             log the LR it trained with; scheduler.step()   # LR(step) depends on the step alone
+        execution.weights_updated(step + 1)              # the sampler may take them now
         log metrics; evaluate every K steps; checkpoint every K steps (atomically)
 
 The trainer is the only module that knows the config, the team, the env and the algorithm.
@@ -28,7 +30,6 @@ import torch
 from teamrl import checkpoints
 from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
 from teamrl.algorithms.filtering import drop_flat_groups, flat_groups_filled
-from teamrl.algorithms.update import update_policy
 from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
 from teamrl.critics import (
     build_critics,
@@ -41,10 +42,10 @@ from teamrl.data_stream import DataStream
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task, task_from_config
 from teamrl.envs.sequential import SequentialTurns
+from teamrl.execution_modes import make_execution
 from teamrl.export import write_team_folder
 from teamrl.interrupt import StopRequest, TrainingInterrupted
 from teamrl.logging import RunLogger, sample_rows
-from teamrl.optim import lr_lambda, make_optimizer
 from teamrl.policy_weights import base_record
 from teamrl.preflight import preflight as run_preflight
 from teamrl.recipes import recipe_for
@@ -52,7 +53,7 @@ from teamrl.rollout.common import RolloutResult
 from teamrl.run_files import RunLock, log_line, remove_orphans
 from teamrl.sample import Sample
 from teamrl.seeding import set_seed
-from teamrl.team import Policy, Team
+from teamrl.team import Policy, Team, resolve_device
 
 
 class Trainer:
@@ -63,9 +64,12 @@ class Trainer:
         run_dir: str | Path | None = None,
         ctx: DistContext | None = None,
         preflight: bool = True,
+        execution=None,
     ):
         """``preflight``: run every check that needs no model (teamrl.preflight) before loading
-        one; the CLI runs them itself and passes False."""
+        one; the CLI runs them itself and passes False. ``execution``: a factory
+        (cfg, role_prompts, data, rollout) -> Execution instead of ``make_execution``'s
+        choice (tests run the asynchronous machinery at max_staleness 0 this way)."""
         # A Config built in code gets the checks load_config makes (ranges, field pairs,
         # prompt templates that may only name fields).
         self.cfg = cfg.validate()
@@ -89,19 +93,16 @@ class Trainer:
             run_preflight(cfg, self.task)
         for w in advantage_warnings(cfg.algorithm.baseline, cfg.algorithm.scale_rewards):
             warnings.warn(w, stacklevel=2)
-        if cfg.distributed.backend == "ray":  # the models live on Ray worker groups
-            from teamrl.scale import ray_team
-
-            self.team = ray_team(cfg, self.task.agents)
-        else:
-            self.team = Team(cfg, self.task.agents)
-        self.ctx = ctx or DistContext(device=str(self.team.device))
-        for pol in self.team.policies.values():
-            if pol.optimizer is None:  # a remote policy's optimizer lives on its workers
-                self._make_optimizer(pol)
+        self.ctx = ctx or DistContext(device=str(resolve_device(cfg.model.device)))
+        self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
+        # who samples, where the policies live, how they update (teamrl.execution)
+        self.execution = (execution or make_execution)(
+            cfg, self.task.agents, self.data, self._training_rollout
+        )
+        self.team = self.execution.team
         self.critics = build_critics(self.team, cfg)  # IAC / MAAC value heads ({} without)
         base_record(self.team, cfg)  # fingerprint the bases now, before training moves them
-        self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
+        self._data_state: dict | None = None  # the data position a checkpoint records
         self.step = 0
         self.nan_skips = 0
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
@@ -111,23 +112,22 @@ class Trainer:
 
     # --- optimisation ---------------------------------------------------------------------------
 
-    def _make_optimizer(self, pol: Policy) -> None:
-        make_optimizer(pol, self.cfg)
-
     def update(self, pol: Policy, samples: list[Sample]) -> dict[str, float]:
-        """One policy's update on its samples (``teamrl.algorithms.update``)."""
+        """One policy's update on its samples (``teamrl.algorithms.update``, where the
+        execution runs it)."""
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
-        run = getattr(pol, "remote_update", None)  # a RemotePolicy updates on its worker group
-        if run is not None:
-            metrics, skipped = run(samples, self.cfg, step=self.step, max_completion_length=max_len)
-        else:
-            metrics, skipped = update_policy(
-                pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
-            )
+        metrics, skipped = self.execution.update(
+            pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
+        )
         self.nan_skips += skipped
         return metrics
 
     # --- one step -----------------------------------------------------------------------------
+
+    def _training_rollout(self, team: Team, examples, step: int) -> RolloutResult:
+        """The recipe's training rollout on ``team`` (the learner's, or the asynchronous
+        generator's copy): what ``execution.next_batch`` runs."""
+        return self.recipe.rollout(team, self.task.make_env, examples, self.cfg, step=step)
 
     def rollout(self, examples, greedy: bool = False, single_path: bool = False) -> RolloutResult:
         """The recipe's rollout: joint tree (MAGRPO), agent-turn tree, or independent episodes.
@@ -148,11 +148,12 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.perf_counter()
-        examples = self.data.next(cfg.train.prompts_per_step)
-        result = self.rollout(examples)
+        batch = self.execution.next_batch(self.step)
+        result = batch.result
         t_rollout = time.perf_counter() - t0
         metrics: dict[str, float] = {"step": self.step + 1}
         metrics.update(result.metrics)
+        metrics.update(batch.stats)  # asynchronous: staleness, waits
         a = cfg.algorithm
         metrics.update(compute_advantages(result.samples, a.baseline, a.scale_rewards))
         critic_batch = None
@@ -191,6 +192,8 @@ class Trainer:
             metrics.update(fit_critics(self.critics, critic_batch, cfg, self.step))
         t_update = time.perf_counter() - t1
         self.step += 1
+        self.execution.weights_updated(self.step)  # the sampler may take them now
+        self._data_state = batch.data_state
         gen_s = result.stats["time/generate"]
         metrics.update(
             {
@@ -231,7 +234,7 @@ class Trainer:
         examples = [(i, split[i]) for i in range(n)]
         # eval never shifts the training RNG streams (CPU and every CUDA device)
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=cuda):
+        with self.execution.paused(), torch.random.fork_rng(devices=cuda):
             result = self.rollout(examples, greedy=self.cfg.eval.greedy, single_path=True)
         self.last_eval = result
         m = result.metrics
@@ -323,6 +326,7 @@ class Trainer:
                     saved = saved or self.save_checkpoint()
                     raise TrainingInterrupted(self.step, saved, stop.signum)
         finally:
+            self.execution.stop()
             if bar is not None:
                 bar.close()
             self.logger.close()
@@ -332,22 +336,22 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step-N`` atomically (see ``teamrl.checkpoints``)."""
-        state = {"step": self.step, "data": self.data.state(), "nan_skips": self.nan_skips}
+        # the position after the last consumed batch (an asynchronous generator draws ahead)
+        data = self._data_state or self.data.state()
+        state = {"step": self.step, "data": data, "nan_skips": self.nan_skips}
         if self.logger is not None:
             self.logger.sync()  # no checkpoint is ahead of the metrics it follows
         critics = critic_state(self.critics) if self.critics else None
-        return checkpoints.save_checkpoint(
-            self.run_dir, self.cfg, self.team, state, self.ctx, critics=critics
-        )
+        with self.execution.paused():  # the RNG states it saves are between two rollouts
+            return checkpoints.save_checkpoint(
+                self.run_dir, self.cfg, self.team, state, self.ctx, critics=critics
+            )
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = checkpoints.load_checkpoint(path, self.cfg, self.team)
         for pol in self.team.policies.values():  # the *current* config's LR schedule
             lr = agent_setting(self.cfg, pol.agents, "learning_rate", self.cfg.train.learning_rate)
-            if hasattr(pol, "apply_schedule"):  # a RemotePolicy: on its workers
-                pol.apply_schedule(lr, self.cfg)
-            else:
-                checkpoints.apply_schedule(pol, lr, lr_lambda(self.cfg), self.cfg)
+            self.execution.apply_schedule(pol, lr, self.cfg)
         if self.critics:
             saved = Path(path) / "critics.pt"
             if not saved.exists():
@@ -360,6 +364,7 @@ class Trainer:
         self.step = state["step"]
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
+        self._data_state = None
 
     def export(self, out_dir: str | Path) -> Path:
         """A team folder (as ``teamrl export``): one folder of standard weights per policy (a

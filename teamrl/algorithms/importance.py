@@ -45,9 +45,12 @@ def sampler_differs(top_p: list[float], top_k: list[int], backend: str) -> bool:
 def correction_on(a: AlgorithmConfig, top_p: list[float], top_k: list[int], backend: str) -> bool:
     """``importance_sampling_correction``, with None (auto) = on whenever the sampler differs
     from what the trainer scores: under ``truncated_scoring`` the trainer scores the same
-    truncated distribution, so only another backend's numerics remain."""
+    truncated distribution, so only another backend's numerics remain; and always in
+    asynchronous training (``max_staleness`` > 0), whose sampler may be updates behind."""
     if a.importance_sampling_correction is not None:
         return a.importance_sampling_correction
+    if a.max_staleness > 0:
+        return True
     if a.truncated_scoring:
         return backend != "hf"
     return sampler_differs(top_p, top_k, backend)
