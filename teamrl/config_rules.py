@@ -12,6 +12,8 @@ import unicodedata
 from typing import Any
 
 from teamrl.errors import ConfigError
+from teamrl.policy_map import policy_agents
+from teamrl.step_shape import step_shape
 
 
 def validate_config(self: Any) -> None:
@@ -62,7 +64,7 @@ def validate_config(self: Any) -> None:
         f"joint_mode={a.joint_mode!r} (the counterfactual needs each agent's alternatives "
         "with its partners' actions fixed: algorithm.name=magrpo with joint_mode=cross)",
     )
-    leaves = rollout_leaves(self)
+    leaves = step_shape(self).env_steps  # the recipe's count (teamrl.step_shape)
     _check(
         leaves <= MAX_EPISODES_PER_STEP,
         "algorithm.num_generations",
@@ -206,27 +208,6 @@ def _device_ok(name: str) -> bool:
     return bool(re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name))
 
 
-def rollout_leaves(cfg: Any) -> int:
-    """Env steps of one rollout in the worst case (no early stop): what bounds a step's time.
-
-    MAGRPO grows per prompt a tree whose nodes have G joint actions ('aligned') or G^N
-    ('cross'), over max_turns levels: sum_t b^t * b env steps with b the branching. AT-GRPO and
-    GRPO step K branches per (turn, agent) and prompt: K * N * max_turns.
-    """
-    a, n, turns = cfg.algorithm, max(1, len(cfg.team.agents)), cfg.env.max_turns
-    g = a.num_generations
-    if a.name != "magrpo":
-        return cfg.train.prompts_per_step * g * n * turns
-    branch = g**n if a.joint_mode == "cross" else g
-    total, level = 0, 1
-    for _ in range(turns):
-        level *= branch
-        total += level
-        if total > MAX_EPISODES_PER_STEP:  # stop before the numbers get astronomical
-            break
-    return cfg.train.prompts_per_step * total
-
-
 def _check_fidelity(cfg: Any) -> None:
     a = cfg.algorithm
     # AT-GRPO and grpo always credit alpha * team + local; only MAGRPO has a choice to make
@@ -343,11 +324,14 @@ def _check_agent_overrides(cfg: Any) -> None:
         for name, v in values.items():
             ok = v is None or (v > 0 if low == 0 else v >= low)
             _check(ok, f"team.agents[{name}].{field_name}", v, "> 0" if low == 0 else ">= 1")
-        if cfg.team.policies == "shared" and len(set(values.values())) > 1:
-            raise ConfigError(
-                f"team.agents[*].{field_name}: agents {sorted(values)} share one policy "
-                f"(policies='shared') but set different values {values}; give all the same"
-            )
+        for members in policy_agents(cfg).values():
+            mine = {name: values[name] for name in members}
+            if len(set(mine.values())) > 1:
+                raise ConfigError(
+                    f"team.agents[*].{field_name}: agents {sorted(mine)} share one policy "
+                    f"(policies={cfg.team.policies!r}) but set different values {mine}; give "
+                    "all the same"
+                )
 
 
 def check_prompt_template(template: str, where: str) -> None:

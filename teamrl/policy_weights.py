@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from teamrl.policy_map import base_of
+
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 FULL_FILES = ("config.json", "model.safetensors")
 
@@ -112,8 +114,7 @@ def base_record(team, cfg) -> dict:
     out = {}
     for name, pol in team.policies.items():
         agent = cfg.team.agents[[a.name for a in cfg.team.agents].index(pol.agents[0])]
-        base = (agent.model if cfg.team.policies == "separate" else None) or cfg.model.name_or_path
-        out[name] = {"name": base, "fingerprint": fingerprint_of(pol.engine)}
+        out[name] = {"name": base_of(cfg, agent), "fingerprint": fingerprint_of(pol.engine)}
     return out
 
 

@@ -21,6 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamrl.config import Config, ConfigError
+from teamrl.policy_map import (
+    adapters_per_model,
+    base_of,
+    model_copies,
+    policy_agents,
+    uses_lora,
+)
+from teamrl.step_shape import step_shape
 
 GiB = 1024**3
 
@@ -148,16 +156,9 @@ def _has(row: Any, key: str) -> bool:
 # --- models ---------------------------------------------------------------------------------
 
 
-def uses_lora(cfg: Config) -> bool:
-    return cfg.team.policies == "lora" or cfg.model.use_peft
-
-
 def model_names(cfg: Config) -> list[str]:
     """The distinct base models the team loads."""
-    names = [cfg.model.name_or_path]
-    if cfg.team.policies == "separate":
-        names = [a.model or cfg.model.name_or_path for a in cfg.team.agents]
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(model_copies(cfg)))
 
 
 def model_config_of(cfg: Config, name: str) -> Any:
@@ -191,8 +192,7 @@ def meta_model(model_cfg: Any) -> Any:
 def check_lengths(cfg: Config, models: dict[str, Any]) -> None:
     """A completion budget longer than the model's context can never be generated."""
     for i, agent in enumerate(cfg.team.agents):
-        separate = cfg.team.policies == "separate"
-        name = (agent.model if separate else None) or cfg.model.name_or_path
+        name = base_of(cfg, agent)
         limit = getattr(models[name].config.get_text_config(), "max_position_embeddings", None)
         if limit and agent.max_completion_length >= limit:
             raise ConfigError(
@@ -283,13 +283,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     weights = optimizer = repacked = 0.0
     per_trainable = 1 if t.optim == "sgd" else 3  # copies per trainable parameter
     packs = _packs_weights(cfg)
-    copies = (
-        [cfg.model.name_or_path]
-        if cfg.team.policies != "separate"
-        else [ag.model or cfg.model.name_or_path for ag in cfg.team.agents]
-    )
-    adapters_per_copy = n_agents if cfg.team.policies == "lora" else 1
-    for name in copies:
+    adapters_per_copy = adapters_per_model(cfg)
+    for name in model_copies(cfg):
         s = shapes[name]
         weights += s["params"] * nbytes
         if lora:
@@ -308,18 +303,14 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     turns, g = cfg.env.max_turns, a.num_generations
     completion = max(ag.max_completion_length for ag in cfg.team.agents)
     seq = prompt_len + turns * completion
-    if a.name == "magrpo":
-        branch = g**n_agents if a.joint_mode == "cross" else g
-        rows = t.prompts_per_step * n_agents * g * branch ** (turns - 1)
-        samples = t.prompts_per_step * n_agents * g * _geometric(branch, turns)
-    else:
-        rows = t.prompts_per_step * n_agents * g
-        samples = rows * turns
+    shape = step_shape(cfg)  # the recipe's count of a step's generation rows and samples
+    rows, samples = shape.generation_rows, shape.samples
     big = max(shapes.values(), key=lambda s: s["params"])
     generation = rows * seq * 2 * big["layers"] * big["kv_dim"] * nbytes + rows * big["vocab"] * 8
     generation += repacked
 
-    per_policy = samples if cfg.team.policies == "shared" else math.ceil(samples / n_agents)
+    widest = max(len(members) for members in policy_agents(cfg).values())
+    per_policy = math.ceil(samples * widest / n_agents)  # the busiest policy's samples
     minibatch = math.ceil(per_policy / t.num_mini_batches)
     micro = min(t.micro_batch_size or minibatch, minibatch)
     prompt_tokens_ = math.ceil(micro / g) * (seq - completion)
@@ -342,10 +333,6 @@ def _packs_weights(cfg: Config) -> bool:
     g, m = cfg.generation, cfg.model
     on_cpu = m.device == "cpu" or (m.device == "auto" and not torch.cuda.is_available())
     return g.backend == "hf" and g.cpu_prepack != "off" and m.dtype == "float32" and on_cpu
-
-
-def _geometric(branch: int, turns: int) -> int:
-    return sum(branch**k for k in range(turns))
 
 
 def _shape(model: Any) -> dict[str, int]:

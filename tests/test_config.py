@@ -9,9 +9,9 @@ import pytest
 
 from teamrl.config import AlgorithmConfig, ConfigError, TrainConfig, load_config
 from teamrl.config_help import describe, field_paths
-from teamrl.config_rules import rollout_leaves
 from teamrl.envs.base import make_task, task_from_config
 from teamrl.models import resolve
+from teamrl.step_shape import step_shape
 
 AGENTS = "team.agents=[{name: alice}, {name: bob}]"
 
@@ -199,14 +199,17 @@ def test_turn_order_must_list_every_agent_once():
 
 def test_the_rollout_tree_is_bounded():
     # cross: G^N joint actions per node, over max_turns levels: 10^2 + 10^4 + 10^6 > 10^6
-    assert rollout_leaves(load("algorithm.joint_mode=cross", "algorithm.num_generations=10")) == 100
+    assert (
+        step_shape(load("algorithm.joint_mode=cross", "algorithm.num_generations=10")).env_steps
+        == 100
+    )
     cfg = load("algorithm.joint_mode=cross", "algorithm.num_generations=10", "env.max_turns=2")
-    assert rollout_leaves(cfg) == 100 + 100**2
+    assert step_shape(cfg).env_steps == 100 + 100**2
     with pytest.raises(ConfigError, match=r"^algorithm\.num_generations: expected a rollout tree"):
         load("algorithm.joint_mode=cross", "algorithm.num_generations=10", "env.max_turns=3")
     # AT-GRPO: K branches per (turn, agent) and prompt
     at = load("algorithm.name=at_grpo", "algorithm.num_generations=8", "env.max_turns=3")
-    assert rollout_leaves(at) == 1 * 8 * 2 * 3
+    assert step_shape(at).env_steps == 1 * 8 * 2 * 3
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from teamrl.recipes.base import Recipe, common_args
 from teamrl.recipes.trajectory_grpo import eval_rollout
 from teamrl.rollout.at_tree import agent_turn_rollout
+from teamrl.step_shape import agent_turn_shape
 
 DEFAULTS = {"discount": None}  # None: a candidate's return is its own reward
 
@@ -36,4 +37,11 @@ def regroup(samples, group_by) -> None:
         s.group = s.group[:2] + tuple(s.group[i] for i in keep)
 
 
-AT_GRPO = Recipe("at_grpo", ("problem", "slot", "turn", "agent"), rollout, eval_rollout, DEFAULTS)
+AT_GRPO = Recipe(
+    "at_grpo",
+    ("problem", "slot", "turn", "agent"),
+    rollout,
+    eval_rollout,
+    DEFAULTS,
+    agent_turn_shape,
+)

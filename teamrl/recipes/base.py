@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamrl.rollout.common import RolloutResult
+from teamrl.step_shape import StepShape
 
 Examples = list[tuple[int, dict]]
 
@@ -23,6 +24,9 @@ class Recipe:
     # single-path episodes per example (one when greedy), never reading the reward to choose.
     eval_rollout: Callable[..., RolloutResult]
     defaults: dict[str, Any]  # what the recipe uses for config values left at None
+    # shape(cfg) -> StepShape: env steps, generation rows and samples of one step (what the
+    # config rules and the preflight ask; teamrl.step_shape)
+    shape: Callable[[Any], StepShape]
 
 
 def common_args(cfg: Any, num_generations: int, greedy: bool) -> dict[str, Any]:

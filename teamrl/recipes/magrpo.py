@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from teamrl.recipes.base import Recipe, common_args
 from teamrl.rollout.joint_tree import joint_rollout
+from teamrl.step_shape import joint_tree_shape
 
 DEFAULTS = {"discount": 1.0}  # CoMLRL 1.4.3 is undiscounted
 
@@ -26,4 +27,11 @@ def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
     return joint_rollout(team, make_env, repeated, **common_args(cfg, 1, greedy))
 
 
-MAGRPO = Recipe("magrpo", ("problem", "slot", "node", "agent"), rollout, eval_rollout, DEFAULTS)
+MAGRPO = Recipe(
+    "magrpo",
+    ("problem", "slot", "node", "agent"),
+    rollout,
+    eval_rollout,
+    DEFAULTS,
+    joint_tree_shape,
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from teamrl.recipes.base import Recipe, common_args
 from teamrl.rollout.at_tree import trajectory_rollout
+from teamrl.step_shape import agent_turn_shape
 
 DEFAULTS: dict = {}  # discount is unused: a sample carries its episode's undiscounted return
 
@@ -25,4 +26,6 @@ def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
     )
 
 
-TRAJECTORY_GRPO = Recipe("grpo", ("problem", "slot"), rollout, eval_rollout, DEFAULTS)
+TRAJECTORY_GRPO = Recipe(
+    "grpo", ("problem", "slot"), rollout, eval_rollout, DEFAULTS, agent_turn_shape
+)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from teamrl.config import Config, ConfigError
+from teamrl.policy_map import base_of, policy_agents, shares_a_base
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,11 @@ def placement_plan(cfg: Config) -> list[GroupPlan]:
             d.num_gpus_per_worker,
         )
 
-    base = cfg.model.name_or_path
-    if cfg.team.policies == "shared":
-        return [group("shared", ["shared"], agents, base)]
-    if cfg.team.policies == "lora":
-        return [group("lora", agents, agents, base)]
-    return [group(a.name, [a.name], [a.name], a.model or base) for a in cfg.team.agents]
+    policies = policy_agents(cfg)
+    if shares_a_base(cfg):  # one model object: one group holds every policy
+        name = "shared" if list(policies) == ["shared"] else "lora"
+        return [group(name, list(policies), agents, cfg.model.name_or_path)]
+    return [group(a.name, [a.name], [a.name], base_of(cfg, a)) for a in cfg.team.agents]
 
 
 def parse_cluster(text: str) -> list[dict[str, float]]:

@@ -1,0 +1,52 @@
+"""What one training step holds, per algorithm: the recipes' own answer (each ``Recipe`` carries
+its ``shape``), which the config rules and the preflight ask instead of counting again.
+
+    env_steps        env steps of one rollout in the worst case (no early stop): what bounds a
+                     step's time
+    generation_rows  sequences in the rollout's largest generate call (its last turn)
+    samples          samples the update trains on
+
+Pure arithmetic on the config: nothing here loads or imports a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepShape:
+    env_steps: int
+    generation_rows: int
+    samples: int
+
+
+def joint_tree_shape(cfg: Any) -> StepShape:
+    """MAGRPO: per prompt a tree whose nodes hold G joint actions ('aligned') or G^N
+    ('cross'), over max_turns levels; every node samples G completions per agent."""
+    a, t = cfg.algorithm, cfg.train
+    n, turns, g = max(1, len(cfg.team.agents)), cfg.env.max_turns, a.num_generations
+    branch = g**n if a.joint_mode == "cross" else g
+    nodes = [branch**turn for turn in range(turns)]  # nodes of each turn, per prompt
+    return StepShape(
+        env_steps=t.prompts_per_step * sum(m * branch for m in nodes),
+        generation_rows=t.prompts_per_step * nodes[-1] * n * g,
+        samples=t.prompts_per_step * sum(nodes) * n * g,
+    )
+
+
+def agent_turn_shape(cfg: Any) -> StepShape:
+    """AT-GRPO and trajectory GRPO: K branches (or episodes) per (turn, agent) and prompt."""
+    a, t = cfg.algorithm, cfg.train
+    n, turns, k = max(1, len(cfg.team.agents)), cfg.env.max_turns, a.num_generations
+    rows = t.prompts_per_step * n * k
+    return StepShape(env_steps=rows * turns, generation_rows=rows, samples=rows * turns)
+
+
+SHAPES = {"magrpo": joint_tree_shape, "at_grpo": agent_turn_shape, "grpo": agent_turn_shape}
+
+
+def step_shape(cfg: Any) -> StepShape:
+    """The shape of ``cfg``'s algorithm (``algorithm.name`` is checked by the config rules)."""
+    return SHAPES.get(cfg.algorithm.name, agent_turn_shape)(cfg)
