@@ -1,13 +1,15 @@
 """One policy's update: ``num_iterations`` passes of ``num_mini_batches`` clipped
 policy-gradient steps over its samples, read top to bottom:
 
-    passes   = shuffled minibatches of every pass, built up front
-    old_logp = the policy's log-probs *before its first optimizer step*
+    run      = prepare(...)              train mode, the IS switch, each sample's rank
+    passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
+    take_old_logprobs(run, passes)       the log-probs *before the first optimizer step*
     for each pass, for each minibatch:
-        for each chunk (gradient accumulation):
-            logp; IS weights min(pi_old / q, C) for the sampler mismatch; policy_loss; backward
-        a non-finite loss: error, or skip the step and count it (train.nan_policy)
-        clip the gradient norm; optimizer step
+        accumulate_gradients(...)        per chunk: logp; IS weights min(pi_old / q, C) for
+                                         the sampler mismatch (importance); policy_loss;
+                                         backward; a non-finite loss: error, or skip the step
+                                         and count it (train.nan_policy)
+        apply_step(...)                  all-reduce over ranks; clip the gradient norm; step
     tell the generation backend the weights moved
 
 The LR scheduler is stepped by the trainer, once per trainer step for every policy (even one
@@ -22,8 +24,8 @@ would never be clipped.
 Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of the policy's
 samples and builds the same passes, minibatches and chunks; each rank then runs its share of
 each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
-sample's old log-probs is the one that uses them), and every loss denominator stays the one of the whole minibatch or
-chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
+sample's old log-probs is the one that uses them), and every loss denominator stays the one of
+the whole minibatch or chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
 gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
 a mean) gives it back: W ranks make the update one process makes, for every loss_type.
 """
@@ -31,6 +33,7 @@ a mean) gives it back: W ranks make the update one process makes, for every loss
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -54,6 +57,63 @@ def disable_dropout(model: torch.nn.Module) -> None:
             m.p = 0.0
 
 
+@dataclass
+class UpdateRun:
+    """What every step of one policy's update reads: the policy, the settings, which rank
+    works on which sample, the old log-probs taken so far, and the statistics gathered."""
+
+    pol: Policy
+    cfg: Config
+    ctx: DistContext
+    device: torch.device
+    correct: bool  # importance sampling for the sampler/trainer mismatch is on
+    top_p: dict[str, float]  # per agent: the sampler's nucleus and top-k (truncated scoring)
+    top_k: dict[str, int]
+    rank_of: dict[int, int]  # id(sample) -> the rank that works on it
+    stats: dict[str, list[float]]
+    old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
+
+    def chunks(self, mb: Minibatch) -> list[Minibatch]:
+        """The minibatch's forward chunks (gradient accumulation)."""
+        size = self.cfg.train.micro_batch_size or len(mb)
+        return [mb[i : i + size] for i in range(0, len(mb), size)]
+
+    def share(self, chunk: Minibatch) -> Minibatch:
+        """This rank's samples of a chunk (all of them in one process)."""
+        return [s for s in chunk if self.rank_of[id(s)] == self.ctx.rank]
+
+    def counted(self, s: Sample) -> int:
+        """Tokens of ``s`` that enter the loss."""
+        a = self.cfg.algorithm
+        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
+
+    def batch(self, chunk: Minibatch):
+        """The padded batch, with each row's sampler truncation (truncated_scoring)."""
+        batch = collate(chunk, self.pol.engine.pad_id)
+        batch.top_p = torch.tensor([self.top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([self.top_k[s.agent] for s in chunk], dtype=torch.long)
+        return batch.to(self.device)
+
+    def score(self, model, batch, with_entropy: bool = False):
+        # Under truncated scoring the KL to the reference compares full softmaxes on both
+        # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
+        a = self.cfg.algorithm
+        return score_tokens(
+            model,
+            batch,
+            with_entropy=with_entropy,
+            truncate=a.truncated_scoring,
+            with_full=a.truncated_scoring and a.beta > 0,
+        )
+
+    def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
+        for s, row in zip(chunk, logp):
+            self.old_logp[id(s)] = row[: len(s.completion_ids)]
+
+    def metrics(self) -> dict[str, float]:
+        return {k: (sum(v) / len(v) if v else float("nan")) for k, v in self.stats.items()}
+
+
 def update_policy(
     pol: Policy,
     samples: list[Sample],
@@ -68,10 +128,27 @@ def update_policy(
     ``step`` is the trainer step (it seeds the minibatch shuffle); ``max_completion_length`` is
     the largest budget among the samples' agents (dr_grpo's denominator).
     """
-    a, t = cfg.algorithm, cfg.train
+    run = prepare(pol, samples, cfg, ctx)
+    passes = plan_passes(samples, cfg, pol, step)
+    take_old_logprobs(run, passes)
+    skipped, stepped = 0, False
+    for it, minibatches in enumerate(passes):
+        for j, mb in enumerate(minibatches):
+            first_step = it == 0 and j == 0  # the policy has not moved yet
+            finite = accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
+            if apply_step(run, finite):
+                stepped = True
+            else:
+                skipped += 1
+    if stepped and pol.engine.backend is not None:
+        pol.engine.backend.weights_changed(pol.adapter)
+    return run.metrics(), skipped
+
+
+def prepare(pol: Policy, samples: list[Sample], cfg: Config, ctx: DistContext | None) -> UpdateRun:
+    """0. Train mode (no dropout), the IS switch, the statistics to gather, each sample's rank."""
+    a = cfg.algorithm
     ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
-    device = torch.device(ctx.device)
-    pad = pol.engine.pad_id
     pol.activate()
     if a.disable_dropout:
         disable_dropout(pol.model)
@@ -79,182 +156,175 @@ def update_policy(
     agents = {ag.name: ag for ag in cfg.team.agents}
     top_p = {s.agent: agents[s.agent].top_p for s in samples}
     top_k = {s.agent: agents[s.agent].top_k for s in samples}
-    # 0. Importance sampling for the sampler/trainer mismatch (on when the two differ).
     correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
     keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
     keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
     keys += ["is_weight", "is_clipped_fraction"] if correct else []
     keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
     keys += ["outside_nucleus_fraction"] if a.truncated_scoring else []
-    stats: dict[str, list[float]] = {k: [] for k in keys}
+    return UpdateRun(
+        pol=pol,
+        cfg=cfg,
+        ctx=ctx,
+        device=torch.device(ctx.device),
+        correct=correct,
+        top_p=top_p,
+        top_k=top_k,
+        rank_of={id(s): i % ctx.world_size for i, s in enumerate(samples)},
+        stats={k: [] for k in keys},
+    )
 
-    def chunks(mb: Minibatch) -> list[Minibatch]:  # micro-batches (gradient accumulation)
-        size = t.micro_batch_size or len(mb)
-        return [mb[i : i + size] for i in range(0, len(mb), size)]
 
-    def batch_of(chunk: Minibatch):
-        batch = collate(chunk, pad)  # then each row's sampler truncation (truncated_scoring)
-        batch.top_p = torch.tensor([top_p[s.agent] for s in chunk])
-        batch.top_k = torch.tensor([top_k[s.agent] for s in chunk], dtype=torch.long)
-        return batch.to(device)
-
-    def logprobs(model, batch, with_entropy=False):
-        # Under truncated scoring the KL to the reference compares full softmaxes on both sides
-        # (the reference is scored in full): 0 at theta = theta_ref, finite whatever the sets.
-        return score_tokens(
-            model,
-            batch,
-            with_entropy=with_entropy,
-            truncate=a.truncated_scoring,
-            with_full=a.truncated_scoring and a.beta > 0,
-        )
-
-    def counted(s: Sample) -> int:  # tokens that enter the loss
-        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
-
-    rank_of = {id(s): i % ctx.world_size for i, s in enumerate(samples)}
-
-    def share(chunk: Minibatch) -> Minibatch:  # this rank's samples (all of them in 1 process)
-        return [s for s in chunk if rank_of[id(s)] == ctx.rank]
-
-    # 1. Every pass's minibatches up front, so pass 1's old log-probs can be taken before a step.
+def plan_passes(
+    samples: list[Sample], cfg: Config, pol: Policy, step: int
+) -> list[list[Minibatch]]:
+    """1. Every pass's minibatches up front (a seeded shuffle per pass), so that pass 1's old
+    log-probs can be taken before any step."""
+    t = cfg.train
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
-    for it in range(agent_setting(cfg, pol.agents, "num_iterations", a.num_iterations)):
+    for it in range(agent_setting(cfg, pol.agents, "num_iterations", cfg.algorithm.num_iterations)):
         random.Random(cfg.seed + 7919 * step + it).shuffle(order)
         mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
         passes.append([[samples[i] for i in mb] for mb in mbs if mb])
+    return passes
 
-    # 2. Old log-probs of pass 1's later minibatches, before any step (id(sample) -> unpadded).
-    old_logp: dict[int, torch.Tensor] = {}
 
-    def keep(chunk: Minibatch, logp: torch.Tensor) -> None:
-        for s, row in zip(chunk, logp):
-            old_logp[id(s)] = row[: len(s.completion_ids)]
+def take_old_logprobs(run: UpdateRun, passes: list[list[Minibatch]]) -> None:
+    """2. Old log-probs of pass 1's later minibatches, before any step (the first minibatch
+    takes its own from its forward, so its ratio is exactly 1)."""
+    if sum(len(p) for p in passes) <= 1:
+        return
+    with torch.no_grad():
+        for mb in passes[0][1:]:
+            for piece in filter(None, map(run.share, run.chunks(mb))):
+                run.keep(piece, run.score(run.pol.model, run.batch(piece)).logp)
 
-    if sum(len(p) for p in passes) > 1:
-        with torch.no_grad():
-            for mb in passes[0][1:]:
-                for piece in filter(None, map(share, chunks(mb))):
-                    keep(piece, logprobs(pol.model, batch_of(piece)).logp)
 
-    # 3. The clipped steps.
-    skipped, stepped = 0, False
-    for it, minibatches in enumerate(passes):
-        for j, mb in enumerate(minibatches):
-            first_step = it == 0 and j == 0  # the policy has not moved yet
-            step_tokens = float(sum(counted(s) for s in mb))
-            pol.optimizer.zero_grad(set_to_none=True)
-            finite = True
-            for chunk in chunks(mb):
-                piece = share(chunk)
-                if not piece:
-                    continue
-                whole = (float(sum(counted(s) for s in chunk)), len(chunk))  # for bnpo
-                chunk, batch = piece, batch_of(piece)
-                scores = logprobs(pol.model, batch, with_entropy=(it == 0))
-                logp, entropy = scores.logp, scores.entropy
-                mask = batch.completion_mask
-                if first_step:
-                    keep(chunk, logp.detach())
-                old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
-                for i, s in enumerate(chunk):
-                    old[i, : len(s.completion_ids)] = old_logp[id(s)]
-                if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
-                    outside = (mask > 0) & ~torch.isfinite(old)
-                    if it == 0:
-                        stats["outside_nucleus_fraction"].append(
-                            float(outside.sum() / mask.sum().clamp_min(1.0))
-                        )
-                    # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
-                    mask = torch.where(outside, 0.0, mask)
-                q = batch.sampler_logprobs
-                weights = None
-                if correct:  # detached pi_old / q bounded by C, per token or per sequence
-                    weights, capped = importance_weights(
-                        old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
-                    )
-                if it == 0:  # the mismatch, before any masking of truncated completions
-                    for k, v in mismatch_stats(old, q, mask).items():
-                        stats[k].append(v)
-                    stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
-                    if correct:
-                        n = mask.sum().clamp_min(1.0)
-                        stats["is_weight"].append(float((weights * mask).sum() / n))
-                        stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
-                # after the stats; tokens outside the nucleus stay out
-                mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
-                ref = None
-                if a.beta > 0:
-                    with torch.no_grad(), pol.reference() as ref_model:
-                        ref = score_tokens(ref_model, batch).logp  # full softmax
-                out = policy_loss(
-                    logp,
-                    old,
-                    batch.advantages,
-                    mask,
-                    loss_type=a.loss_type,
-                    epsilon=a.epsilon,
-                    epsilon_high=a.epsilon_high,
-                    ref_logp=ref,
-                    beta=a.beta,
-                    kl_estimator=a.kl_estimator,
-                    max_completion_length=max_completion_length,
-                    step_tokens=step_tokens,
-                    chunk_size=len(chunk),
-                    minibatch_size=len(mb),
-                    chunk_tokens=whole[0],
-                    chunk_rows=whole[1],
-                    delta=a.delta,
-                    importance_sampling_level=a.importance_sampling_level,
-                    is_weights=weights,
-                    kl_logp=scores.full_logp,
-                    use_bias_correction_kl=a.use_bias_correction_kl,
+def accumulate_gradients(
+    run: UpdateRun, mb: Minibatch, it: int, first_step: bool, step: int, max_len: int
+) -> bool:
+    """3. One optimizer step's gradients: forward, loss and backward per chunk of this rank's
+    share. Returns False when a loss was not finite (train.nan_policy=skip: the step is
+    skipped; 'error' raises)."""
+    a, stats = run.cfg.algorithm, run.stats
+    step_tokens = float(sum(run.counted(s) for s in mb))
+    run.pol.optimizer.zero_grad(set_to_none=True)
+    finite = True
+    for chunk in run.chunks(mb):
+        piece = run.share(chunk)
+        if not piece:
+            continue
+        whole = (float(sum(run.counted(s) for s in chunk)), len(chunk))  # for bnpo
+        chunk, batch = piece, run.batch(piece)
+        scores = run.score(run.pol.model, batch, with_entropy=(it == 0))
+        logp, mask = scores.logp, batch.completion_mask
+        if first_step:
+            run.keep(chunk, logp.detach())
+        old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
+        for i, s in enumerate(chunk):
+            old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
+        if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+            outside = (mask > 0) & ~torch.isfinite(old)
+            if it == 0:
+                stats["outside_nucleus_fraction"].append(
+                    float(outside.sum() / mask.sum().clamp_min(1.0))
                 )
-                # 4. The NaN policy: an error, or no backward and the whole step skipped.
-                if not torch.isfinite(out.loss):
-                    if t.nan_policy == "error":
-                        raise FloatingPointError(
-                            f"non-finite loss for policy {pol.name!r} at step {step} "
-                            f"(iteration {it}); set train.nan_policy=skip to skip and count "
-                            "such updates"
-                        )
-                    finite = False
-                if not finite:
-                    continue  # no backward; the first step's later chunks still keep old logp
-                out.loss.backward()
-                stats["loss"].append(float(out.loss.detach()) * out.report_scale)
-                if out.kl is not None:
-                    stats["kl"].append(out.kl)
-                stats["clip_fraction"].append(out.clip_fraction)
-                stats["ratio"].append(out.ratio_mean)
-                if first_step:  # exactly 0 by construction: a check, not a measurement
-                    stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
-            if ctx.world_size > 1:  # a non-finite loss on any rank skips the step on every rank
-                bad = ctx.all_reduce_sum(torch.tensor([0.0 if finite else 1.0], device=device))
-                finite = bool(bad.item() == 0)
-            if not finite:
-                skipped += 1
-                pol.optimizer.zero_grad(set_to_none=True)
-                continue
-            # 5. Gradients summed over ranks (nothing to do in one process), clipped, stepped.
-            params = pol.parameters()
-            if ctx.world_size > 1:
-                all_reduce_grads(params, ctx)
-            if t.max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
-            else:
-                norm = torch.norm(
-                    torch.stack([p.grad.norm() for p in params if p.grad is not None])
+            # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
+            mask = torch.where(outside, 0.0, mask)
+        weights = importance(run, old, batch, mask, scores.entropy, first_pass=(it == 0))
+        # after the stats; tokens outside the nucleus stay out
+        mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
+        ref = None
+        if a.beta > 0:
+            with torch.no_grad(), run.pol.reference() as ref_model:
+                ref = score_tokens(ref_model, batch).logp  # full softmax
+        out = policy_loss(
+            logp,
+            old,
+            batch.advantages,
+            mask,
+            loss_type=a.loss_type,
+            epsilon=a.epsilon,
+            epsilon_high=a.epsilon_high,
+            ref_logp=ref,
+            beta=a.beta,
+            kl_estimator=a.kl_estimator,
+            max_completion_length=max_len,
+            step_tokens=step_tokens,
+            chunk_size=len(chunk),
+            minibatch_size=len(mb),
+            chunk_tokens=whole[0],
+            chunk_rows=whole[1],
+            delta=a.delta,
+            importance_sampling_level=a.importance_sampling_level,
+            is_weights=weights,
+            kl_logp=scores.full_logp,
+            use_bias_correction_kl=a.use_bias_correction_kl,
+        )
+        # 4. The NaN policy: an error, or no backward and the whole step skipped.
+        if not torch.isfinite(out.loss):
+            if run.cfg.train.nan_policy == "error":
+                raise FloatingPointError(
+                    f"non-finite loss for policy {run.pol.name!r} at step {step} "
+                    f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
                 )
-            stats["grad_norm"].append(float(norm))
-            pol.optimizer.step()
-            stepped = True
+            finite = False
+        if not finite:
+            continue  # no backward; the first step's later chunks still keep their old logp
+        out.loss.backward()
+        stats["loss"].append(float(out.loss.detach()) * out.report_scale)
+        if out.kl is not None:
+            stats["kl"].append(out.kl)
+        stats["clip_fraction"].append(out.clip_fraction)
+        stats["ratio"].append(out.ratio_mean)
+        if first_step:  # exactly 0 by construction: a check, not a measurement
+            stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
+    return finite
 
-    if stepped and pol.engine.backend is not None:
-        pol.engine.backend.weights_changed(pol.adapter)
-    metrics = {k: (sum(v) / len(v) if v else float("nan")) for k, v in stats.items()}
-    return metrics, skipped
+
+def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool):
+    """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
+    on the first pass the mismatch statistics, before any masking of truncated completions."""
+    a, stats = run.cfg.algorithm, run.stats
+    q = batch.sampler_logprobs
+    weights = capped = None
+    if run.correct:
+        weights, capped = importance_weights(
+            old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
+        )
+    if first_pass:
+        for k, v in mismatch_stats(old, q, mask).items():
+            stats[k].append(v)
+        stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
+        if run.correct:
+            n = mask.sum().clamp_min(1.0)
+            stats["is_weight"].append(float((weights * mask).sum() / n))
+            stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
+    return weights
+
+
+def apply_step(run: UpdateRun, finite: bool) -> bool:
+    """5. The step, unless a loss anywhere was not finite (every rank skips together):
+    gradients summed over ranks (nothing to do in one process), clipped, stepped."""
+    pol, ctx = run.pol, run.ctx
+    if ctx.world_size > 1:  # a non-finite loss on any rank skips the step on every rank
+        bad = ctx.all_reduce_sum(torch.tensor([0.0 if finite else 1.0], device=run.device))
+        finite = bool(bad.item() == 0)
+    if not finite:
+        pol.optimizer.zero_grad(set_to_none=True)
+        return False
+    params = pol.parameters()
+    if ctx.world_size > 1:
+        all_reduce_grads(params, ctx)
+    max_norm = run.cfg.train.max_grad_norm
+    if max_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    else:
+        norm = torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+    run.stats["grad_norm"].append(float(norm))
+    pol.optimizer.step()
+    return True
 
 
 def all_reduce_grads(params: list[torch.nn.Parameter], ctx: DistContext) -> None:
