@@ -98,15 +98,15 @@ def test_a_worker_killed_mid_step_names_it_and_resume_continues(ray_cluster, tmp
     tr = Trainer(cfg, run_dir=tmp_path / "run")
     (group,) = tr.team.worker_groups
     pid = group.info[1]["pid"]
-    rollout = tr.rollout
+    rollout = tr.execution.rollout  # what the execution samples each step with
 
-    def rollout_then_kill(examples, **kw):  # step 2: rollout done, update not yet
-        out = rollout(examples, **kw)
+    def rollout_then_kill(team, examples, step):  # step 2: rollout done, update not yet
+        out = rollout(team, examples, step)
         if tr.step == 1:
             os.kill(pid, signal.SIGKILL)
         return out
 
-    tr.rollout = rollout_then_kill
+    tr.execution.rollout = rollout_then_kill
     with pytest.raises(WorkerDiedError) as err:
         tr.train()
     msg = str(err.value)
