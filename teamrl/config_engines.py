@@ -90,6 +90,19 @@ class DistributedConfig:
         "Ray placement-group strategy of each policy group: 'PACK' keeps a group's workers on "
         "as few nodes as possible, 'STRICT_PACK' on one node.",
     )
+    sharding: Literal["none", "fsdp"] = _f(
+        "none",
+        "'none': every worker of a policy group holds a full replica (data parallel). 'fsdp': "
+        "FSDP2 (torch's fully_shard, per decoder layer, then the model) over the group's "
+        "workers: parameters, gradients and optimizer states sharded, so a policy larger than "
+        "one device trains on several; each worker generates from a full replica refreshed "
+        "tensor by tensor after each update. Needs backend=ray. docs/distributed.md.",
+    )
+    fsdp_param_dtype: Literal["float32", "bfloat16"] = _f(
+        "float32",
+        "With sharding=fsdp: the dtype the sharded parameters compute in; 'bfloat16' keeps "
+        "float32 master weights and reduces gradients in float32 (GPU only).",
+    )
     sandbox_tasks: bool = _f(
         True,
         "Under Ray, run sandboxed code (code rewards) as Ray tasks over the cluster's CPUs, "

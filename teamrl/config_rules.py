@@ -221,6 +221,7 @@ def _check_fidelity(cfg: Any) -> None:
         _check(a.delta > hi, "algorithm.delta", a.delta, f"> 1 + epsilon_high = {hi}")
     _check_critic(cfg)
     _check_async(cfg)
+    _check_sharding(cfg)
     cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
     _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
     _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
@@ -262,6 +263,21 @@ def _check_async(cfg: Any) -> None:
         raise ConfigError(
             f"algorithm.max_resample_rounds: {a.max_resample_rounds} with {why}; resampling "
             "draws rollouts inside a step, which the asynchronous generator cannot (set it 0)"
+        )
+
+
+def _check_sharding(cfg: Any) -> None:
+    d = cfg.distributed
+    if d.sharding == "fsdp" and d.backend != "ray":
+        raise ConfigError(
+            f"distributed.sharding: 'fsdp' shards a policy over its Ray worker group; "
+            f"distributed.backend is {d.backend!r} (set backend=ray)"
+        )
+    if d.fsdp_param_dtype == "bfloat16" and (d.sharding != "fsdp" or d.num_gpus_per_worker == 0):
+        raise ConfigError(
+            "distributed.fsdp_param_dtype: 'bfloat16' needs sharding=fsdp on GPU workers "
+            f"(sharding={d.sharding!r}, num_gpus_per_worker={d.num_gpus_per_worker}); CPU "
+            "workers shard in float32"
         )
 
 

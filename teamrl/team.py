@@ -43,6 +43,7 @@ class Policy:
     optimizer: torch.optim.Optimizer | None = None
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     agents: list[str] = field(default_factory=list)
+    sharded: bool = False  # FSDP2 over its Ray worker group (teamrl.scale.sharding)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -114,7 +115,7 @@ class Team:
             if cfg.model.gradient_checkpointing:
                 pol.model.gradient_checkpointing_enable()
         for engine in self.engines():
-            engine.backend = make_backend(cfg.generation, self._engine_spec(engine))
+            engine.backend = make_backend(cfg.generation, self.engine_spec(engine))
 
     # --- construction -----------------------------------------------------------------------
 
@@ -138,7 +139,8 @@ class Team:
             model_path=resolve(name_or_path, self.cfg.seed),
         )
 
-    def _engine_spec(self, engine: Engine) -> EngineSpec:
+    def engine_spec(self, engine: Engine) -> EngineSpec:
+        """What the engine's generation backend is told about it."""
         m = self.cfg.model
         adapters = [p.adapter for p in self.policies.values() if p.engine is engine and p.adapter]
         return EngineSpec(

@@ -197,8 +197,12 @@ def take_old_logprobs(run: UpdateRun, passes: list[list[Minibatch]]) -> None:
         return
     with torch.no_grad():
         for mb in passes[0][1:]:
-            for piece in filter(None, map(run.share, run.chunks(mb))):
-                run.keep(piece, run.score(run.pol.model, run.batch(piece)).logp)
+            for chunk in run.chunks(mb):
+                piece = run.share(chunk)
+                if piece:
+                    run.keep(piece, run.score(run.pol.model, run.batch(piece)).logp)
+                elif run.pol.sharded:  # every rank joins every sharded forward
+                    run.score(run.pol.model, run.batch(chunk[:1]))
 
 
 def accumulate_gradients(
@@ -212,27 +216,33 @@ def accumulate_gradients(
     run.pol.optimizer.zero_grad(set_to_none=True)
     finite = True
     for chunk in run.chunks(mb):
-        piece = run.share(chunk)
+        piece, ghost = run.share(chunk), False
         if not piece:
-            continue
+            if not run.pol.sharded:
+                continue
+            # FSDP: every rank joins every forward and backward; this one runs a row of the
+            # chunk whose loss counts 0 (teamrl.scale.sharding)
+            piece, ghost = chunk[:1], True
         whole = (float(sum(run.counted(s) for s in chunk)), len(chunk))  # for bnpo
         chunk, batch = piece, run.batch(piece)
-        scores = run.score(run.pol.model, batch, with_entropy=(it == 0))
+        scores = run.score(run.pol.model, batch, with_entropy=(it == 0 and not ghost))
         logp, mask = scores.logp, batch.completion_mask
-        if first_step:
+        if first_step and not ghost:
             run.keep(chunk, logp.detach())
         old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
-        for i, s in enumerate(chunk):
+        for i, s in enumerate(chunk if not ghost else ()):
             old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
         if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
             outside = (mask > 0) & ~torch.isfinite(old)
-            if it == 0:
+            if it == 0 and not ghost:
                 stats["outside_nucleus_fraction"].append(
                     float(outside.sum() / mask.sum().clamp_min(1.0))
                 )
             # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
             mask = torch.where(outside, 0.0, mask)
-        weights = importance(run, old, batch, mask, scores.entropy, first_pass=(it == 0))
+        weights = importance(
+            run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost
+        )
         # after the stats; tokens outside the nucleus stay out
         mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
         ref = None
@@ -272,7 +282,11 @@ def accumulate_gradients(
             finite = False
         if not finite:
             continue  # no backward; the first step's later chunks still keep their old logp
-        out.loss.backward()
+        if ghost:
+            (out.loss * 0.0).backward()  # joins the reduce-scatter, adds nothing
+            continue
+        # FSDP averages the ranks' gradients; each loss is a share of one sum: scale it back
+        (out.loss * run.ctx.world_size if run.pol.sharded else out.loss).backward()
         stats["loss"].append(float(out.loss.detach()) * out.report_scale)
         if out.kl is not None:
             stats["kl"].append(out.kl)
@@ -283,7 +297,7 @@ def accumulate_gradients(
     return finite
 
 
-def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool):
+def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log: bool = True):
     """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
     on the first pass the mismatch statistics, before any masking of truncated completions."""
     a, stats = run.cfg.algorithm, run.stats
@@ -293,7 +307,7 @@ def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool):
         weights, capped = importance_weights(
             old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
         )
-    if first_pass:
+    if first_pass and log:
         for k, v in mismatch_stats(old, q, mask).items():
             stats[k].append(v)
         stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
@@ -315,13 +329,17 @@ def apply_step(run: UpdateRun, finite: bool) -> bool:
         pol.optimizer.zero_grad(set_to_none=True)
         return False
     params = pol.parameters()
-    if ctx.world_size > 1:
+    if ctx.world_size > 1 and not pol.sharded:  # FSDP has reduce-scattered them already
         all_reduce_grads(params, ctx)
     max_norm = run.cfg.train.max_grad_norm
     if max_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    elif pol.sharded:  # the norm of sharded gradients, over every rank's shards
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     else:
         norm = torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+    if hasattr(norm, "full_tensor"):  # a DTensor (sharded gradients)
+        norm = norm.full_tensor()
     run.stats["grad_norm"].append(float(norm))
     pol.optimizer.step()
     return True

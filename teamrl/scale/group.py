@@ -100,6 +100,7 @@ class WorkerGroup:
                 f"group {self.plan.name!r} has {len(self.workers)} workers, not {plan.workers}"
             )
         self.plan = plan
+        self.sharded = cfg.distributed.sharding == "fsdp"
         self._call("configure", to_dict(cfg), list(plan.agents))
         self.info = self._call("describe")
 
@@ -173,7 +174,9 @@ class WorkerGroup:
         return metrics, outs[0][1]
 
     def state(self, policy: str, part: str):
-        return self._call("state", policy, part, ranks=[0])[0]
+        # a sharded optimizer is gathered by every rank together; the rest is rank 0's
+        every = self.sharded and part == "optimizer"
+        return self._call("state", policy, part, ranks=None if every else [0])[0]
 
     def load_state(self, policy: str, part: str, value) -> None:
         ray = require_ray()

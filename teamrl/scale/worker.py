@@ -23,6 +23,7 @@ class PolicyWorker:
         torch.set_num_threads(num_threads)
         self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
         self.team = None
+        self.views: dict = {}  # sharding=fsdp: each policy's full replica
 
     def configure(self, cfg_data: dict, agents: list[str]) -> None:
         """(Re)build this replica: the group's agents' model(s) and optimizer(s)."""
@@ -44,6 +45,13 @@ class PolicyWorker:
         self.cfg = dataclasses.replace(cfg, team=team_cfg, model=model_cfg)
         set_seed(cfg.seed)
         self.team = Team(self.cfg)
+        # sharding=fsdp: shard before the optimizers (they hold the shards); ``views`` are the
+        # policies' full replicas, what reads weights without a collective
+        self.views = {}
+        if cfg.distributed.sharding == "fsdp" and self.ctx.world_size > 1:  # 1 worker: whole
+            from teamrl.scale.sharding import shard_team
+
+            self.views = shard_team(self.team, self.cfg, self.ctx.world_size, device)
         for pol in self.team.policies.values():
             make_optimizer(pol, self.cfg)
 
@@ -102,21 +110,38 @@ class PolicyWorker:
         same weights, so one answers)."""
         from teamrl.critics import hidden_at
 
-        pol = self.team.policies[policy]
+        pol = self.views.get(policy) or self.team.policies[policy]  # sharded: the replica
         return [h.cpu() for h in hidden_at(pol, jobs, pol.model.device)]
 
     def state(self, policy: str, part: str):
-        """'weights' | 'optimizer' | 'scheduler' of ``policy``, on the CPU."""
+        """'weights' | 'optimizer' | 'scheduler' of ``policy``, on the CPU. Sharded: the
+        weights from the replica, the optimizer gathered in full (every rank calls it)."""
         import torch
 
         pol = self.team.policies[policy]
-        obj = pol.state_dict() if part == "weights" else getattr(pol, part).state_dict()
+        if part == "weights":
+            obj = (self.views.get(policy) or pol).state_dict()
+        elif part == "optimizer" and pol.sharded:
+            from teamrl.scale.sharding import full_optimizer_state
+
+            obj = full_optimizer_state(pol)
+        else:
+            obj = getattr(pol, part).state_dict()
         return _to_cpu(obj, torch)
 
     def load_state(self, policy: str, part: str, value) -> None:
         pol = self.team.policies[policy]
-        if part == "weights":
+        if part == "weights" and pol.sharded:  # into the replica, then each rank's shards
+            from teamrl.scale.sharding import scatter_from
+
+            self.views[policy].load_state_dict(value)
+            scatter_from(self.views[policy].model, pol.model)
+        elif part == "weights":
             pol.load_state_dict(value)
+        elif part == "optimizer" and pol.sharded:
+            from teamrl.scale.sharding import load_full_optimizer_state
+
+            load_full_optimizer_state(pol, value)
         else:
             getattr(pol, part).load_state_dict(value)
 
@@ -147,8 +172,9 @@ class PolicyWorker:
 
         from teamrl.policy_weights import save_policy
 
+        pol = self.views.get(policy) or self.team.policies[policy]  # sharded: the replica
         with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:
-            save_policy(self.team.policies[policy], Path(tmp), tokenizer=False)
+            save_policy(pol, Path(tmp), tokenizer=False)
             return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()}
 
     def load_weight_files(self, policy: str, files: dict[str, bytes]) -> None:
@@ -158,10 +184,15 @@ class PolicyWorker:
 
         from teamrl.policy_weights import load_policy
 
+        pol = self.team.policies[policy]
         with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:
             for name, data in files.items():
                 (Path(tmp) / name).write_bytes(data)
-            load_policy(self.team.policies[policy], Path(tmp))
+            load_policy(self.views.get(policy) or pol, Path(tmp))
+        if pol.sharded:  # the replica holds them: each rank cuts its shards
+            from teamrl.scale.sharding import scatter_from
+
+            scatter_from(self.views[policy].model, pol.model)
 
 
 def _node_ip() -> str:
