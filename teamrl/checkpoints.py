@@ -3,7 +3,8 @@
     step-N/
       policies/<policy>/   adapter_config.json + adapter_model.safetensors (LoRA; PEFT loads it)
                            or config.json + model.safetensors (full), the tokenizer,
-                           optimizer.pt, scheduler.pt
+                           optimizer.pt (optimizer/: FSDP shards, torch.distributed.checkpoint),
+                           scheduler.pt
       rng.pt  trainer_state.json  config.yaml  base_model.json (base name + weights fingerprint)
       critics.pt           the critics' value heads and optimizer states (algorithm.critic)
       manifest.json        every other file's size and sha256, written last
@@ -82,7 +83,10 @@ def write_checkpoint_files(
     for name, pol in team.policies.items():
         d = folder / "policies" / name
         save_policy(pol, d)
-        torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
+        if pol.sharded:  # FSDP: each worker writes its own shards (torch.distributed.checkpoint)
+            pol.optimizer.save_sharded(d / "optimizer")
+        else:
+            torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
         torch.save(pol.scheduler.state_dict(), d / "scheduler.pt")
     torch.save(
         {
@@ -300,7 +304,7 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     for name, pol in team.policies.items():
         d = path / "policies" / name
         load_policy(pol, d)
-        pol.optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True))
+        load_optimizer_state(pol, d)
         pol.scheduler.load_state_dict(torch.load(d / "scheduler.pt", weights_only=True))
         if pol.engine.backend is not None:
             pol.engine.backend.weights_changed(pol.adapter)
@@ -311,6 +315,48 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     if rng["cuda"]:
         torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_optimizer_state(pol, folder: Path) -> None:
+    """``optimizer.pt`` (one replica's state), or ``optimizer/`` (FSDP shards written with
+    torch.distributed.checkpoint), into any policy: a sharded group re-cuts the shards to its
+    own worker count, one process loads them whole."""
+    if (folder / "optimizer").is_dir():
+        on_workers = getattr(pol.optimizer, "load_sharded", None)  # a Ray group, any size
+        if on_workers is not None:
+            on_workers(folder / "optimizer")
+        else:
+            load_optimizer(pol.model, pol.optimizer, str(folder / "optimizer"))
+        return
+    if pol.sharded:
+        raise RunError(
+            f"{folder / 'optimizer.pt'}: a replicated optimizer state cannot go into a "
+            "sharded policy; resume this checkpoint with distributed.sharding=none"
+        )
+    pol.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+
+
+def save_optimizer(model: torch.nn.Module, optimizer, folder: str) -> None:
+    """The optimizer's state with ``torch.distributed.checkpoint``: under a process group each
+    rank writes its own shards (a collective), in one process the whole state. The files load
+    into any number of ranks, sharded or not (``load_optimizer``)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=folder)
+
+
+def load_optimizer(model: torch.nn.Module, optimizer, folder: str) -> None:
+    """``save_optimizer``'s files into this rank's optimizer, re-cut to its own shards."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=folder)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
 SCHEDULE_FIELDS = (

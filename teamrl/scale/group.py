@@ -230,6 +230,13 @@ class RemoteState:
         """(scheduler) One LR-schedule step on every rank."""
         self.group._call("scheduler_step", self.policy)
 
+    def save_sharded(self, folder) -> None:
+        """(optimizer, sharding=fsdp) Every rank writes its shards into ``folder``."""
+        self.group._call("save_optimizer", self.policy, str(folder))
+
+    def load_sharded(self, folder) -> None:
+        self.group._call("load_optimizer", self.policy, str(folder))
+
 
 @dataclass
 class RemotePolicy:
@@ -251,6 +258,11 @@ class RemotePolicy:
     @property
     def model(self):
         return None  # on the workers
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP over its group (several workers with sharding=fsdp)."""
+        return self.group.sharded and len(self.group.workers) > 1
 
     def remote_update(self, samples, cfg: Config, *, step: int, max_completion_length: int):
         return self.group.update(self.name, samples, cfg, step, max_completion_length)

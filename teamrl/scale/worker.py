@@ -145,6 +145,20 @@ class PolicyWorker:
         else:
             getattr(pol, part).load_state_dict(value)
 
+    def save_optimizer(self, policy: str, folder: str) -> None:
+        """(every rank) The sharded optimizer state, each rank its shards, into ``folder``
+        (torch.distributed.checkpoint; on a shared filesystem across nodes)."""
+        from teamrl.checkpoints import save_optimizer
+
+        pol = self.team.policies[policy]
+        save_optimizer(pol.model, pol.optimizer, folder)
+
+    def load_optimizer(self, policy: str, folder: str) -> None:
+        from teamrl.checkpoints import load_optimizer
+
+        pol = self.team.policies[policy]
+        load_optimizer(pol.model, pol.optimizer, folder)
+
     def scheduler_step(self, policy: str) -> None:
         """Once per trainer step, whether or not the policy had samples (as in one process)."""
         import warnings

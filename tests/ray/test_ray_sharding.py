@@ -7,18 +7,29 @@ ghost row; and the sharded optimizer state round-trips through the full-state fo
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import signal
+import time
 
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
+import torch  # noqa: E402
 from conftest import tiny_overrides  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
 from test_ray_exactness import SGD, SIGNAL, Replicas, check, moved, one_process_step  # noqa: E402
+from test_ray_export import IDS, logprobs  # noqa: E402
+from test_ray_run import cli, metrics, ray_cfg, weights  # noqa: E402
 
-from teamrl.config import load_config  # noqa: E402
+from teamrl.cli import main as cli_main  # noqa: E402
+from teamrl.config import dump_config, load_config  # noqa: E402
 from teamrl.models import resolve  # noqa: E402
+from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.scale.placement import placement_plan  # noqa: E402
+from teamrl.team import Team  # noqa: E402
+from teamrl.trainer import Trainer  # noqa: E402
 
 
 def sharded(cfg):
@@ -71,3 +82,77 @@ def test_the_sharded_optimizer_state_round_trips(shards, tmp_path):
     for key, moments in full["state"].items():
         for name, value in moments.items():
             assert (again["state"][key][name] == value).all(), (key, name)
+
+
+# --- sharded checkpoints: kill -9 and resume, other worker counts, one process, export -------
+
+
+def test_a_killed_sharded_run_resumes_exactly_and_on_other_worker_counts(ray_cluster, tmp_path):  # noqa: F811
+    fsdp = {"distributed.sharding": "fsdp", "train.learning_rate": 0.05}
+    cfg = ray_cfg(ray_cluster, "lora", 3, 2, **fsdp)
+    whole = Trainer(cfg, run_dir=tmp_path / "whole")
+    try:
+        whole.train()
+    finally:
+        shutdown_team(whole.team)
+    step1 = tmp_path / "whole" / "checkpoints" / "step-1" / "policies" / "alice"
+    assert (step1 / "optimizer").is_dir() and not (step1 / "optimizer.pt").exists()
+    assert len(list((step1 / "optimizer").glob("*.distcp"))) == 2  # one file per worker
+
+    cfg_path = tmp_path / "config.yaml"
+    dump_config(cfg, cfg_path)
+    run = tmp_path / "killed"
+    proc = cli(cfg_path, run)
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "step-1").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (run / "checkpoints" / "step-3").exists()
+    resumed = cli(cfg_path, run, "--resume")
+    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
+    assert metrics(run) == metrics(tmp_path / "whole")
+    got, want = weights(run, 3), weights(tmp_path / "whole", 3)
+    for name in want:
+        for k in want[name]:
+            assert torch.equal(got[name][k], want[name][k]), (name, k)
+
+    # the same 2-worker checkpoint resumes on 1 worker, and in one process without Ray
+    for label, backend, workers in (("one-worker", "ray", 1), ("one-process", "none", 1)):
+        folder = tmp_path / label
+        shutil.copytree(
+            tmp_path / "whole", folder, ignore=shutil.ignore_patterns("step-2", "step-3")
+        )
+        extra = {"distributed.backend": backend, "distributed.num_workers_per_policy": workers}
+        other = Trainer(dataclasses.replace(cfg, distributed=dataclasses.replace(
+            cfg.distributed, **{k.split(".")[1]: v for k, v in extra.items()},
+            sharding="none" if backend == "none" else "fsdp")), run_dir=folder)  # fmt: skip
+        try:
+            history = other.train(resume=True)
+        finally:
+            shutdown_team(other.team)
+        assert [h["step"] for h in history] == [2, 3], label
+
+
+def test_export_of_a_sharded_run_loads_in_transformers(ray_cluster, tmp_path):  # noqa: F811
+    from transformers import AutoModelForCausalLM
+
+    cfg = ray_cfg(ray_cluster, "shared", 1, 2, **{"distributed.sharding": "fsdp",
+                                                  "train.weight_decay": 0.5})  # fmt: skip
+    tr = Trainer(cfg, run_dir=tmp_path / "run")
+    try:
+        tr.train()
+        live = tr.team.policies["shared"].state_dict()  # rank 0's replica, gathered after the step
+    finally:
+        shutdown_team(tr.team)
+    out = tmp_path / "team"
+    assert cli_main(["export", str(tr.run_dir), str(out)]) == 0
+    local = Team(load_config(None, tiny_overrides("shared", 1)))
+    base = logprobs(local.policies["shared"].model, IDS)
+    local.policies["shared"].load_state_dict(live)
+    mine = logprobs(local.policies["shared"].model, IDS)
+    plain = AutoModelForCausalLM.from_pretrained(out / "shared").eval()
+    assert torch.allclose(logprobs(plain, IDS), mine, atol=1e-5)
+    assert not torch.allclose(base, mine, atol=1e-4)
