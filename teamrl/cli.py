@@ -265,6 +265,12 @@ def _dry_run(args: argparse.Namespace) -> int:
     import_tasks(args.imports)
     cfg = load_config(args.config, args.overrides)
     print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
+    if cfg.distributed.gpu_memory_gb is not None:  # each worker against one GPU (no model)
+        from teamrl import preflight
+
+        models = {name: preflight.meta_model_of(cfg, name) for name in preflight.model_names(cfg)}
+        for line in preflight.check_placement(cfg, models, preflight.PROMPT_BUDGET):
+            print(line)
     return 0
 
 

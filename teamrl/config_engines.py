@@ -103,6 +103,12 @@ class DistributedConfig:
         "With sharding=fsdp: the dtype the sharded parameters compute in; 'bfloat16' keeps "
         "float32 master weights and reduces gradients in float32 (GPU only).",
     )
+    gpu_memory_gb: float | None = _f(
+        None,
+        "Memory of one GPU of the cluster, in GiB: the preflight (and train --dry-run) then "
+        "estimates each worker's weights, gradients, optimizer state and activations, with "
+        "sharding where it is on, and refuses a placement that cannot fit. None: not checked.",
+    )
     sandbox_tasks: bool = _f(
         True,
         "Under Ray, run sandboxed code (code rewards) as Ray tasks over the cluster's CPUs, "

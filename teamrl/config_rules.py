@@ -179,6 +179,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("distributed.num_workers_per_policy", _ge(1), ">= 1"),
     ("distributed.num_gpus_per_worker", _ge(0), ">= 0"),
     ("distributed.num_cpus_per_worker", _gt(0), "> 0"),
+    ("distributed.gpu_memory_gb", _gt(0), "> 0 or None"),
 ]
 
 AGENT_RULES: list[tuple[str, Any, str]] = [

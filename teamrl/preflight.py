@@ -14,6 +14,7 @@ load and a traceback:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import string
@@ -39,15 +40,18 @@ def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
     check_device(cfg)
     if task is not None:
         check_task(cfg, task)
-    models = {name: _meta_model_of(cfg, name) for name in model_names(cfg)}
+    models = {name: meta_model_of(cfg, name) for name in model_names(cfg)}
     check_lengths(cfg, models)
     if uses_lora(cfg):
         for name, model in models.items():
             check_lora_targets(cfg.model.lora_target_modules, model, name)
-    # Under Ray the models live on the workers, which Ray places where their resources are free.
+    # Under Ray the models live on the workers, which Ray places where their resources are
+    # free: each worker is checked against one GPU when the config says how large one is.
     if check_memory and cfg.distributed.backend == "none":
         est = estimate_memory(cfg, models, prompt_tokens(cfg, task))
         check_fits(est, available_memory(cfg.model.device))
+    elif check_memory:
+        check_placement(cfg, models, prompt_tokens(cfg, task))
 
 
 # --- loggers and device ---------------------------------------------------------------------
@@ -167,7 +171,7 @@ def model_config_of(cfg: Config, name: str) -> Any:
     return model_config(name, seed=cfg.seed)
 
 
-def _meta_model_of(cfg: Config, name: str) -> Any:
+def meta_model_of(cfg: Config, name: str) -> Any:
     model_cfg = model_config_of(cfg, name)
     try:
         return meta_model(model_cfg)
@@ -236,14 +240,16 @@ class Estimate:
     training: float  # activations and logits of one micro-batch's forward and backward
     rows: int  # sequences in the largest generate call
     seq: int  # tokens per sequence (prompt budget + completions)
+    replica: float = 0.0  # a sharded worker's full copy of the weights, to sample from
 
     @property
     def total(self) -> float:
-        return self.weights + self.optimizer + max(self.generation, self.training)
+        return self.weights + self.replica + self.optimizer + max(self.generation, self.training)
 
     def describe(self) -> str:
+        replica = f", sampling replica {self.replica / GiB:.2f}" if self.replica else ""
         return (
-            f"{self.total / GiB:.1f} GiB (weights {self.weights / GiB:.2f}, optimizer and "
+            f"{self.total / GiB:.1f} GiB (weights {self.weights / GiB:.2f}{replica}, optimizer and "
             f"gradients {self.optimizer / GiB:.2f}, generation {self.generation / GiB:.2f} for "
             f"{self.rows:,} sequences of {self.seq:,} tokens, training forward "
             f"{self.training / GiB:.2f})"
@@ -324,6 +330,59 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     logits = micro * completion * big["vocab"] * 4 * 2
     training = tokens * per_token + prompt_kv + logits
     return Estimate(weights, optimizer, generation, training, rows, seq)
+
+
+def worker_estimate(cfg: Config, models: dict[str, Any], prompt_len: int, plan: Any) -> Estimate:
+    """One worker of a Ray policy group (``plan``: a ``teamrl.scale.placement.GroupPlan``):
+    the group's own agents and model; it generates and trains on about 1/W of the group's
+    rows. With ``sharding=fsdp`` over W > 1 workers the weights, gradients and optimizer state
+    are 1/W each, and the worker keeps a full replica of the weights to sample from."""
+    agents = [a for a in cfg.team.agents if a.name in plan.agents]
+    group = dataclasses.replace(cfg, team=dataclasses.replace(cfg.team, agents=agents))
+    if cfg.distributed.num_gpus_per_worker > 0:  # no CPU weight packing on a GPU worker
+        group = dataclasses.replace(
+            group, generation=dataclasses.replace(group.generation, cpu_prepack="off")
+        )
+    est = estimate_memory(group, models, prompt_len)
+    w = plan.workers
+    sharded = cfg.distributed.sharding == "fsdp" and w > 1
+    return Estimate(
+        weights=est.weights / w if sharded else est.weights,
+        optimizer=est.optimizer / w if sharded else est.optimizer,
+        generation=est.generation / w,
+        training=est.training / w,
+        rows=math.ceil(est.rows / w),
+        seq=est.seq,
+        replica=est.weights if sharded else 0.0,
+    )
+
+
+def check_placement(cfg: Config, models: dict[str, Any], prompt_len: int) -> list[str]:
+    """With ``distributed.gpu_memory_gb``: each group's per-worker estimate (lines for the dry
+    run), or a one-line ConfigError for the first worker that cannot fit one GPU."""
+    from teamrl.scale.placement import placement_plan
+
+    gib = cfg.distributed.gpu_memory_gb
+    if gib is None:
+        return []
+    lines = []
+    for plan in placement_plan(cfg):
+        est = worker_estimate(cfg, models, prompt_len, plan)
+        if est.total > gib * GiB:
+            sharded = cfg.distributed.sharding == "fsdp"
+            advice = (
+                "raise distributed.num_workers_per_policy"
+                if sharded
+                else "set distributed.sharding=fsdp and num_workers_per_policy >= 2"
+            )
+            raise ConfigError(
+                f"distributed.gpu_memory_gb={gib:g}: a worker of group {plan.name!r} "
+                f"({plan.workers} worker(s), sharding={cfg.distributed.sharding}) needs an "
+                f"estimated {est.describe()}, more than one GPU holds: {advice}, or lower the "
+                "batch (num_generations, prompts_per_step, micro_batch_size)"
+            )
+        lines.append(f"group {plan.name!r}: per worker {est.describe()}")
+    return lines
 
 
 def _packs_weights(cfg: Config) -> bool:

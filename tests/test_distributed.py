@@ -116,3 +116,80 @@ def test_rank_shares_of_a_chunk_add_up_to_the_one_process_loss(loss_type):
     assert float(two.detach()) == pytest.approx(float(one.detach()), rel=1e-6)
     assert torch.allclose(g_two, g_one, atol=1e-7)
     assert abs(float(one.detach())) > 1e-3  # a loss that is not trivially zero
+
+
+def qwen_7b_shape(tmp_path) -> str:
+    """A folder holding only Qwen2.5-7B's published shape (config.json): what the preflight
+    builds on the meta device, no weights."""
+    from transformers import Qwen2Config
+
+    folder = tmp_path / "qwen2.5-7b-shape"
+    Qwen2Config(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+    ).save_pretrained(folder)
+    return str(folder)
+
+
+def test_the_per_worker_estimate_knows_sharding(tmp_path):
+    from teamrl import preflight
+
+    full_7b = [
+        f"model.name_or_path={qwen_7b_shape(tmp_path)}",
+        "team.policies=separate",
+        "distributed.backend=ray",
+        "distributed.num_workers_per_policy=8",
+        "distributed.num_gpus_per_worker=1",
+    ]
+    plain = load_config(None, tiny_overrides("separate") + full_7b)
+    sharded = load_config(
+        None, tiny_overrides("separate") + full_7b + ["distributed.sharding=fsdp"]
+    )
+    models = {n: preflight.meta_model_of(plain, n) for n in preflight.model_names(plain)}
+    params = sum(p.numel() for p in next(iter(models.values())).parameters())
+    assert 7.5e9 < params < 7.7e9  # Qwen2.5-7B
+    group = placement_plan(plain)[0]  # one agent's 8 workers
+    one = preflight.worker_estimate(plain, models, 256, group)
+    eight = preflight.worker_estimate(sharded, models, 256, group)
+    # fp32 full fine-tune: 4 bytes of weights, 3 x 4 of gradient and AdamW moments per parameter
+    assert (one.weights, one.optimizer, one.replica) == (4 * params, 12 * params, 0.0)
+    assert (eight.weights, eight.optimizer) == (4 * params / 8, 12 * params / 8)
+    assert eight.replica == 4 * params  # the full copy each worker samples from
+    # an 80 GB GPU: 121 GB of state does not fit one worker; sharded over 8 it does
+    with pytest.raises(ConfigError, match="set distributed.sharding=fsdp") as err:
+        preflight.check_placement(
+            load_config(
+                None, tiny_overrides("separate") + full_7b + ["distributed.gpu_memory_gb=80"]
+            ),
+            models,
+            256,
+        )
+    assert "\n" not in str(err.value) and "GiB" in str(err.value)
+    ok = load_config(
+        None,
+        tiny_overrides("separate")
+        + full_7b
+        + ["distributed.sharding=fsdp", "distributed.gpu_memory_gb=80"],
+    )
+    lines = preflight.check_placement(ok, models, 256)
+    assert lines[0].startswith("group 'alice': per worker ")
+
+
+def test_the_dry_run_refuses_a_placement_that_cannot_fit_in_one_line(tmp_path, capsys):
+    args = [
+        f"model.name_or_path={qwen_7b_shape(tmp_path)}",
+        "team.policies=separate",
+        "distributed.backend=ray",
+        "distributed.num_workers_per_policy=2",
+        "distributed.num_gpus_per_worker=1",
+        "distributed.gpu_memory_gb=80",
+    ]
+    assert main(["train", "teamrl/configs/quickstart.yaml", *args, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "distributed.gpu_memory_gb=80" in err
