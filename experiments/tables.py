@@ -408,6 +408,13 @@ TLDR_LEVELS = (
     "components/unique_words",
     "components/style",
 )
+TLDR_BASE = (  # the held-out TLDR split, evaluated only at the end, checkpoints every 5 steps
+    "env.name=tldr_heldout",
+    "env.kwargs={}",
+    "eval.eval_steps=0",
+    "log.save_steps=5",
+    "log.progress_bar=false",
+)
 TLDR_SPLITS = {
     "train": "offline TLDR train posts 0..63 (experiments.tasks.tldr_heldout)",
     "validation": "offline eval posts (24): where the demo's setting was chosen",
@@ -428,13 +435,7 @@ _add(
         # make demo's setting (teamrl/configs/quickstart.yaml: LoRA writers on SmolLM2-135M, 8
         # joint samples, T 0.7, LR 5e-4), chosen on the validation posts, on the held-out split
         config="quickstart",
-        base=(
-            "env.name=tldr_heldout",
-            "env.kwargs={}",
-            "eval.eval_steps=0",
-            "log.save_steps=5",
-            "log.progress_bar=false",
-        ),
+        base=TLDR_BASE,
         conditions=(
             Condition("untrained_team", (), train=False),
             Condition("magrpo_team", ()),
@@ -475,13 +476,7 @@ _add(
         "mean vs the counterfactual baseline (cross mode) vs IAC (a value head per writer, "
         "turn and token level) vs MAAC (one centralised value head).",
         config="quickstart",
-        base=(
-            "env.name=tldr_heldout",
-            "env.kwargs={}",
-            "eval.eval_steps=0",
-            "log.save_steps=5",
-            "log.progress_bar=false",
-        ),
+        base=TLDR_BASE,
         conditions=(
             Condition("untrained_team", (), train=False),
             Condition("magrpo_team", ()),

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +82,24 @@ def tiny_writers(output_dir, steps: int = 1) -> list[str]:
         f"log.output_dir={output_dir}",
         "log.progress_bar=false",
     ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train_in_subprocess(cfg_path, run_dir, *flags: str) -> subprocess.Popen:
+    """``teamrl train CFG --run-dir RUN [flags]`` in its own process (to kill it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "teamrl.cli", "train", str(cfg_path), "--run-dir", str(run_dir)]
+    return subprocess.Popen([*cmd, *flags], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def kill_at_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 240):
+    """``kill -9`` the run as soon as its checkpoint ``step-N`` exists."""
+    deadline = time.time() + timeout
+    while not (run_dir / "checkpoints" / f"step-{step}").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, f"no checkpoint within {timeout:g} s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL

@@ -6,17 +6,11 @@ killed asynchronous run resumes with no example lost or used twice."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess
 
 from teamrl.async_execution import AsyncExecution
 from teamrl.config import ConfigError, dump_config, load_config
@@ -26,7 +20,6 @@ from teamrl.execution import LocalExecution
 from teamrl.rollout.common import RolloutResult
 from teamrl.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
 
 
@@ -172,20 +165,9 @@ def test_a_killed_asynchronous_run_resumes_with_no_example_lost_or_used_twice(tm
     cfg_path = tmp_path / "config.yaml"
     dump_config(cfg, cfg_path)
     killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "teamrl.cli", "train", str(cfg_path), "--run-dir", str(killed)]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while not (killed / "checkpoints" / "step-2").exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    kill_at_checkpoint(train_in_subprocess(cfg_path, killed), killed, 2)
     assert not (killed / "checkpoints" / "step-4").exists()
-    resumed = subprocess.Popen(
-        [*cmd, "--resume"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
-    )
+    resumed = train_in_subprocess(cfg_path, killed, "--resume")
     assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
 
     def positions(run_dir):  # the data stream's position after each step's batch

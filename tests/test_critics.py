@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from conftest import tiny_overrides
-from test_magrpo_tree import ScriptedTeam, reward_table
+from test_magrpo_tree import ScriptedTeam, reward_table, two_turn_env
 
 from teamrl.config import ConfigError, load_config
 from teamrl.critics import CENTRAL, critic_credit, joint_observation
@@ -20,28 +20,19 @@ from teamrl.trainer import Trainer
 
 
 def two_turn_tree(gamma: float):
-    """The tree of test_magrpo_tree's two-turn case: turn-0 rewards (1, 2) by a's sample, the
-    child of branch j pays 10 j + k for its joint action k."""
-
-    def reward(completions, example):
-        g = int(completions["a"][1:])
-        return [1.0, 2.0][g] if example.get("turn", 0) == 0 else 10.0 * example["parent"] + g
-
-    class TwoTurnEnv(FunctionEnv):
-        def step(self, actions):
-            step = super().step(actions)
-            if self.example.get("turn", 0) == 0:
-                self.example = {**self.example, "turn": 1, "parent": int(actions["a"][1:])}
-            return step
-
+    """test_magrpo_tree's two-turn case: turn-0 rewards (1, 2) by a's sample, the child of
+    branch j pays 10 j + k for its joint action k."""
     return joint_rollout(
-        ScriptedTeam(),
-        lambda: TwoTurnEnv(["a", "b"], reward),
-        [(0, {"prompt": "p"})],
-        num_generations=2,
-        max_turns=2,
+        ScriptedTeam(), two_turn_env, [(0, {"prompt": "p"})], num_generations=2, max_turns=2,
         discount=gamma,
-    )
+    )  # fmt: skip
+
+
+def one_turn(rewards: dict, joint_mode: str = "aligned"):
+    return joint_rollout(
+        ScriptedTeam(), lambda: FunctionEnv(["a", "b"], reward_table(rewards)),
+        [(0, {"prompt": "p"})], num_generations=2, max_turns=1, joint_mode=joint_mode,
+    )  # fmt: skip
 
 
 def credit(out, values, level="turn", token_values=None, gamma=0.5, lam=0.5):
@@ -83,15 +74,7 @@ def test_turn_level_gae_on_a_two_turn_tree_by_hand():
 
 
 def test_cross_mode_takes_the_mean_over_the_joint_actions_of_a_completion():
-    rewards = {(0, 0): 1.0, (0, 1): 3.0, (1, 0): 5.0, (1, 1): 7.0}
-    out = joint_rollout(
-        ScriptedTeam(),
-        lambda: FunctionEnv(["a", "b"], reward_table(rewards)),
-        [(0, {"prompt": "p"})],
-        num_generations=2,
-        max_turns=1,
-        joint_mode="cross",
-    )
+    out = one_turn({(0, 0): 1.0, (0, 1): 3.0, (1, 0): 5.0, (1, 1): 7.0}, "cross")
     targets = credit(out, {("a", "root"): 2.0, ("b", "root"): 4.0})
     adv = {s.text: s.advantage for s in out.samples}
     # a0 acts in (0,0), (0,1): mean(1 - 2, 3 - 2) = 0; b0 in (0,0), (1,0): mean(1 - 4, 5 - 4) = -1
@@ -100,14 +83,7 @@ def test_cross_mode_takes_the_mean_over_the_joint_actions_of_a_completion():
 
 
 def test_token_level_gae_by_hand_and_the_scaling():
-    rewards = {(0, 0): 1.0, (1, 1): 3.0}
-    out = joint_rollout(
-        ScriptedTeam(),
-        lambda: FunctionEnv(["a", "b"], reward_table(rewards)),
-        [(0, {"prompt": "p"})],
-        num_generations=2,
-        max_turns=1,
-    )
+    out = one_turn({(0, 0): 1.0, (1, 1): 3.0})
     tokens = {"a0": [1.0, 0.5], "a1": [1.0, 2.0], "b0": [0.0, 0.0], "b1": [0.0, 0.0]}
     targets = credit(
         out, {}, level="token", token_values=lambda s: tokens[s.text], gamma=1.0, lam=0.5

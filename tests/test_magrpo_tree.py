@@ -90,6 +90,26 @@ def test_cross_mode_credits_marginal_mean():
     assert adv == {"a0": -2.0, "a1": 2.0, "b0": -1.0, "b1": 1.0}
 
 
+def two_turn_reward(completions, example):
+    """Turn 0 pays (1, 2) by a's sample; the child of branch j pays 10 j + k for joint action k."""
+    g = int(completions["a"][1:])
+    if example.get("turn", 0) == 0:
+        return [1.0, 2.0][g]
+    return 10.0 * example["parent"] + g
+
+
+class TwoTurnEnv(FunctionEnv):
+    def step(self, actions):
+        step = super().step(actions)
+        if self.example.get("turn", 0) == 0:
+            self.example = {**self.example, "turn": 1, "parent": int(actions["a"][1:])}
+        return step
+
+
+def two_turn_env():
+    return TwoTurnEnv(["a", "b"], two_turn_reward)
+
+
 def test_two_turn_tree_discounted_returns():
     """Turn 0 reward r0(g); each child's turn-1 reward r1 depends on the parent branch.
 
@@ -97,23 +117,9 @@ def test_two_turn_tree_discounted_returns():
     """
     gamma = 0.5
 
-    def reward(completions, example):
-        g = int(completions["a"][1:])
-        if example.get("turn", 0) == 0:
-            return [1.0, 2.0][g]
-        return 10.0 * example["parent"] + g  # child k of parent j: 10 j + k
-
-    class TwoTurnEnv(FunctionEnv):
-        def step(self, actions):
-            step = super().step(actions)
-            if self.example.get("turn", 0) == 0:
-                self.example = {**self.example, "turn": 1, "parent": int(actions["a"][1:])}
-            return step
-
     team = ScriptedTeam()
-    env = lambda: TwoTurnEnv(["a", "b"], reward)  # noqa: E731
     out = joint_rollout(
-        team, env, [(0, {"prompt": "p"})], num_generations=2, max_turns=2, discount=gamma
+        team, two_turn_env, [(0, {"prompt": "p"})], num_generations=2, max_turns=2, discount=gamma
     )
     assert team.generate_calls == 2  # one per turn, covering every node
     root = out.roots[0]

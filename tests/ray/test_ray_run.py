@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import tiny_overrides  # noqa: E402
+from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
 from teamrl.config import dump_config, load_config  # noqa: E402
@@ -57,9 +55,7 @@ def weights(run_dir: Path, step: int) -> dict:
 
 
 def cli(cfg_path: Path, run_dir: Path, *flags: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "teamrl.cli", "train", str(cfg_path), "--run-dir", str(run_dir)]
-    return subprocess.Popen([*cmd, *flags], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    return train_in_subprocess(cfg_path, run_dir, *flags)
 
 
 def test_a_killed_run_resumes_exactly(ray_cluster, tmp_path):  # noqa: F811
@@ -73,14 +69,7 @@ def test_a_killed_run_resumes_exactly(ray_cluster, tmp_path):  # noqa: F811
     cfg_path = tmp_path / "config.yaml"
     dump_config(cfg, cfg_path)
     run = tmp_path / "killed"
-    proc = cli(cfg_path, run)
-    deadline = time.time() + 240
-    while not (run / "checkpoints" / "step-1").exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    kill_at_checkpoint(cli(cfg_path, run), run, 1)
     assert not (run / "checkpoints" / "step-3").exists()  # it really stopped before the end
 
     resumed = cli(cfg_path, run, "--resume")

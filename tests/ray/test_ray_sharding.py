@@ -7,17 +7,14 @@ ghost row; and the sharded optimizer state round-trips through the full-state fo
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
-import signal
-import time
 
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import tiny_overrides  # noqa: E402
+from conftest import kill_at_checkpoint, tiny_overrides  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
 from test_ray_exactness import SGD, SIGNAL, Replicas, check, moved, one_process_step  # noqa: E402
 from test_ray_export import IDS, logprobs  # noqa: E402
@@ -102,14 +99,7 @@ def test_a_killed_sharded_run_resumes_exactly_and_on_other_worker_counts(ray_clu
     cfg_path = tmp_path / "config.yaml"
     dump_config(cfg, cfg_path)
     run = tmp_path / "killed"
-    proc = cli(cfg_path, run)
-    deadline = time.time() + 240
-    while not (run / "checkpoints" / "step-1").exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    kill_at_checkpoint(cli(cfg_path, run), run, 1)
     assert not (run / "checkpoints" / "step-3").exists()
     resumed = cli(cfg_path, run, "--resume")
     assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
