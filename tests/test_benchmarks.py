@@ -142,3 +142,16 @@ def test_a_worker_that_dies_while_starting_names_itself_and_shows_its_log(tmp_pa
     cmd = [sys.executable, "-c", "import sys; sys.stderr.write('boom: no vllm\\n'); sys.exit(3)"]
     with pytest.raises(RuntimeError, match=r"(?s)vllm-fake: worker exited \(3\).*boom: no vllm"):
         rounds.WorkerProcess("vllm-fake", cmd, tmp_path / "w.log")
+
+
+def test_roofline_floors_by_hand():
+    from roofline import floors
+
+    work = {"params": 100, "models": 2, "prompt_tokens": 10}
+    # 2 agents x G 2 x 5 tokens = 20 generated; decode reads 2 models x 400 B x 5 steps = 4000 B
+    # against 2 x 100 x 20 = 4000 FLOPs: both 4e-6 s at 1 GB/s and 1 GFLOP/s
+    lora = floors(work, "lora", new_tokens=5, g=2, bw=1.0, fl=1.0)
+    assert lora["generate_s"] == pytest.approx(4e-6)
+    # T = 20 completion + 2 prompts x 10 = 40 tokens; LoRA 4 P T, full fine-tune 6 P T
+    assert lora["update_s"] == pytest.approx(4 * 100 * 40 / 1e9)
+    assert floors(work, "shared", 5, 2, 1.0, 1.0)["update_s"] == pytest.approx(6 * 100 * 40 / 1e9)

@@ -1,0 +1,207 @@
+"""The roofline of a training step, per policy mode: each part's floor beside its measured time.
+
+    python benchmarks/roofline.py                        # SmolLM2-135M, 5 rounds
+    python benchmarks/roofline.py --model tiny-llama --rounds 1 --warmup 0   # smoke
+
+The machine first (best of several tries, at the start and again at the end):
+
+- memory bandwidth B: copying a 256 MiB float32 tensor (read + write bytes / time);
+- matmul throughput F: a 2048 x 2048 float32 matmul (2 n^3 FLOPs / time).
+
+Then one MAGRPO step of each policy mode (``shared``, ``lora``, ``separate``; two agents, G
+samples each, exactly ``--new-tokens`` per completion), in interleaved rounds
+(``rounds.round_order``), with its floors:
+
+- generation: every decode step reads every weight of every model once (the batch shares the
+  read), so its floor is max(weight bytes x decode steps / B, 2 x params x generated tokens /
+  F); with ``shared`` and ``lora`` one model serves both agents, with ``separate`` two do;
+- update: forward 2 P T, backward 2 P T for the activations' gradients, and 2 P T more for the
+  weights' gradients in a full fine-tune (``shared``, ``separate``), FLOPs over F. T counts
+  the completion tokens and each distinct prompt once (prefix sharing); a LoRA update skips
+  the base weights' gradients, so its floor is 4 P T against a full fine-tune's 6 P T.
+
+The report gives measured / floor per part: how far each is from what this CPU allows.
+Output: ``results/roofline.md`` and ``.json`` with date, machine and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from async_overlap import machine  # noqa: E402
+from rounds import round_order, summarize  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODES = ("shared", "lora", "separate")
+
+
+def bandwidth_gbs(tries: int = 5) -> float:
+    import torch
+
+    src = torch.rand(64 * 2**20)  # 256 MiB of float32
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / best / 1e9
+
+
+def matmul_gflops(n: int = 2048, tries: int = 5) -> float:
+    import torch
+
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+class Step:
+    """One policy mode's MAGRPO step on the quickstart task, every completion at full length."""
+
+    def __init__(self, args, policies: str):
+        from teamrl.config import load_config
+        from teamrl.trainer import Trainer
+
+        n = args.new_tokens
+        overrides = [
+            f"model.name_or_path={args.model}",
+            f"team.policies={policies}",
+            "model.use_peft=false",
+            "team.ignore_eos=true",
+            "env.name=tldr",
+            "env.kwargs={source: offline}",
+            f"team.agents=[{{name: concise, max_completion_length: {n}}}, "
+            f"{{name: detailed, max_completion_length: {n}}}]",
+            f"algorithm.num_generations={args.num_generations}",
+            "train.learning_rate=1e-6",
+            f"train.max_steps={10**6}",
+            "train.shuffle=false",
+            "log.progress_bar=false",
+        ]
+        self.trainer = Trainer(load_config(None, overrides), run_dir=tempfile.mkdtemp())
+        self.policies = policies
+
+    def step(self) -> dict[str, float]:
+        m = self.trainer.train_step()
+        samples = m["completion_length/mean"] * 2 * self.trainer.cfg.algorithm.num_generations
+        return {
+            "step_s": m["time/step"],
+            "generate_s": m["time/generate"],
+            "update_s": m["time/update"],
+            "generated_tokens": samples,
+        }
+
+    def work(self) -> dict[str, float]:
+        """Parameters per model, models, prompt tokens (distinct prompts, each once)."""
+        team = self.trainer.team
+        engines = team.engines()
+        base = sum(p.numel() for n, p in engines[0].model.named_parameters() if "lora_" not in n)
+        prompt = self.trainer.rollout(self.trainer.data.next(1)).samples[0].prompt_ids
+        return {"params": base, "models": len(engines), "prompt_tokens": len(prompt)}
+
+
+def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: float) -> dict:
+    p, models = work["params"], work["models"]
+    generated = 2 * g * new_tokens  # two agents, G completions each
+    gen = max(p * models * 4 * new_tokens / (bw * 1e9), 2 * p * generated / (fl * 1e9))
+    tokens = generated + 2 * work["prompt_tokens"]  # each agent's prompt once (prefix sharing)
+    per_token = 4 if policies == "lora" else 6
+    return {"generate_s": gen, "update_s": per_token * p * tokens / (fl * 1e9)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--num-generations", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--out", default="roofline")
+    args = ap.parse_args(argv)
+    from teamrl.cli import _quiet_hf
+
+    _quiet_hf()
+    load_start = os.getloadavg()[0]
+    hw = {"bandwidth_gbs": [bandwidth_gbs()], "matmul_gflops": [matmul_gflops()]}
+    steps = {mode: Step(args, mode) for mode in MODES}
+    work = {mode: s.work() for mode, s in steps.items()}
+    for _ in range(args.warmup):
+        for mode in MODES:
+            steps[mode].step()
+    timings: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in round_order(list(MODES), r):
+            timings[mode].append(steps[mode].step())
+    hw["bandwidth_gbs"].append(bandwidth_gbs())
+    hw["matmul_gflops"].append(matmul_gflops())
+    bw, fl = max(hw["bandwidth_gbs"]), max(hw["matmul_gflops"])
+    rows = {}
+    for mode in MODES:
+        floor = floors(work[mode], mode, args.new_tokens, args.num_generations, bw, fl)
+        row = {k: summarize([t[k] for t in timings[mode]]) for k in ("generate_s", "update_s")}
+        rows[mode] = {
+            "measured": {k: v["median"] for k, v in row.items()},
+            "spread": row,
+            "floor": floor,
+            "ratio": {k: row[k]["median"] / floor[k] for k in floor},
+            "work": work[mode],
+        }
+    result = {
+        "argv": argv if argv is not None else sys.argv[1:],
+        "args": vars(args),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "load_start": round(load_start, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+        "hardware": hw,
+        "modes": rows,
+        "timings": timings,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=1))
+    m = result["machine"]
+    lines = [
+        "# The roofline of a step, per policy mode",
+        "",
+        f"`python benchmarks/roofline.py {' '.join(result['argv'])}`",
+        "",
+        f"{result['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
+        f"{result['load_start']} at start, {result['load_end']} at the end. Measured memory "
+        f"bandwidth {bw:.1f} GB/s, float32 matmul {fl:.1f} GFLOP/s (best of the start's and "
+        f"the end's tries). {args.model}, two agents, G = {args.num_generations}, "
+        f"{args.new_tokens} tokens each; {args.rounds} interleaved rounds, medians.",
+        "",
+        "| mode | generate s (floor, x floor) | update s (floor, x floor) |",
+        "|---|---|---|",
+    ]
+    for mode, row in rows.items():
+        cells = [
+            f"{row['measured'][k]:.2f} ({row['floor'][k]:.2f}, {row['ratio'][k]:.1f}x)"
+            for k in ("generate_s", "update_s")
+        ]
+        lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
+    md = "\n".join(lines) + "\n"
+    (RESULTS / f"{args.out}.md").write_text(md)
+    print(md)
+    print(json.dumps({k: statistics.median(v) for k, v in hw.items()}), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
