@@ -84,6 +84,18 @@ class PolicyWorker:
             "fingerprint": fingerprint_of(engine) if engine else "",
         }
 
+    def memory(self) -> dict:
+        """This worker process's resident memory now and at its peak, in GiB (Linux)."""
+        import resource
+
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with open("/proc/self/statm") as f:
+            resident_pages = int(f.read().split()[1])
+        return {
+            "peak_rss_gib": peak_kib / 2**20,
+            "rss_gib": resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**30,
+        }
+
     # --- work -------------------------------------------------------------------------------
 
     def generate(self, requests: list, ignore_eos: bool, seed: int) -> list:

@@ -1,0 +1,127 @@
+"""Memory per worker with and without FSDP sharding (``distributed.sharding``), on CPU workers.
+
+    python benchmarks/sharding_memory.py                         # SmolLM2-135M full fine-tune
+    python benchmarks/sharding_memory.py --model tiny-llama-wide # smoke
+
+For each setting (``none``, ``fsdp``) one Ray worker group of ``--workers`` CPU workers holds a
+full fine-tune of the model (float32, AdamW), takes one update on the same recorded rollout,
+and reports each worker's resident memory and peak (``PolicyWorker.memory``). Unsharded, each
+worker holds the weights, their gradients and AdamW's two moments (16 bytes a parameter);
+sharded, a 1/W share of each plus the full replica it samples from (4 bytes a parameter), so
+the saving grows with the worker count. The settings run one after the other (each group is
+shut down before the next starts), so the peaks do not mix. Output:
+``results/sharding_memory.md`` and ``.json`` with date, machine and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from async_overlap import machine  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default="sharding_memory")
+    args = ap.parse_args(argv)
+    import ray
+
+    from teamrl.algorithms.advantages import compute_advantages
+    from teamrl.cli import _quiet_hf
+    from teamrl.config import load_config
+    from teamrl.models import resolve
+    from teamrl.scale.group import WorkerGroup
+    from teamrl.scale.placement import placement_plan
+    from teamrl.trainer import Trainer
+
+    _quiet_hf()
+    overrides = [
+        f"model.name_or_path={args.model}",
+        "team.policies=shared",
+        "model.use_peft=false",
+        "env.name=tldr",
+        "env.kwargs={source: offline}",
+        "team.agents=[{name: concise, max_completion_length: 32}, "
+        "{name: detailed, max_completion_length: 32}]",
+        "algorithm.num_generations=4",
+        "train.learning_rate=1e-6",
+        "log.progress_bar=false",
+    ]
+    load_start = os.getloadavg()[0]
+    cfg = load_config(None, overrides)
+    resolve(cfg.model.name_or_path, cfg.seed)  # built once here, not by every worker
+    local = Trainer(cfg, run_dir=tempfile.mkdtemp())
+    result = local.rollout(local.data.next(1))
+    compute_advantages(result.samples, "mean", "group")
+    params = sum(p.numel() for p in local.team.policies["shared"].model.parameters())
+    del local
+    ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=False)
+    rows = {}
+    for sharding in ("none", "fsdp"):
+        d = dataclasses.replace(
+            cfg.distributed,
+            backend="ray",
+            sharding=sharding,
+            num_workers_per_policy=args.workers,
+            num_cpus_per_worker=1.0,
+        )
+        run_cfg = dataclasses.replace(cfg, distributed=d)
+        (plan,) = placement_plan(run_cfg)
+        group = WorkerGroup(plan, run_cfg)
+        try:
+            group.update("shared", result.samples, run_cfg, 0, 32)
+            rows[sharding] = group._call("memory")
+        finally:
+            group.shutdown()
+    ray.shutdown()
+    out = {
+        "argv": argv if argv is not None else sys.argv[1:],
+        "args": vars(args),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "load_start": round(load_start, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+        "params": params,
+        "workers": rows,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1))
+    m = out["machine"]
+    lines = [
+        "# Memory per worker, with and without FSDP sharding",
+        "",
+        f"`python benchmarks/sharding_memory.py {' '.join(out['argv'])}`",
+        "",
+        f"{out['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
+        f"{out['load_start']} at start, {out['load_end']} at the end. {args.model} "
+        f"({params / 1e6:.1f}M parameters), full fine-tune in float32 with AdamW, one update, "
+        f"{args.workers} CPU workers (gloo).",
+        "",
+        "| sharding | worker | resident GiB after the update | peak GiB |",
+        "|---|---|---|---|",
+    ]
+    for sharding, workers in rows.items():
+        for rank, w in enumerate(workers):
+            lines.append(f"| {sharding} | {rank} | {w['rss_gib']:.2f} | {w['peak_rss_gib']:.2f} |")
+    md = "\n".join(lines) + "\n"
+    (RESULTS / f"{args.out}.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
