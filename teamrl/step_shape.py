@@ -22,18 +22,33 @@ class StepShape:
     samples: int
 
 
+# Counts past this are reported as CAP + 1: no config that runs gets near it, and a hostile one
+# (G = 10^18 over a million turns) must not make the count itself astronomically expensive.
+CAP = 10**15
+
+
 def joint_tree_shape(cfg: Any) -> StepShape:
     """MAGRPO: per prompt a tree whose nodes hold G joint actions ('aligned') or G^N
     ('cross'), over max_turns levels; every node samples G completions per agent."""
     a, t = cfg.algorithm, cfg.train
     n, turns, g = max(1, len(cfg.team.agents)), cfg.env.max_turns, a.num_generations
-    branch = g**n if a.joint_mode == "cross" else g
-    nodes = [branch**turn for turn in range(turns)]  # nodes of each turn, per prompt
+    branch = min(g**n, CAP + 1) if a.joint_mode == "cross" else g
+    level, nodes, last = 1, 0, 1  # nodes of the current turn, of every turn so far, the last
+    for _ in range(turns):
+        last = level
+        nodes += level
+        if nodes > CAP:
+            break
+        level *= branch
     return StepShape(
-        env_steps=t.prompts_per_step * sum(m * branch for m in nodes),
-        generation_rows=t.prompts_per_step * nodes[-1] * n * g,
-        samples=t.prompts_per_step * sum(nodes) * n * g,
+        env_steps=_capped(t.prompts_per_step * nodes * branch),
+        generation_rows=_capped(t.prompts_per_step * last * n * g),
+        samples=_capped(t.prompts_per_step * nodes * n * g),
     )
+
+
+def _capped(count: int) -> int:
+    return min(count, CAP + 1)
 
 
 def agent_turn_shape(cfg: Any) -> StepShape:
@@ -41,7 +56,11 @@ def agent_turn_shape(cfg: Any) -> StepShape:
     a, t = cfg.algorithm, cfg.train
     n, turns, k = max(1, len(cfg.team.agents)), cfg.env.max_turns, a.num_generations
     rows = t.prompts_per_step * n * k
-    return StepShape(env_steps=rows * turns, generation_rows=rows, samples=rows * turns)
+    return StepShape(
+        env_steps=_capped(rows * turns),
+        generation_rows=_capped(rows),
+        samples=_capped(rows * turns),
+    )
 
 
 SHAPES = {"magrpo": joint_tree_shape, "at_grpo": agent_turn_shape, "grpo": agent_turn_shape}
