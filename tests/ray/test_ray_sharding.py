@@ -52,6 +52,15 @@ def test_a_sharded_step_equals_one_process(shards, mode, tmp_path):
     assert max(moved(before[n], after[n]) for n in before) > 1e-4
 
 
+@pytest.mark.parametrize("mode", ["lora", "shared"])
+def test_gradient_checkpointing_under_sharding(shards, mode, tmp_path):
+    extra = {"model.gradient_checkpointing": True, **SGD}
+    cfg = load_config(None, tiny_overrides(mode, 1, **extra))
+    by_policy, before, after, max_len = one_process_step(tmp_path, cfg, SIGNAL)
+    got = shards.step(sharded(cfg), by_policy, max_len, before)
+    check(got, after, before, f"{mode}/fsdp with gradient checkpointing")
+
+
 def test_ghost_rows_minibatches_chunks_and_passes(shards, tmp_path):
     extra = {
         "algorithm.num_iterations": 2,
