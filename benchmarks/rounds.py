@@ -229,3 +229,42 @@ def tail(path: Path, n: int = 15) -> str:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return ""
+
+
+def provenance(argv: list[str] | None, args, load_start: float) -> dict:
+    """What every committed benchmark result carries: the command, the date (UTC), the machine
+    and the load at start and end."""
+    import datetime as dt
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return {
+        "argv": argv if argv is not None else sys.argv[1:],
+        "args": vars(args),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__},
+        "load_start": round(load_start, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def header(result: dict, title: str, script: str) -> list[str]:
+    """The markdown head of a result: title, command, date, machine and load."""
+    m = result["machine"]
+    return [
+        f"# {title}",
+        "",
+        f"`python benchmarks/{script} {' '.join(result['argv'])}`",
+        "",
+        f"{result['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
+        f"{result['load_start']} at start, {result['load_end']} at the end.",
+    ]

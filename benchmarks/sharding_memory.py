@@ -9,7 +9,8 @@ and reports each worker's resident memory and peak (``PolicyWorker.memory``). Un
 worker holds the weights, their gradients and AdamW's two moments (16 bytes a parameter);
 sharded, a 1/W share of each plus the full replica it samples from (4 bytes a parameter), so
 the saving grows with the worker count. The settings run one after the other (each group is
-shut down before the next starts), so the peaks do not mix. Output:
+shut down before the next starts), so the peaks do not mix; ``--rounds`` alternate them
+(none, fsdp; fsdp, none; ...) and the report gives medians with their range. Output:
 ``results/sharding_memory.md`` and ``.json`` with date, machine and load.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import os
 import sys
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from async_overlap import machine  # noqa: E402
+from rounds import header, provenance, round_order, summarize  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="sharding_memory")
     args = ap.parse_args(argv)
     import ray
@@ -70,53 +71,46 @@ def main(argv: list[str] | None = None) -> int:
     params = sum(p.numel() for p in local.team.policies["shared"].model.parameters())
     del local
     ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=False)
-    rows = {}
-    for sharding in ("none", "fsdp"):
-        d = dataclasses.replace(
-            cfg.distributed,
-            backend="ray",
-            sharding=sharding,
-            num_workers_per_policy=args.workers,
-            num_cpus_per_worker=1.0,
-        )
-        run_cfg = dataclasses.replace(cfg, distributed=d)
-        (plan,) = placement_plan(run_cfg)
-        group = WorkerGroup(plan, run_cfg)
-        try:
-            group.update("shared", result.samples, run_cfg, 0, 32)
-            rows[sharding] = group._call("memory")
-        finally:
-            group.shutdown()
+    # rounds: none, fsdp, then fsdp, none, ... (rotated), each setting on fresh worker processes
+    rows: dict[str, list[dict]] = {"none": [], "fsdp": []}
+    for r in range(args.rounds):
+        for sharding in round_order(list(rows), r):
+            d = dataclasses.replace(
+                cfg.distributed,
+                backend="ray",
+                sharding=sharding,
+                num_workers_per_policy=args.workers,
+                num_cpus_per_worker=1.0,
+            )
+            run_cfg = dataclasses.replace(cfg, distributed=d)
+            (plan,) = placement_plan(run_cfg)
+            group = WorkerGroup(plan, run_cfg)
+            try:
+                group.update("shared", result.samples, run_cfg, 0, 32)
+                rows[sharding].extend(group._call("memory"))
+            finally:
+                group.shutdown()
     ray.shutdown()
-    out = {
-        "argv": argv if argv is not None else sys.argv[1:],
-        "args": vars(args),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "load_start": round(load_start, 2),
-        "load_end": round(os.getloadavg()[0], 2),
-        "params": params,
-        "workers": rows,
-    }
+    out = {**provenance(argv, args, load_start), "params": params, "workers": rows}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1))
-    m = out["machine"]
-    lines = [
-        "# Memory per worker, with and without FSDP sharding",
+    lines = header(out, "Memory per worker, with and without FSDP sharding", "sharding_memory.py")
+    lines[-1] += (
+        f" {args.model} ({params / 1e6:.1f}M parameters), full fine-tune in float32 with AdamW, "
+        f"one update, {args.workers} CPU workers (gloo); {args.rounds} rounds alternating the "
+        "settings, each on fresh workers; median over every worker of every round [min, max]."
+    )
+    lines += [
         "",
-        f"`python benchmarks/sharding_memory.py {' '.join(out['argv'])}`",
-        "",
-        f"{out['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
-        f"{out['load_start']} at start, {out['load_end']} at the end. {args.model} "
-        f"({params / 1e6:.1f}M parameters), full fine-tune in float32 with AdamW, one update, "
-        f"{args.workers} CPU workers (gloo).",
-        "",
-        "| sharding | worker | resident GiB after the update | peak GiB |",
+        "| sharding | workers measured | resident GiB after the update | peak GiB |",
         "|---|---|---|---|",
     ]
     for sharding, workers in rows.items():
-        for rank, w in enumerate(workers):
-            lines.append(f"| {sharding} | {rank} | {w['rss_gib']:.2f} | {w['peak_rss_gib']:.2f} |")
+        cells = []
+        for key in ("rss_gib", "peak_rss_gib"):
+            st = summarize([w[key] for w in workers])
+            cells.append(f"{st['median']:.2f} [{st['min']:.2f}, {st['max']:.2f}]")
+        lines.append(f"| {sharding} | {len(workers)} | {cells[0]} | {cells[1]} |")
     md = "\n".join(lines) + "\n"
     (RESULTS / f"{args.out}.md").write_text(md)
     print(md)
