@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime as dt
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rounds import report, round_order  # noqa: E402
+from rounds import provenance, report, round_order  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -98,20 +96,6 @@ class Turns:
             "staleness": statistics.mean(staleness),
             "learner_wait_s": statistics.mean(waits),
         }
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__}
 
 
 def markdown(result: dict) -> str:
@@ -191,12 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             per = [s["step_s"] / a["step_s"] for s, a in zip(steps[twin], steps[name])]
             ratios[name] = {"median": statistics.median(per), "rounds": per}
     result = {
-        "argv": argv if argv is not None else sys.argv[1:],
-        "args": vars(args),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "load_start": round(load_start, 2),
-        "load_end": round(os.getloadavg()[0], 2),
+        **provenance(argv, args, load_start),
         "steps": steps,
         "report": report(steps, reference=None),
         "ratios": ratios,

@@ -27,7 +27,6 @@ Output: ``results/roofline.md`` and ``.json`` with date, machine and load.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -39,8 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from async_overlap import machine  # noqa: E402
-from rounds import round_order, summarize  # noqa: E402
+from rounds import provenance, round_order, summarize  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("shared", "lora", "separate")
@@ -163,12 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "work": work[mode],
         }
     result = {
-        "argv": argv if argv is not None else sys.argv[1:],
-        "args": vars(args),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "load_start": round(load_start, 2),
-        "load_end": round(os.getloadavg()[0], 2),
+        **provenance(argv, args, load_start),
         "hardware": hw,
         "modes": rows,
         "timings": timings,
