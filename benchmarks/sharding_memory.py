@@ -5,12 +5,15 @@
 
 For each setting (``none``, ``fsdp``) one Ray worker group of ``--workers`` CPU workers holds a
 full fine-tune of the model (float32, AdamW), takes one update on the same recorded rollout,
-and reports each worker's resident memory and peak (``PolicyWorker.memory``). Unsharded, each
+and reports each worker's resident memory and peak (``PolicyWorker.memory``), each under
+glibc's adaptive mmap threshold and under the fixed 128 KiB that sharded CPU workers set by
+default (``distributed.cpu_mmap_threshold_kib``: FSDP's per-layer buffers fragment the heap
+otherwise, ``teamrl/scale/cpu_malloc.py``). Unsharded, each
 worker holds the weights, their gradients and AdamW's two moments (16 bytes a parameter);
 sharded, a 1/W share of each plus the full replica it samples from (4 bytes a parameter), so
 the saving grows with the worker count. The settings run one after the other (each group is
 shut down before the next starts), so the peaks do not mix; ``--rounds`` alternate them
-(none, fsdp; fsdp, none; ...) and the report gives medians with their range. Output:
+(rotated each round) and the report gives medians with their range. Output:
 ``results/sharding_memory.md`` and ``.json`` with date, machine and load.
 """
 
@@ -72,13 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     del local
     ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=False)
     # rounds: none, fsdp, then fsdp, none, ... (rotated), each setting on fresh worker processes
-    rows: dict[str, list[dict]] = {"none": [], "fsdp": []}
+    # each sharding under glibc's adaptive mmap threshold (0) and the fixed 128 KiB that
+    # sharded CPU workers set by default (teamrl/scale/cpu_malloc.py)
+    rows: dict[tuple[str, int], list[dict]] = {
+        (sharding, kib): [] for sharding in ("none", "fsdp") for kib in (0, 128)
+    }
     for r in range(args.rounds):
-        for sharding in round_order(list(rows), r):
+        for sharding, kib in round_order(list(rows), r):
             d = dataclasses.replace(
                 cfg.distributed,
                 backend="ray",
                 sharding=sharding,
+                cpu_mmap_threshold_kib=kib,
                 num_workers_per_policy=args.workers,
                 num_cpus_per_worker=1.0,
             )
@@ -87,11 +95,17 @@ def main(argv: list[str] | None = None) -> int:
             group = WorkerGroup(plan, run_cfg)
             try:
                 group.update("shared", result.samples, run_cfg, 0, 32)
-                rows[sharding].extend(group._call("memory"))
+                rows[sharding, kib].extend(group._call("memory"))
             finally:
                 group.shutdown()
     ray.shutdown()
-    out = {**provenance(argv, args, load_start), "params": params, "workers": rows}
+    out = {
+        **provenance(argv, args, load_start),
+        "params": params,
+        "workers": [
+            {"sharding": k[0], "mmap_threshold_kib": k[1], "workers": w} for k, w in rows.items()
+        ],
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1))
     lines = header(out, "Memory per worker, with and without FSDP sharding", "sharding_memory.py")
@@ -102,15 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     lines += [
         "",
-        "| sharding | workers measured | resident GiB after the update | peak GiB |",
-        "|---|---|---|---|",
+        "| sharding | glibc mmap threshold | workers measured | resident GiB after the update "
+        "| peak GiB |",
+        "|---|---|---|---|---|",
     ]
-    for sharding, workers in rows.items():
+    for (sharding, kib), workers in rows.items():
         cells = []
         for key in ("rss_gib", "peak_rss_gib"):
             st = summarize([w[key] for w in workers])
             cells.append(f"{st['median']:.2f} [{st['min']:.2f}, {st['max']:.2f}]")
-        lines.append(f"| {sharding} | {len(workers)} | {cells[0]} | {cells[1]} |")
+        threshold = f"{kib} KiB, fixed" if kib else "adaptive (glibc's default)"
+        lines.append(f"| {sharding} | {threshold} | {len(workers)} | {cells[0]} | {cells[1]} |")
     md = "\n".join(lines) + "\n"
     (RESULTS / f"{args.out}.md").write_text(md)
     print(md)

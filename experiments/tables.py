@@ -575,6 +575,29 @@ _add(
     )
 )
 
+_add(
+    Table(
+        name="quickstart_async",
+        description="make demo's setting trained synchronously and asynchronously (the "
+        "generator one update ahead, algorithm.max_staleness=1): learning curves and the "
+        "held-out greedy team reward, per seed.",
+        config="quickstart",
+        base=("log.progress_bar=false", "log.save_steps=0"),
+        conditions=(
+            Condition("sync", ("algorithm.max_staleness=0",)),
+            Condition("async_staleness_1", ("algorithm.max_staleness=1",)),
+        ),
+        splits=TABLES["quickstart_seeds"].splits,
+        test_problems=16,  # teamrl.quickstart.HELD_OUT_POSTS
+        metrics=TLDR_LEVELS,
+        curve_metrics=("reward/mean", "async/staleness"),
+        notes="The same seed draws the same first batch in both conditions; from step 2 on the "
+        "asynchronous run samples with weights one update old (importance-corrected), so its "
+        "trajectory differs. On 2 cores the generator thread and the learner share the cores: "
+        "this table is about learning, not speed (benchmarks/async_overlap.py is about speed).",
+    )
+)
+
 
 def get_table(name: str) -> Table:
     if name not in TABLES:

@@ -1,5 +1,8 @@
 """Asynchronous training (``algorithm.max_staleness`` = S > 0): a generator thread samples the
-next steps' rollouts on its own copy of the models while the learner updates.
+next steps' rollouts on its own copy of the models while the learner updates. In one process
+the copy is a second ``Team``; on Ray it is a second set of worker groups (generation only),
+which the thread drives while the learner's groups update, so there the two really run on
+different processes (and, on a cluster, different devices).
 
     generator (thread)                          learner (the trainer's thread)
     ------------------                          ------------------------------
@@ -33,7 +36,8 @@ unconsumed examples again: no sample is lost or used twice. Batches sampled ahea
 at a checkpoint's resume and at ``stop``.
 
 Cost: a second copy of the models (the sampler's), and one copy of the trainable weights per
-step (a LoRA adapter, or the full model) for the published snapshot.
+step (a LoRA adapter, or the full model) for the published snapshot; on Ray the snapshot
+travels from the learner group's rank 0 through the controller to every sampler worker.
 """
 
 from __future__ import annotations
@@ -45,20 +49,22 @@ from contextlib import contextmanager
 import torch
 
 from teamrl.config import Config
-from teamrl.execution import LocalExecution, RolloutBatch
+from teamrl.execution import RolloutBatch
 from teamrl.team import Team
 
 
 class AsyncExecution:
-    """The learner is a ``LocalExecution``; sampling moves to a thread with its own ``Team``."""
+    """The learner is a ``LocalExecution`` or a ``RayExecution``; sampling moves to a thread
+    with its own copy of the models, which the learner makes (``sampler_team``: a ``Team`` in
+    this process, or generation-only worker groups on Ray)."""
 
-    def __init__(self, learner: LocalExecution, cfg: Config, role_prompts: dict | None):
+    def __init__(self, learner, cfg: Config, role_prompts: dict | None):
         self.learner, self.cfg = learner, cfg
         self.team, self.data, self.rollout = learner.team, learner.data, learner.rollout
         self.max_staleness = cfg.algorithm.max_staleness
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=cuda):  # building the copy must not move the run's RNG
-            self.sampler = Team(cfg, role_prompts)
+            self.sampler = learner.sampler_team(role_prompts)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._ready: dict[int, RolloutBatch] = {}

@@ -103,6 +103,15 @@ class DistributedConfig:
         "With sharding=fsdp: the dtype the sharded parameters compute in; 'bfloat16' keeps "
         "float32 master weights and reduces gradients in float32 (GPU only).",
     )
+    cpu_mmap_threshold_kib: int | None = _f(
+        None,
+        "CPU workers only: allocations of at least this many KiB get their own mmap from "
+        "glibc, given back on free, instead of a place in its heap (0 .. 32768). None: 128 on "
+        "the CPU workers of a sharded group, whose per-layer gather and reduce buffers "
+        "fragment glibc's heap (measured: memory grew every step and ended above an "
+        "unsharded worker's), glibc's adaptive threshold elsewhere. 0: glibc's adaptive "
+        "threshold everywhere. teamrl/scale/cpu_malloc.py.",
+    )
     gpu_memory_gb: float | None = _f(
         None,
         "Memory of one GPU of the cluster, in GiB: the preflight (and train --dry-run) then "

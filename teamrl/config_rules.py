@@ -244,17 +244,13 @@ def _check_fidelity(cfg: Any) -> None:
 
 
 def _check_async(cfg: Any) -> None:
-    """Asynchronous training (max_staleness > 0) runs its generator in this process, on a copy
-    of the models that only the hf backend can hold, and never draws extra rollouts mid-step."""
+    """Asynchronous training (max_staleness > 0) samples on a copy of the models (a second
+    Team here, more worker groups on Ray) that only the hf backend builds, and never draws
+    extra rollouts mid-step."""
     a = cfg.algorithm
     if a.max_staleness == 0:
         return
     why = f"algorithm.max_staleness={a.max_staleness}"
-    if cfg.distributed.backend != "none":
-        raise ConfigError(
-            f"distributed.backend: {cfg.distributed.backend!r} with {why}; asynchronous "
-            "training runs in one process for now (set max_staleness=0 on Ray)"
-        )
     if cfg.generation.backend != "hf":
         raise ConfigError(
             f"generation.backend: {cfg.generation.backend!r} with {why}; the asynchronous "
@@ -279,6 +275,12 @@ def _check_sharding(cfg: Any) -> None:
             "distributed.fsdp_param_dtype: 'bfloat16' needs sharding=fsdp on GPU workers "
             f"(sharding={d.sharding!r}, num_gpus_per_worker={d.num_gpus_per_worker}); CPU "
             "workers shard in float32"
+        )
+    kib = d.cpu_mmap_threshold_kib
+    if kib is not None and not 0 <= kib <= 32 * 1024:
+        raise ConfigError(
+            f"distributed.cpu_mmap_threshold_kib: {kib} is outside 0 .. 32768 (KiB; glibc "
+            "refuses a larger mmap threshold; 0 keeps its adaptive one)"
         )
 
 

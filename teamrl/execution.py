@@ -18,7 +18,8 @@ Three implementations:
 - ``RayExecution`` (``teamrl.scale.execution``): one worker group of Ray actors per policy.
 - ``AsyncExecution`` (``teamrl.async_execution``): a generator thread samples the next
   steps' rollouts on its own copy of the weights while the learner updates
-  (``algorithm.max_staleness`` > 0); the learner is a ``LocalExecution``.
+  (``algorithm.max_staleness`` > 0); the learner is either of the two above, which also
+  makes the copy (``sampler_team``: a ``Team`` here, more worker groups on Ray).
 
 ``teamrl.execution_modes.make_execution`` picks one from the config; it is the only place that
 knows the choice.
@@ -99,3 +100,7 @@ class LocalExecution:
 
     def stop(self) -> None:
         pass
+
+    def sampler_team(self, role_prompts: dict | None) -> Team:
+        """A second copy of the models to sample from while these update (``AsyncExecution``)."""
+        return Team(self.cfg, role_prompts)

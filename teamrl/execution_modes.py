@@ -1,6 +1,6 @@
-"""Which execution a config asks for (``teamrl.execution``): Ray worker groups with
-``distributed.backend=ray``, an asynchronous generator with ``algorithm.max_staleness`` > 0,
-else this process, synchronously."""
+"""Which execution a config asks for (``teamrl.execution``): the learner is Ray worker groups
+with ``distributed.backend=ray``, else this process; with ``algorithm.max_staleness`` > 0 an
+asynchronous generator samples beside it, else the learner samples itself, synchronously."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ def make_execution(
     if cfg.distributed.backend == "ray":
         from teamrl.scale.execution import RayExecution
 
-        return RayExecution(cfg, role_prompts, data, rollout)
-    learner = LocalExecution(cfg, role_prompts, data, rollout)
+        learner = RayExecution(cfg, role_prompts, data, rollout)
+    else:
+        learner = LocalExecution(cfg, role_prompts, data, rollout)
     if cfg.algorithm.max_staleness > 0:
         return AsyncExecution(learner, cfg, role_prompts)
     return learner

@@ -187,7 +187,6 @@ def test_a_killed_asynchronous_run_resumes_with_no_example_lost_or_used_twice(tm
 @pytest.mark.parametrize(
     "extra, field",
     [
-        ({"distributed.backend": "ray"}, "distributed.backend"),
         ({"generation.backend": "vllm"}, "generation.backend"),
         ({"algorithm.filter_groups": True, "algorithm.max_resample_rounds": 2}, "max_resample"),
         ({"algorithm.max_staleness": -1}, "algorithm.max_staleness"),

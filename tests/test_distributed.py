@@ -54,6 +54,18 @@ def test_seven_b_two_agents_separate_on_two_nodes_of_eight_gpus():
     assert "total: 2 group(s), 64 CPU(s), 16 GPU(s)" in text
 
 
+def test_an_asynchronous_plan_counts_the_sampler_groups():
+    """max_staleness > 0 on Ray: each learner group has a generation-only twin, which the plan
+    prints and the cluster must hold too (the 7B pair then needs 4 nodes of 8 GPUs)."""
+    cfg = load_config(None, tiny_overrides("separate") + SEVEN_B + ["algorithm.max_staleness=1"])
+    text = format_plan(cfg, parse_cluster("2x8"))
+    assert "group 'alice (sampler)': model Qwen/Qwen2.5-7B-Instruct" in text
+    assert "total: 4 group(s), 128 CPU(s), 32 GPU(s)" in text
+    assert "does NOT fit the cluster given (2 node(s)" in text
+    assert "does NOT fit" not in format_plan(cfg, parse_cluster("4x8"))
+    assert len(placement_plan(cfg)) == 2  # what ray_team builds for the learner
+
+
 def test_dry_run_prints_the_plan_and_loads_nothing(capsys, monkeypatch):
     import teamrl.trainer
 

@@ -4,6 +4,7 @@ updates on its own group, data-parallel (``RemotePolicy.remote_update``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 from teamrl.config import Config
@@ -42,3 +43,14 @@ class RayExecution:
 
     def stop(self) -> None:
         pass  # the groups outlive a train() call (export reads their weights); shutdown_team
+
+    def sampler_team(self, role_prompts: dict | None):
+        """Generation-only worker groups, one per learner group, for ``AsyncExecution``: the
+        generator thread samples on them while the learner's groups update. They never step
+        an optimizer and always hold plain replicas (sharding=none: they only generate, from
+        the weights the learner publishes). Listed among the learner team's worker groups, so
+        ``shutdown_team`` ends them too."""
+        d = dataclasses.replace(self.cfg.distributed, sharding="none", cpu_mmap_threshold_kib=None)
+        sampler = ray_team(dataclasses.replace(self.cfg, distributed=d), role_prompts)
+        self.team.worker_groups.extend(sampler.worker_groups)
+        return sampler

@@ -12,7 +12,7 @@ prints it and the tests check it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from teamrl.config import Config, ConfigError
 from teamrl.policy_map import base_of, policy_agents, shares_a_base
@@ -59,6 +59,14 @@ def placement_plan(cfg: Config) -> list[GroupPlan]:
     return [group(a.name, [a.name], [a.name], base_of(cfg, a)) for a in cfg.team.agents]
 
 
+def sampler_plan(cfg: Config) -> list[GroupPlan]:
+    """The asynchronous generator's own groups (``algorithm.max_staleness`` > 0 on Ray): a
+    copy of every learner group that only generates (``RayExecution.sampler_team``)."""
+    if cfg.algorithm.max_staleness == 0:
+        return []
+    return [replace(g, name=f"{g.name} (sampler)") for g in placement_plan(cfg)]
+
+
 def parse_cluster(text: str) -> list[dict[str, float]]:
     """'2x8' (2 nodes of 8 GPUs) or '2x8x64' (and 64 CPUs each; default 8 CPUs per GPU, at
     least 16) -> one resource dict per node."""
@@ -102,9 +110,9 @@ def _fits(free: dict[str, float], bundle: dict[str, float]) -> bool:
 
 
 def format_plan(cfg: Config, nodes: list[dict[str, float]] | None = None) -> str:
-    """The plan as text: the controller, each group and its workers, the totals, and (given a
-    cluster) the node of every worker."""
-    groups = placement_plan(cfg)
+    """The plan as text: the controller, each group and its workers (an asynchronous run's
+    sampler groups too), the totals, and (given a cluster) the node of every worker."""
+    groups = placement_plan(cfg) + sampler_plan(cfg)
     d = cfg.distributed
     lines = [
         f"placement plan: team.policies={cfg.team.policies}, distributed.backend={d.backend}, "

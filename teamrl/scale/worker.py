@@ -24,6 +24,7 @@ class PolicyWorker:
         self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
         self.team = None
         self.views: dict = {}  # sharding=fsdp: each policy's full replica
+        self.mmap_threshold_kib = 0  # teamrl.scale.cpu_malloc; 0: glibc's adaptive one
 
     def configure(self, cfg_data: dict, agents: list[str]) -> None:
         """(Re)build this replica: the group's agents' model(s) and optimizer(s)."""
@@ -31,6 +32,7 @@ class PolicyWorker:
 
         from teamrl.config import Config, from_dict
         from teamrl.optim import make_optimizer
+        from teamrl.scale.cpu_malloc import set_mmap_threshold, threshold_kib
         from teamrl.seeding import set_seed
         from teamrl.team import Team
 
@@ -43,6 +45,15 @@ class PolicyWorker:
         )
         model_cfg = dataclasses.replace(cfg.model, device=device)
         self.cfg = dataclasses.replace(cfg, team=team_cfg, model=model_cfg)
+        # before the model loads, so that its allocations follow the same policy
+        # (once fixed, glibc's adaptation stays off for the process; not glibc: nothing set)
+        kib = threshold_kib(
+            cfg.distributed.cpu_mmap_threshold_kib,
+            device,
+            sharded=cfg.distributed.sharding == "fsdp" and self.ctx.world_size > 1,
+        )
+        if kib and set_mmap_threshold(kib):
+            self.mmap_threshold_kib = kib
         set_seed(cfg.seed)
         self.team = Team(self.cfg)
         # sharding=fsdp: shard before the optimizers (they hold the shards); ``views`` are the
@@ -94,6 +105,7 @@ class PolicyWorker:
         return {
             "peak_rss_gib": peak_kib / 2**20,
             "rss_gib": resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**30,
+            "mmap_threshold_kib": self.mmap_threshold_kib,
         }
 
     # --- work -------------------------------------------------------------------------------

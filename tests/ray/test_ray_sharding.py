@@ -50,6 +50,8 @@ def test_a_sharded_step_equals_one_process(shards, mode, tmp_path):
     got = shards.step(sharded(cfg), by_policy, max_len, before)
     check(got, after, before, f"{mode}/fsdp on 2 workers")
     assert max(moved(before[n], after[n]) for n in before) > 1e-4
+    # sharded CPU workers fix glibc's mmap threshold (teamrl.scale.cpu_malloc)
+    assert [w["mmap_threshold_kib"] for w in shards.group._call("memory")] == [128, 128]
 
 
 @pytest.mark.parametrize("mode", ["lora", "shared"])
