@@ -4,6 +4,7 @@ shares of data-parallel ranks, and the one-line error when Ray is missing."""
 from __future__ import annotations
 
 import sys
+import types
 
 import pytest
 import torch
@@ -92,6 +93,10 @@ def test_ray_backend_without_ray_is_a_one_line_error(monkeypatch):
     with pytest.raises(ConfigError) as err:
         require_ray()
     assert str(err.value) == "distributed.backend=ray needs Ray: pip install 'teamrl[ray]'"
+    # a folder named ray on the path imports as an empty namespace package: not Ray either
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    with pytest.raises(ConfigError, match=r"pip install 'teamrl\[ray\]'"):
+        require_ray()
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])

@@ -9,5 +9,9 @@ def require_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("distributed.backend=ray needs Ray: pip install 'teamrl[ray]'") from None
+        ray = None
+    # a folder named ``ray`` on the path (this repository's tests/ray, run from tests/) imports
+    # as an empty namespace package: that is not Ray either
+    if not hasattr(ray, "init"):
+        raise ConfigError("distributed.backend=ray needs Ray: pip install 'teamrl[ray]'")
     return ray
