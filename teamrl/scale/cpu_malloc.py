@@ -32,7 +32,6 @@ import ctypes
 
 M_MMAP_THRESHOLD = -3  # glibc's <malloc.h>
 DEFAULT_SHARDED_KIB = 128  # glibc's own starting value, kept fixed
-MAX_KIB = 32 * 1024  # glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
 
 
 def threshold_kib(setting: int | None, device: str, sharded: bool) -> int:

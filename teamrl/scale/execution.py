@@ -50,7 +50,7 @@ class RayExecution:
         an optimizer and always hold plain replicas (sharding=none: they only generate, from
         the weights the learner publishes). Listed among the learner team's worker groups, so
         ``shutdown_team`` ends them too."""
-        d = dataclasses.replace(self.cfg.distributed, sharding="none", cpu_mmap_threshold_kib=None)
+        d = dataclasses.replace(self.cfg.distributed, sharding="none")
         sampler = ray_team(dataclasses.replace(self.cfg, distributed=d), role_prompts)
         self.team.worker_groups.extend(sampler.worker_groups)
         return sampler

@@ -45,13 +45,10 @@ class PolicyWorker:
         )
         model_cfg = dataclasses.replace(cfg.model, device=device)
         self.cfg = dataclasses.replace(cfg, team=team_cfg, model=model_cfg)
+        sharded = cfg.distributed.sharding == "fsdp" and self.ctx.world_size > 1  # 1: whole
         # before the model loads, so that its allocations follow the same policy
         # (once fixed, glibc's adaptation stays off for the process; not glibc: nothing set)
-        kib = threshold_kib(
-            cfg.distributed.cpu_mmap_threshold_kib,
-            device,
-            sharded=cfg.distributed.sharding == "fsdp" and self.ctx.world_size > 1,
-        )
+        kib = threshold_kib(cfg.distributed.cpu_mmap_threshold_kib, device, sharded)
         if kib and set_mmap_threshold(kib):
             self.mmap_threshold_kib = kib
         set_seed(cfg.seed)
@@ -59,7 +56,7 @@ class PolicyWorker:
         # sharding=fsdp: shard before the optimizers (they hold the shards); ``views`` are the
         # policies' full replicas, what reads weights without a collective
         self.views = {}
-        if cfg.distributed.sharding == "fsdp" and self.ctx.world_size > 1:  # 1 worker: whole
+        if sharded:
             from teamrl.scale.sharding import shard_team
 
             self.views = shard_team(self.team, self.cfg, self.ctx.world_size, device)
