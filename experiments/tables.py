@@ -504,6 +504,23 @@ _add(
 )
 
 # --- arithmetic (a task SmolLM2-135M can move on) ---------------------------------------------
+#
+# Without prefills the untrained team scores 0 on the validation problems: in 96 tokens the
+# reasoner never writes a \\boxed{} answer (answered 0.00; the tool's programs ran on 59 % and
+# printed the right number on 9 %), and the first AT-GRPO steps had 50-100 % zero-variance
+# groups. As on Plan-Path, prefills pin the 135M model to the formats (docs/results.md): the
+# tool's program is one print() of an expression it writes, the reasoner's reply is the inside
+# of a box. The env still parses and runs what it always does (a closed ```python block; the last
+# \\boxed{}); the stop strings close them.
+MATH_TOOL_PREFIX = "```python\nprint("
+MATH_REASONER_PREFIX = "The answer is \\boxed{"
+
+
+def math_team(tool_tokens: int = 32, reasoner_tokens: int = 12) -> str:
+    tool = agent("tool", tool_tokens, MATH_TOOL_PREFIX, stop=("\n```",))
+    reasoner = agent("reasoner", reasoner_tokens, MATH_REASONER_PREFIX, stop=("}",))
+    return f"team.agents=[{tool}, {reasoner}]"
+
 
 _add(
     Table(
@@ -516,15 +533,17 @@ _add(
             "n_test: 64}",
             "env.max_turns=1",
             "team.policies=shared",
-            "train.max_steps=24",
+            "model.use_peft=true",
+            math_team(),
+            "algorithm.num_generations=4",
+            "train.max_steps=16",
             "train.prompts_per_step=2",
-            "train.learning_rate=1e-4",
+            "train.learning_rate=1e-3",
+            "train.lr_scheduler_type=constant",
             "train.warmup_steps=0",
             "eval.eval_steps=0",
             "log.save_steps=5",
             "log.progress_bar=false",
-            "team.agents.0.max_completion_length=96",
-            "team.agents.1.max_completion_length=96",
         ),
         conditions=(
             Condition("untrained_team", (), train=False),
@@ -540,7 +559,8 @@ _add(
         },
         test_problems=64,
         metrics=("greedy/accuracy", "greedy/reward"),
-        notes="24 steps at learning rate 1e-4: not yet chosen on the validation split.",
+        notes="The Plan-Path main table's knobs (one shared LoRA, K = 4, 2 problems x 16 steps, "
+        "learning rate 1e-3 constant) with format prefills; checked on the validation split.",
     )
 )
 
