@@ -560,7 +560,8 @@ _add(
         test_problems=64,
         metrics=("greedy/accuracy", "greedy/reward"),
         notes="The Plan-Path main table's knobs (one shared LoRA, K = 4, 2 problems x 16 steps, "
-        "learning rate 1e-3 constant) with format prefills; checked on the validation split.",
+        "learning rate 1e-3 constant) with format prefills, checked on the validation split "
+        "(seed 0, 32 problems): untrained 0.000, AT-GRPO 16 steps 0.406, 32 steps 0.406.",
     )
 )
 
