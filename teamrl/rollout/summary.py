@@ -55,15 +55,21 @@ def episode_summary(
 
 
 def sample_metrics(samples: list[Sample], agents: list[str]) -> dict[str, float]:
-    """Per-agent reward, completion length and truncation rate, shared by every rollout."""
+    """Per-agent reward, completion length, longest prompt and truncation rate, shared by
+    every rollout. The longest prompt is what sizes the update's activations (a prompt that
+    carries another agent's output, e.g. a program's printed result, can grow from step to
+    step), so it is logged as a maximum, not a mean."""
     m: dict[str, float] = {}
     for a in agents:
         mine = [s for s in samples if s.agent == a]
         if mine:
             m[f"reward/agent/{a}/mean"] = float(np.mean([s.reward for s in mine]))
             m[f"completion_length/{a}"] = float(np.mean([len(s.completion_ids) for s in mine]))
+            m[f"prompt_length/{a}/max"] = float(max(len(s.prompt_ids) for s in mine))
             m[f"truncated_fraction/{a}"] = float(np.mean([s.truncated for s in mine]))
     m["completion_length/mean"] = float(np.mean([len(s.completion_ids) for s in samples]))
+    if samples:
+        m["prompt_length/max"] = float(max(len(s.prompt_ids) for s in samples))
     return m
 
 
