@@ -123,6 +123,37 @@ def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: fl
     return {"generate_s": gen, "update_s": per_token * p * tokens / (fl * 1e9)}
 
 
+def render(result: dict) -> str:
+    """The Markdown report of one run's ``result`` (what ``main`` writes as JSON): per mode the
+    median time with its [min, max] over the rounds, its floor and the ratio."""
+    m, a, hw = result["machine"], result["args"], result["hardware"]
+    bw, fl = max(hw["bandwidth_gbs"]), max(hw["matmul_gflops"])
+    lines = [
+        "# The roofline of a step, per policy mode",
+        "",
+        f"`python benchmarks/roofline.py {' '.join(result['argv'])}`",
+        "",
+        f"{result['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
+        f"{result['load_start']} at start, {result['load_end']} at the end. Measured memory "
+        f"bandwidth {bw:.1f} GB/s, float32 matmul {fl:.1f} GFLOP/s (best of the start's and "
+        f"the end's tries). {a['model']}, two agents, G = {a['num_generations']}, "
+        f"{a['new_tokens']} tokens each; {a['rounds']} interleaved rounds: median [min, max].",
+        "",
+        "| mode | generate s [min, max] (floor, x floor) | update s [min, max] (floor, x floor) |",
+        "|---|---|---|",
+    ]
+    for mode, row in result["modes"].items():
+        cells = []
+        for k in ("generate_s", "update_s"):
+            sp = row["spread"][k]
+            cells.append(
+                f"{sp['median']:.2f} [{sp['min']:.2f}, {sp['max']:.2f}] "
+                f"({row['floor'][k]:.2f}, {row['ratio'][k]:.1f}x)"
+            )
+        lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -168,28 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=1))
-    m = result["machine"]
-    lines = [
-        "# The roofline of a step, per policy mode",
-        "",
-        f"`python benchmarks/roofline.py {' '.join(result['argv'])}`",
-        "",
-        f"{result['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
-        f"{result['load_start']} at start, {result['load_end']} at the end. Measured memory "
-        f"bandwidth {bw:.1f} GB/s, float32 matmul {fl:.1f} GFLOP/s (best of the start's and "
-        f"the end's tries). {args.model}, two agents, G = {args.num_generations}, "
-        f"{args.new_tokens} tokens each; {args.rounds} interleaved rounds, medians.",
-        "",
-        "| mode | generate s (floor, x floor) | update s (floor, x floor) |",
-        "|---|---|---|",
-    ]
-    for mode, row in rows.items():
-        cells = [
-            f"{row['measured'][k]:.2f} ({row['floor'][k]:.2f}, {row['ratio'][k]:.1f}x)"
-            for k in ("generate_s", "update_s")
-        ]
-        lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
-    md = "\n".join(lines) + "\n"
+    md = render(result)
     (RESULTS / f"{args.out}.md").write_text(md)
     print(md)
     print(json.dumps({k: statistics.median(v) for k, v in hw.items()}), file=sys.stderr)

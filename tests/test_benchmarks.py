@@ -155,3 +155,27 @@ def test_roofline_floors_by_hand():
     # T = 20 completion + 2 prompts x 10 = 40 tokens; LoRA 4 P T, full fine-tune 6 P T
     assert lora["update_s"] == pytest.approx(4 * 100 * 40 / 1e9)
     assert floors(work, "shared", 5, 2, 1.0, 1.0)["update_s"] == pytest.approx(6 * 100 * 40 / 1e9)
+
+
+def test_roofline_report_gives_each_median_with_its_spread():
+    from roofline import render
+
+    spread = {"median": 2.0, "min": 1.5, "max": 3.25}
+    row = {
+        "spread": {"generate_s": spread, "update_s": {"median": 4.0, "min": 4.0, "max": 4.5}},
+        "floor": {"generate_s": 0.5, "update_s": 2.0},
+        "ratio": {"generate_s": 4.0, "update_s": 2.0},
+    }
+    result = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "t"},
+        "args": {"model": "m", "num_generations": 4, "new_tokens": 8, "rounds": 3},
+        "hardware": {"bandwidth_gbs": [1.0, 2.0], "matmul_gflops": [3.0]},
+        "argv": [],
+        "date": "d",
+        "load_start": 0.0,
+        "load_end": 0.0,
+        "modes": {"lora": row},
+    }
+    md = render(result)
+    assert "| lora | 2.00 [1.50, 3.25] (0.50, 4.0x) | 4.00 [4.00, 4.50] (2.00, 2.0x) |" in md
+    assert "bandwidth 2.0 GB/s" in md and "3 interleaved rounds: median [min, max]" in md
