@@ -544,6 +544,11 @@ _add(
             "eval.eval_steps=0",
             "log.save_steps=5",
             "log.progress_bar=false",
+            # the reasoner's prompt carries the program's printout (up to 1500 characters, a
+            # token a digit): a token budget bounds the update's memory (about 3 MiB a token
+            # on SmolLM2, so ~6 GiB). Added after trajectory GRPO's seed 3 was killed for
+            # memory; the update is the same up to rounding under the default dapo loss.
+            "train.max_tokens_per_micro_batch=2048",
         ),
         conditions=(
             Condition("untrained_team", (), train=False),

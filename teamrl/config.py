@@ -168,6 +168,15 @@ class TrainConfig:
         None,
         "Sequences per forward pass (gradient accumulation), >= 1. None = the whole minibatch.",
     )
+    max_tokens_per_micro_batch: int | None = _f(
+        None,
+        "Token budget of one forward pass of the update, >= 1: a minibatch is cut into chunks "
+        "(one prompt's samples kept together) whose padded forward runs at most this many "
+        "tokens, distinct prompts x longest prompt + samples x longest completion (samples x "
+        "(prompt + completion) under gradient checkpointing). Bounds the update's activation "
+        "memory when prompts grow over the turns; a longer sample runs alone. The gradient "
+        "equals the uncut one (bnpo, a per-chunk mean, excepted). None = no token budget.",
+    )
     optim: Literal["adamw_torch", "sgd"] = _f(
         "adamw_torch",
         "Optimizer (TRL/transformers names): 'adamw_torch' (AdamW), or 'sgd' (plain SGD, no "

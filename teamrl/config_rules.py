@@ -161,6 +161,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("train.prompts_per_step", _ge(1), ">= 1"),
     ("train.num_mini_batches", _ge(1), ">= 1"),
     ("train.micro_batch_size", _ge(1), ">= 1 (None = the whole minibatch) or None"),
+    ("train.max_tokens_per_micro_batch", _ge(1), ">= 1 (None = no token budget) or None"),
     ("train.learning_rate", _gt(0), "a finite float > 0"),
     ("train.weight_decay", _ge(0), ">= 0"),
     ("train.adam_beta1", lambda v: 0 <= v < 1, "in [0, 1)"),

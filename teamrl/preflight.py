@@ -275,10 +275,12 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     max_turns * max_completion_length; plus fp32 logits rows * vocab * 4 twice per token.
 
     training: one micro-batch of m samples (a policy's samples / num_mini_batches, or
-    micro_batch_size). Its distinct prompts (m / G: a group shares one) and its completions
-    keep about (4 * hidden + 3 * intermediate) activations per layer and token (hidden per
-    layer under gradient checkpointing); each sample copies its prompt's KV cache (without
-    checkpointing), and each completion token keeps two fp32 vocab rows (logits, log-softmax).
+    micro_batch_size), ``micro_batch_bytes``: its distinct prompts (m / G: a group shares one)
+    and its completions keep about 16 * hidden + 4 * intermediate activations per layer and
+    token (measured); each sample copies its prompt's KV cache, and each completion token
+    keeps LOGIT_ROWS fp32 vocab rows. With train.max_tokens_per_micro_batch below the
+    micro-batch's forward tokens, the term shrinks in proportion to the budget (or to one
+    sample, when a sample alone is longer).
     """
     a, t = cfg.algorithm, cfg.train
     n_agents = len(cfg.team.agents)
@@ -319,16 +321,14 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     per_policy = math.ceil(samples * widest / n_agents)  # the busiest policy's samples
     minibatch = math.ceil(per_policy / t.num_mini_batches)
     micro = min(t.micro_batch_size or minibatch, minibatch)
-    prompt_tokens_ = math.ceil(micro / g) * (seq - completion)
-    tokens = prompt_tokens_ + micro * completion
-    kv_token = 2 * big["layers"] * big["kv_dim"] * nbytes
-    if cfg.model.gradient_checkpointing:
-        per_token, prompt_kv = big["layers"] * big["hidden"] * nbytes, 0
-    else:  # each sample gets its own (differentiable) copy of its prompt's KV cache
-        per_token = big["layers"] * (4 * big["hidden"] + 3 * big["inter"]) * nbytes
-        prompt_kv = micro * (seq - completion) * kv_token
-    logits = micro * completion * big["vocab"] * 4 * 2
-    training = tokens * per_token + prompt_kv + logits
+    checkpointing = cfg.model.gradient_checkpointing
+    shape = dict(rows=micro, prompts=math.ceil(micro / g), prompt_len=seq - completion)
+    shape.update(completion_len=completion, nbytes=nbytes, checkpointing=checkpointing)
+    training = micro_batch_bytes(big, **shape)
+    budget = t.max_tokens_per_micro_batch
+    tokens = micro_batch_tokens(**shape)
+    if budget is not None and tokens > budget:  # a chunk holds the budget, or one sample
+        training *= max(budget, seq) / tokens
     return Estimate(weights, optimizer, generation, training, rows, seq)
 
 
@@ -379,7 +379,7 @@ def check_placement(cfg: Config, models: dict[str, Any], prompt_len: int) -> lis
                 f"distributed.gpu_memory_gb={gib:g}: a worker of group {plan.name!r} "
                 f"({plan.workers} worker(s), sharding={cfg.distributed.sharding}) needs an "
                 f"estimated {est.describe()}, more than one GPU holds: {advice}, or lower the "
-                "batch (num_generations, prompts_per_step, micro_batch_size)"
+                "batch (num_generations, prompts_per_step, max_tokens_per_micro_batch)"
             )
         lines.append(f"group {plan.name!r}: per worker {est.describe()}")
     return lines
@@ -403,20 +403,68 @@ def _shape(model: Any) -> dict[str, int]:
         for n, m in model.named_modules()
         if isinstance(m, torch.nn.Linear)
     )
-    c = model.config.get_text_config()
+    return {"params": params, "lora_in_out": lora_in_out, **shape_of(model.config)}
+
+
+def shape_of(config: Any) -> dict[str, int]:
+    """The sizes the activation estimate reads, from a transformers config."""
+    c = config.get_text_config()
     hidden = c.hidden_size
     heads = c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or hidden // heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     return {
-        "params": params,
-        "lora_in_out": lora_in_out,
         "layers": c.num_hidden_layers,
         "hidden": hidden,
         "inter": getattr(c, "intermediate_size", None) or 4 * hidden,
         "kv_dim": kv_heads * head_dim,
         "vocab": c.vocab_size,
     }
+
+
+# Activations the backward keeps, per layer and forward token, in elements of the model's
+# dtype: about 16 * hidden + 4 * intermediate. Measured, not derived: benchmarks/update_memory.py
+# fits it on SmolLM2-135M (hidden 576, intermediate 1536) and a Qwen2.5-0.5B shape (896, 4864)
+# in eager float32 on CPU, where the norms, rotary embeddings, attention and SwiGLU each keep
+# several hidden-sized tensors (the textbook 4 * hidden + 3 * intermediate is a third of it).
+ACTIVATION_HIDDEN, ACTIVATION_INTER = 16, 4
+# fp32 vocab rows per completion token: the logits, their log-softmax and their gradients.
+LOGIT_ROWS = 6
+
+
+def micro_batch_tokens(
+    rows: int, prompts: int, prompt_len: int, completion_len: int, checkpointing: bool, **_
+) -> int:
+    """Forward tokens of one micro-batch (teamrl.algorithms.micro_batches.forward_tokens):
+    each distinct prompt once and each completion after its prompt's cache, or every sample
+    in full under gradient checkpointing."""
+    if checkpointing:
+        return rows * (prompt_len + completion_len)
+    return prompts * prompt_len + rows * completion_len
+
+
+def micro_batch_bytes(
+    shape: dict[str, int],
+    *,
+    rows: int,
+    prompts: int,
+    prompt_len: int,
+    completion_len: int,
+    nbytes: int,
+    checkpointing: bool = False,
+) -> float:
+    """What one forward + backward of the update adds to memory (bytes): the kept activations
+    of its forward tokens (each layer's input only under gradient checkpointing, plus one layer
+    recomputed in full), each sample's copy of its prompt's KV cache (without checkpointing),
+    and LOGIT_ROWS fp32 vocab rows per completion token."""
+    tokens = micro_batch_tokens(rows, prompts, prompt_len, completion_len, checkpointing)
+    layer = (ACTIVATION_HIDDEN * shape["hidden"] + ACTIVATION_INTER * shape["inter"]) * nbytes
+    if checkpointing:
+        kept = tokens * (shape["layers"] * shape["hidden"] * nbytes + layer)
+    else:
+        kv_token = 2 * shape["layers"] * shape["kv_dim"] * nbytes
+        kept = tokens * shape["layers"] * layer + rows * prompt_len * kv_token
+    return kept + rows * completion_len * shape["vocab"] * 4 * LOGIT_ROWS
 
 
 PROMPT_BUDGET = 256  # tokens, when the task's prompts cannot be measured
@@ -467,5 +515,6 @@ def check_fits(est: Estimate, available: tuple[float, str]) -> None:
         raise ConfigError(
             f"this config needs an estimated {est.describe()} per step, but only "
             f"{free / GiB:.1f} GiB is free on {where}: lower algorithm.num_generations, "
-            "train.prompts_per_step or max_completion_length, or set train.micro_batch_size"
+            "train.prompts_per_step or max_completion_length, or set "
+            "train.max_tokens_per_micro_batch"
         )

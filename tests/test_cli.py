@@ -161,11 +161,13 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     kv_logits = 8 * 32 * 2 * 2 * 2 * 16 * 4 + 8 * 512 * 8
     assert est.generation == kv_logits + params * 4
     # training: the 8 samples in one micro-batch; their 2 distinct prompts (a group of G=4
-    # shares one) of 24 tokens and 8 completions of 8 tokens keep 2 layers x (4 * 64 + 3 * 128)
-    # fp32 activations per token, and each completion token two fp32 vocab rows
+    # shares one) of 24 tokens and 8 completions of 8 tokens keep 2 layers x (16 * 64 + 4 * 128)
+    # fp32 activations per token (the measured constants), and each completion token six fp32
+    # vocab rows
     tokens = 2 * 24 + 8 * 8
     prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4  # each sample's copy of its prompt's KV cache
-    assert est.training == tokens * 2 * (4 * 64 + 3 * 128) * 4 + prompt_kv + 8 * 8 * 512 * 4 * 2
+    logits = 8 * 8 * 512 * 4 * 6
+    assert est.training == tokens * 2 * (16 * 64 + 4 * 128) * 4 + prompt_kv + logits
     # no packing: cpu_prepack=off; under LoRA the frozen base's packed copy is kept (weights)
     off = load_config(None, [*BASE, "team.policies=shared", "generation.cpu_prepack=off"])
     assert preflight.estimate_memory(off, models, prompt_len=24).generation == kv_logits

@@ -130,7 +130,7 @@ def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
     return batch.completion_mask * (1 - batch.truncated)[:, None]
 
 
-def _drops_kv_cache(model: torch.nn.Module) -> bool:
+def drops_kv_cache(model: torch.nn.Module) -> bool:
     """HF layers under activation (gradient) checkpointing force ``use_cache=False`` in training
     mode, so a prompt's KV cache cannot be kept for its completions."""
     flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5
@@ -231,7 +231,7 @@ def _completion_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     start = batch.prompt_mask.sum(-1)[idx]  # first completion position of each sample
     c = batch.completion_ids.shape[1]
     pos = start[:, None] + torch.arange(c, device=start.device)[None]
-    if _drops_kv_cache(model):
+    if drops_kv_cache(model):
         full = model(
             input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
             attention_mask=attn,

@@ -33,13 +33,21 @@ a mean) gives it back: W ranks make the update one process makes, for every loss
 from __future__ import annotations
 
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
-from teamrl.algorithms.losses import collate, loss_mask, policy_loss, score_tokens
+from teamrl.algorithms.losses import (
+    collate,
+    drops_kv_cache,
+    loss_mask,
+    policy_loss,
+    score_tokens,
+)
+from teamrl.algorithms.micro_batches import micro_batches, oversized
 from teamrl.config import Config, agent_setting
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
@@ -72,11 +80,24 @@ class UpdateRun:
     rank_of: dict[int, int]  # id(sample) -> the rank that works on it
     stats: dict[str, list[float]]
     old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
+    warned: bool = False  # a sample over the token budget was reported (once per update)
 
     def chunks(self, mb: Minibatch) -> list[Minibatch]:
-        """The minibatch's forward chunks (gradient accumulation)."""
-        size = self.cfg.train.micro_batch_size or len(mb)
-        return [mb[i : i + size] for i in range(0, len(mb), size)]
+        """The minibatch's forward chunks (gradient accumulation): at most micro_batch_size
+        samples and max_tokens_per_micro_batch forward tokens each (teamrl.algorithms.
+        micro_batches). The same on every rank: each derives them from the same samples."""
+        t = self.cfg.train
+        budget, shares = t.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
+        chunks = micro_batches(mb, t.micro_batch_size, budget, shares)
+        over = oversized(chunks, budget, shares)
+        if over is not None and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"train.max_tokens_per_micro_batch={budget}: a sample of agent {over[0]!r} "
+                f"runs {over[1]} tokens on its own; it runs alone, over the budget",
+                stacklevel=2,
+            )
+        return chunks
 
     def share(self, chunk: Minibatch) -> Minibatch:
         """This rank's samples of a chunk (all of them in one process)."""
