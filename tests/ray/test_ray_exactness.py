@@ -145,6 +145,27 @@ def test_every_loss_type_with_minibatches_chunks_and_passes(replicas, loss_type,
     assert max(moved(before[n], after[n]) for n in before) > 1e-4
 
 
+def test_a_token_budget_on_2_workers_equals_one_process_without_it(replicas, tmp_path):
+    # train.max_tokens_per_micro_batch: every rank cuts the same chunks from the same samples,
+    # splits each over the ranks, and the sum is the uncut one-process update (dapo, default)
+    extra = {
+        "algorithm.num_iterations": 2,
+        "train.num_mini_batches": 2,
+        "train.prompts_per_step": 2,
+        "team.agents": "[{name: alice, max_completion_length: 8}, "
+        "{name: bob, max_completion_length: 5}]",
+    }
+    whole = load_config(None, tiny_overrides("shared", 1, **extra, **SGD))
+    cut = load_config(
+        None,
+        tiny_overrides("shared", 1, **extra, **SGD, **{"train.max_tokens_per_micro_batch": 40}),
+    )
+    by_policy, before, after, max_len = one_process_step(tmp_path, whole, SIGNAL)
+    got = replicas[2].step(cut, by_policy, max_len, before)
+    check(got, after, before, "40-token budget/2 workers")
+    assert max(moved(before[n], after[n]) for n in before) > 1e-4
+
+
 def test_a_rank_without_samples_still_matches(replicas, tmp_path):
     # 2 workers, minibatches of one sample: rank 1 has nothing in every step
     extra = {"train.num_mini_batches": 8, "algorithm.num_generations": 2}
