@@ -498,8 +498,9 @@ _add(
         sample_outputs=2,
         test_outputs=True,
         extra={"baseline": "untrained_team", "min_rise": 0.3},
-        notes="Critic conditions: scale_rewards=batch (group centring would cancel the critic); "
-        "critic_learning_rate to be chosen on the validation posts before the test runs.",
+        notes="Critic conditions: scale_rewards=batch (group centring would cancel the critic). "
+        "critic_learning_rate: the default 1e-3, chosen on the validation posts (IAC, seed 0): "
+        "greedy reward 2.364 at 1e-3 against 1.951 at 1e-2 (records in validation/).",
     )
 )
 
