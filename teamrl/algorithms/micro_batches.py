@@ -97,12 +97,6 @@ def oversized(chunks: list[list[Sample]], max_tokens: int | None, shares_prefix:
     """The longest single-sample chunk over the budget, as (agent, tokens), or None."""
     if max_tokens is None:
         return None
-    over = [
-        (forward_tokens(c, shares_prefix), c[0].agent)
-        for c in chunks
-        if len(c) == 1 and forward_tokens(c, shares_prefix) > max_tokens
-    ]
-    if not over:
-        return None
-    tokens, agent = max(over)
-    return agent, tokens
+    lone = [(forward_tokens(c, shares_prefix), c[0].agent) for c in chunks if len(c) == 1]
+    tokens, agent = max(lone, default=(0, ""))
+    return (agent, tokens) if tokens > max_tokens else None
