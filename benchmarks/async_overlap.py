@@ -53,6 +53,8 @@ class Turns:
         n = args.new_tokens
         overrides = [
             f"model.name_or_path={args.model}",
+            f"model.device={args.device}",
+            f"model.dtype={args.dtype}",
             f"team.policies={args.policies}",
             "team.ignore_eos=true",  # every completion runs to its budget: equal work
             "env.name=tldr",
@@ -98,17 +100,25 @@ class Turns:
         }
 
 
+def _gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 def markdown(result: dict) -> str:
     a, m = result["args"], result["machine"]
+    where = f"{m['gpu']} ({a['dtype']}), host " if m.get("gpu") else ""
     lines = [
         "# Synchronous vs asynchronous training (interleaved rounds)",
         "",
         f"`python benchmarks/async_overlap.py {' '.join(result['argv'])}`",
         "",
-        f"{result['date']} on {m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
+        f"{result['date']} on {where}{m['cpu']} ({m['cores']} cores), torch {m['torch']}; load "
         f"{result['load_start']} at start, {result['load_end']} at the end.",
         f"{a['model']}, two agents ({a['policies']}), G = {a['num_generations']}, "
-        f"{a['new_tokens']} new tokens each; {a['rounds']} rounds of {a['steps_per_turn']} "
+        f"{a['new_tokens']} new tokens each; {result['rounds_done']} of {a['rounds']} rounds "
+        f"done, {a['steps_per_turn']} "
         "steps per contender turn.",
         "",
         "| contender | s/step median [min, max] | update s | staleness | learner wait s | "
@@ -133,6 +143,30 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(argv, args, load_start: float, names: list[str], steps: dict, done: int) -> str:
+    """The result of the rounds done so far: results/<out>.json and .md; returns the markdown."""
+    ratios = {}
+    for name in names:
+        twin = name.replace("async", "sync")
+        if name.startswith("async") and twin in steps:
+            per = [s["step_s"] / a["step_s"] for s, a in zip(steps[twin], steps[name])]
+            ratios[name] = {"median": statistics.median(per), "rounds": per}
+    result = {
+        **provenance(argv, args, load_start),
+        "rounds_done": done,
+        "steps": steps,
+        "report": report(steps, reference=None),
+        "ratios": ratios,
+    }
+    result["machine"]["gpu"] = _gpu_name()
+    stem = RESULTS / args.out  # an absolute --out (gpu-check's folder) replaces RESULTS
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_name(stem.name + ".json").write_text(json.dumps(result, indent=1))
+    md = markdown(result)
+    stem.with_name(stem.name + ".md").write_text(md)
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -143,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps-per-turn", type=int, default=4)
     ap.add_argument("--contenders", default="sync,async,sync-fake,async-fake")
-    ap.add_argument("--out", default="async_overlap", help="results/<OUT>.md and .json")
+    ap.add_argument("--device", default="auto", help="model.device (auto, cpu, cuda)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument(
+        "--out", default="async_overlap", help="results/<OUT>.md and .json (a path: there)"
+    )
     args = ap.parse_args(argv)
     from teamrl.cli import _quiet_hf
 
@@ -164,26 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             contenders[n].turn()
     steps: dict[str, list[dict]] = {n: [] for n in names}
+    md = ""
     for r in range(args.rounds):
         for n in round_order(names, r):
             steps[n].append(contenders[n].turn())
             print(f"round {r} {n}: {steps[n][-1]['step_s']:.2f} s/step", file=sys.stderr)
-    ratios = {}
-    for name in names:
-        twin = name.replace("async", "sync")
-        if name.startswith("async") and twin in steps:
-            per = [s["step_s"] / a["step_s"] for s, a in zip(steps[twin], steps[name])]
-            ratios[name] = {"median": statistics.median(per), "rounds": per}
-    result = {
-        **provenance(argv, args, load_start),
-        "steps": steps,
-        "report": report(steps, reference=None),
-        "ratios": ratios,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=1))
-    md = markdown(result)
-    (RESULTS / f"{args.out}.md").write_text(md)
+        # Written after every round, so a run stopped at its time limit (gpu-check's budget)
+        # still leaves the rounds it finished, and says how many.
+        md = write(argv, args, load_start, names, steps, done=r + 1)
     print(md)
     return 0
 

@@ -1,4 +1,4 @@
-"""``make gpu-check``: everything a GPU machine should run, in one call of under 10 minutes.
+"""``make gpu-check``: everything a GPU machine should run, in two calls of under 10 minutes each.
 
 Steps, each a child process with its own time budget (``--budget`` caps the whole run):
 
@@ -9,7 +9,10 @@ Steps, each a child process with its own time budget (``--budget`` caps the whol
 2. ``cuda-tests``: pytest on every test file that marks tests ``cuda`` (tests/test_cuda.py).
 3. ``generation``: benchmarks/gpu_generation.py, the fast path against HF ``generate`` at
    batch 64 on Qwen2.5-0.5B's shape.
-4. ``step-table``: benchmarks/magrpo_step.py (raw HF ``generate`` + update, teamrl ``shared``
+4. ``async``: benchmarks/async_overlap.py, synchronous against asynchronous training
+   (``algorithm.max_staleness`` 0 and 1) in interleaved rounds, at Qwen2.5-0.5B's shape
+   (random weights, as below): generator and learner share one GPU.
+5. ``step-table``: benchmarks/magrpo_step.py (raw HF ``generate`` + update, teamrl ``shared``
    and ``lora``, alternated in rounds) at the shapes of Qwen2.5-0.5B and Qwen2.5-1.5B: random
    weights from their published configs (gpu_generation.CONFIGS; speed does not depend on the
    weights, and there is no hub) and a tokenizer whose 151936 ids each decode to a byte or a
@@ -71,8 +74,9 @@ OPTIONAL = {
     "matplotlib": "matplotlib",
     "tqdm": "tqdm",
 }
-STEPS = ("install", "cuda-tests", "generation", "step-table")
+STEPS = ("install", "cuda-tests", "generation", "async", "step-table")
 STEP_MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+ASYNC_MODELS = ("qwen2.5-0.5b",)
 # The dry run keeps each model's architecture and changes only its size.
 TINY_SHAPE = {
     "hidden_size": 64,
@@ -84,10 +88,14 @@ TINY_SHAPE = {
 }
 
 # Sizes and time budgets (seconds). The step table does the CPU benchmark's equal work (2
-# agents, G = 4, 64 new tokens: README's tables), in bf16. The budgets add up to the default
-# --budget of 570 s, which leaves half a minute of a 10-minute call for starting Python and
-# writing the summary. Compiling the fast path's decode step (CUDA graphs) is most of the
-# generation step and of each table's warm-up round.
+# agents, G = 4, 64 new tokens: README's tables), in bf16. The budgets were set from the first
+# run on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27-h200): CUDA tests 60 s,
+# generation over 80 s (compiling the fast path's decode step, CUDA graphs, is most of it), the
+# asynchronous pair about 100 s (LoRA sampling runs eagerly), the step tables about 125 and
+# 150 s. In all that is more than one 10-minute call, so a lease runs it as two calls:
+#     make gpu-check OUT=/tmp/gc1 ARGS="--steps install,cuda-tests,generation,async"
+#     make gpu-check OUT=/tmp/gc2 ARGS="--steps install,step-table"
+# The default --budget is the sum over the steps asked for.
 GPU_PLAN = {
     "device": "cuda",
     "dtype": "bfloat16",
@@ -99,7 +107,12 @@ GPU_PLAN = {
         "--contenders", "raw,shared,lora", "--num-generations", "4", "--new-tokens", "64",
         "--warmup", "1", "--rounds", "5", "--threads", "0",
     ],
-    "budgets": {"install": 20, "cuda-tests": 150, "generation": 100, "step-table": (130, 170)},
+    "async": [
+        "--contenders", "sync,async", "--num-generations", "4", "--new-tokens", "64",
+        "--warmup", "1", "--rounds", "3", "--steps-per-turn", "2",
+    ],
+    "budgets": {"install": 20, "cuda-tests": 80, "generation": 120, "async": (120,),
+                "step-table": (135, 165)},
 }  # fmt: skip
 DRY_PLAN = {
     "device": "cpu",
@@ -114,7 +127,12 @@ DRY_PLAN = {
         "--contenders", "raw,shared", "--num-generations", "2", "--new-tokens", "4",
         "--warmup", "0", "--rounds", "1", "--threads", "1",
     ],
-    "budgets": {"install": 60, "cuda-tests": 240, "generation": 180, "step-table": (240, 240)},
+    "async": [
+        "--contenders", "sync,async", "--num-generations", "2", "--new-tokens", "4",
+        "--warmup", "0", "--rounds", "1", "--steps-per-turn", "2",
+    ],
+    "budgets": {"install": 60, "cuda-tests": 240, "generation": 180, "async": (150,),
+                "step-table": (240, 240)},
 }  # fmt: skip
 
 
@@ -318,13 +336,20 @@ def install(out: Path, timeout: float, env: dict) -> str:
     return "ok"
 
 
-def step_commands(plan: dict, out: Path, models: dict[str, Path]) -> dict[str, list]:
+def step_commands(
+    plan: dict, out: Path, models: dict[str, Path], async_models: dict[str, Path]
+) -> dict[str, list]:
     py = sys.executable
     cmds = {
         "cuda-tests": [py, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", *cuda_test_files()],
         "generation": [py, str(HERE / "gpu_generation.py"), *plan["generation"],
                        "--device", plan["device"], "--out", str(out / "generation")],
     }  # fmt: skip
+    for name, folder in async_models.items():
+        cmds[f"async-{name}"] = [
+            py, str(HERE / "async_overlap.py"), "--model", str(folder), *plan["async"],
+            "--device", plan["device"], "--dtype", plan["dtype"], "--out", str(out / f"async_{name}"),
+        ]  # fmt: skip
     for name, folder in models.items():
         cmds[f"step-{name}"] = [
             py, str(HERE / "magrpo_step.py"), "--model", str(folder), *plan["step"],
@@ -435,6 +460,12 @@ def verify(step: str, out: Path, plan: dict, on_gpu: bool) -> str | None:
         return "; ".join(bad)[:200] or (
             f"no cell for {sorted(wanted - done)}" if wanted - done else None
         )
+    if step.startswith("async-"):
+        wanted = _arg(plan["async"], "--contenders").split(",")
+        rounds = int(_arg(plan["async"], "--rounds"))
+        if result.get("rounds_done") != rounds or sorted(result["report"]) != sorted(wanted):
+            return f"{result.get('rounds_done')} of {rounds} rounds, contenders {sorted(result['report'])}"
+        return None
     names = {
         "raw" if c == "raw" else f"teamrl {c}"
         for c in _arg(plan["step"], "--contenders").split(",")
@@ -452,7 +483,10 @@ def _arg(argv: list[str], flag: str) -> str:
 
 def log_name(step: str) -> str:
     """'step-qwen2.5-0.5b' -> step_qwen2.5-0.5b.log (beside magrpo_step's step_qwen2.5-0.5b.md)."""
-    return step.replace("step-", "step_").replace("cuda-tests", "cuda_tests") + ".log"
+    for prefix in ("step", "async"):
+        if step.startswith(f"{prefix}-"):
+            step = f"{prefix}_" + step.removeprefix(f"{prefix}-")
+    return step.replace("cuda-tests", "cuda_tests") + ".log"
 
 
 def run_all(run: Run, steps: list[str], plan: dict, dry_run: bool, scratch: Path) -> None:
@@ -462,19 +496,25 @@ def run_all(run: Run, steps: list[str], plan: dict, dry_run: bool, scratch: Path
         status = install(run.out, run.timeout(t0, budgets["install"]), run.child_env)
         run.record("install", status, t0, budgets["install"])
     models = {name: scratch / name for name in STEP_MODELS} if "step-table" in steps else {}
-    cmds = step_commands(plan, run.out, models)
+    async_models = {n: scratch / f"async-{n}" for n in ASYNC_MODELS} if "async" in steps else {}
+    cmds = step_commands(plan, run.out, models, async_models)
     for step in ("cuda-tests", "generation"):
         if step in steps:
             run.child(step, cmds[step], budgets[step])
-    for (name, folder), budget in zip(models.items(), budgets["step-table"]):
-        t0 = time.monotonic()
-        try:
-            write_model(name, folder, dry_run, plan["device"], plan["dtype"])
-        except Exception as err:  # noqa: BLE001  (out of memory, a transformers change...)
-            (run.out / log_name(f"step-{name}")).write_text(f"writing the model: {err!r}\n")
-            run.record(f"step-{name}", f"failed: {type(err).__name__}", t0, budget)
-            continue
-        run.child(f"step-{name}", cmds[f"step-{name}"], budget, t0)
+    for prefix, folders, step_budgets in (
+        ("async", async_models, budgets["async"]),
+        ("step", models, budgets["step-table"]),
+    ):
+        for (name, folder), budget in zip(folders.items(), step_budgets):
+            t0 = time.monotonic()
+            step = f"{prefix}-{name}"
+            try:
+                write_model(name, folder, dry_run, plan["device"], plan["dtype"])
+            except Exception as err:  # noqa: BLE001  (out of memory, a transformers change...)
+                (run.out / log_name(step)).write_text(f"writing the model: {err!r}\n")
+                run.record(step, f"failed: {type(err).__name__}", t0, budget)
+                continue
+            run.child(step, cmds[step], budget, t0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,8 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     budgets = plan["budgets"]
-    total = args.budget or sum(budgets["step-table"]) + sum(
-        b for k, b in budgets.items() if k != "step-table"
+    total = args.budget or sum(
+        sum(b) if isinstance(b, tuple) else b for k, b in budgets.items() if k in steps
     )
     env = environment(args.cpu_dry_run, versions)
     env["plan"] = {**plan, "total_budget_s": total, "steps": steps}

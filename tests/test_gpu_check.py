@@ -43,6 +43,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
     expected = {"env.json", "summary.json", "summary.md", "install.log", "cuda_tests.log"}
     expected |= {f"generation.{ext}" for ext in ("log", "md", "json")}
     expected |= {f"step_{m}.{ext}" for m in steps for ext in ("log", "md", "json")}
+    expected |= {f"async_qwen2.5-0.5b.{ext}" for ext in ("log", "md", "json")}
     assert {p.name for p in out.iterdir()} == expected
 
     summary = json.loads((out / "summary.json").read_text())
@@ -50,6 +51,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
         ("install", "ok"),
         ("cuda-tests", "ok"),
         ("generation", "ok"),
+        ("async-qwen2.5-0.5b", "ok"),
         ("step-qwen2.5-0.5b", "ok"),
         ("step-qwen2.5-1.5b", "ok"),
     ]
@@ -73,6 +75,13 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
         assert (table["meta"]["device"], table["meta"]["dtype"]) == ("cpu", "float32")
         assert set(table["report"]) == {"raw", "teamrl shared"}
         assert {n: len(s) for n, s in table["steps"].items()} == {"raw": 1, "teamrl shared": 1}
+
+    # The asynchronous pair: every round done, both contenders timed, the staleness-1 run
+    # trained on batches at most one version old.
+    pair = json.loads((out / "async_qwen2.5-0.5b.json").read_text())
+    assert pair["rounds_done"] == 1 and set(pair["report"]) == {"sync", "async"}
+    assert {t["staleness"] for t in pair["steps"]["sync"]} == {0.0}
+    assert all(0.0 <= t["staleness"] <= 1.0 for t in pair["steps"]["async"])
 
     md = (out / "summary.md").read_text()
     for heading in ("## generation: generation.md", "## step-qwen2.5-1.5b: step_qwen2.5-1.5b.md"):
@@ -136,6 +145,16 @@ def test_a_step_that_exited_0_but_left_work_undone_fails(tmp_path):
     why = gpu_check.verify("generation", tmp_path, plan, on_gpu=True)
     assert why == "fast: failed: OutOfMemoryError: ..."
     assert gpu_check.verify("step-qwen2.5-1.5b", tmp_path, plan, True).startswith("no readable")
+
+    # The asynchronous pair stopped at its budget after 2 of 3 rounds: written, but not passed.
+    plan["async"] = gpu_check.GPU_PLAN["async"]
+    pair = {"rounds_done": 2, "report": {"sync": {}, "async": {}}}
+    (tmp_path / "async_qwen2.5-0.5b.json").write_text(json.dumps(pair))
+    why = gpu_check.verify("async-qwen2.5-0.5b", tmp_path, plan, on_gpu=True)
+    assert why == "2 of 3 rounds, contenders ['async', 'sync']"
+    pair["rounds_done"] = 3
+    (tmp_path / "async_qwen2.5-0.5b.json").write_text(json.dumps(pair))
+    assert gpu_check.verify("async-qwen2.5-0.5b", tmp_path, plan, on_gpu=True) is None
 
 
 def test_a_step_past_its_budget_is_stopped_with_what_it_started(tmp_path):
