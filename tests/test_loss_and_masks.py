@@ -154,6 +154,35 @@ def test_shared_prefix_logprobs_and_grads_equal_full_sequences():
         assert torch.allclose(g_shared[name], p.grad, atol=1e-5), name
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_one_token_completions_and_the_entropy_equal_full_sequences(checkpointing):
+    """Completions of one token (scored from the prompt's last position alone, no completion
+    forward) and the logged entropy, against each sample run alone through log_softmax."""
+    model = _tiny_llama().train()
+    if checkpointing:
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    samples = [_sample([7], prompt=(1, 2, 3)), _sample([9], prompt=(1, 2, 3)), _sample([6])]
+    batch = collate(samples, PAD)
+    assert batch.completion_ids.shape[1] == 1
+    logp, entropy = token_logprobs(model, batch, with_entropy=True)
+    logp.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    total = 0.0
+    for i, s in enumerate(samples):
+        ids = torch.tensor([s.prompt_ids + s.completion_ids])
+        logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1]
+        logq = torch.log_softmax(logits, -1)
+        lp = logq.gather(-1, ids[0, len(s.prompt_ids) :, None])[:, 0]
+        assert torch.allclose(logp[i, :1], lp, atol=1e-5)
+        h = -(logq.exp() * logq).sum(-1)
+        assert torch.allclose(entropy[i, :1], h.detach(), atol=1e-5)
+        total = total + lp.sum()
+    total.backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(grads[name], p.grad, atol=1e-5), name
+
+
 def test_gradient_checkpointing_gives_the_same_logprobs_and_grads():
     """HF drops the KV cache under checkpointing in training; the full-sequence path is exact."""
     samples = [

@@ -47,8 +47,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from teamrl.algorithms.chosen_logprob import (
+    chosen_logprob,
+    chosen_logprob_and_entropy,
+    row_entropy,
+)
 from teamrl.sample import Sample
 from teamrl.tensors import cache_kwargs, left_pad, output_cache
 from teamrl.truncation import truncation_keep
@@ -185,14 +189,37 @@ def score_tokens(
     Under gradient checkpointing (no cache in training) each sample runs in full instead:
     same tokens, positions and mask, so the same maths.
     """
-    logits = _completion_logits(model, batch).float()
+    # Scored part by part (the prompt's last position, then the completion's positions), so no
+    # vocabulary-wide tensor is ever concatenated or sliced: a (B, C, vocab) cat copies its
+    # inputs, and a slice's backward zero-fills a tensor of the whole before copying in.
+    parts = [
+        _score_part(logits.float(), batch, cols, with_entropy, truncate, with_full)
+        for logits, cols in _completion_logit_parts(model, batch)
+    ]
+    logp, entropy, full = (
+        None if parts[0][i] is None else torch.cat([part[i] for part in parts], dim=1)
+        for i in range(3)
+    )
+    return Scores(logp=logp, entropy=entropy, full_logp=full)
+
+
+def _score_part(
+    logits: torch.Tensor,
+    batch: Batch,
+    cols: slice,
+    with_entropy: bool,
+    truncate: bool,
+    with_full: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)."""
     if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
         logits = logits / batch.temperatures[:, None, None]
-    ids = batch.completion_ids.unsqueeze(-1)
-    token = logits.gather(-1, ids).squeeze(-1)  # the chosen token's logit, never -inf
-    real = batch.completion_mask > 0
+    completion_ids = batch.completion_ids[:, cols]
+    ids = completion_ids.unsqueeze(-1)
+    real = batch.completion_mask[:, cols] > 0
     full = None
-    if truncate:
+    if truncate:  # the sampler's own distribution: the kept set, renormalised
+        token = logits.gather(-1, ids).squeeze(-1)  # the chosen token's logit, never -inf
         b, c, v = logits.shape
         rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
         with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
@@ -205,60 +232,76 @@ def score_tokens(
         # log q(y) = z_y - log sum_{kept} e^z for a kept token, -inf outside the set; the
         # where leaves no -inf inside a difference, so no NaN reaches the gradient either
         logp = torch.where(keep.gather(-1, ids).squeeze(-1), token - lse, float("-inf"))
+        entropy = row_entropy(logits.detach()) if with_entropy else None  # -inf entries: p = 0
+    elif with_entropy:  # z_y - lse(z) with a one-tensor backward, and H from the same pass
+        logp, entropy = chosen_logprob_and_entropy(logits, completion_ids)
     else:
-        lse = torch.logsumexp(logits, dim=-1)
-        logp = token - lse
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            probs = F.softmax(logits, dim=-1)
-            # truncated scoring leaves -inf logits (probability 0): 0 * -inf must count as 0
-            entropy = lse - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
+        logp, entropy = chosen_logprob(logits, completion_ids), None
     logp = torch.where(real, logp, 0.0)
     if truncate:
         full = torch.where(real, full, 0.0) if full is not None else None
     else:
         full = logp if with_full else None
-    return Scores(logp=logp, entropy=entropy, full_logp=full)
+    return logp, entropy, full
 
 
-def _completion_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """(B, C, vocab) logits that predict each completion token (position t-1 for token t)."""
+def _completion_logit_parts(
+    model: torch.nn.Module, batch: Batch
+) -> list[tuple[torch.Tensor, slice]]:
+    """The logits that predict each completion token (position t-1 for token t), as
+    (logits (B, columns, vocab), the completion columns they predict) parts.
+
+    Only the positions needed are projected onto the vocabulary (``logits_to_keep`` as a
+    tensor of positions), so no (B, C, vocab) tensor is sliced or concatenated.
+    """
     idx = batch.prompt_index
     p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
     comp_mask = batch.completion_mask.long()
     attn = torch.cat([batch.prompt_mask[idx], comp_mask], dim=1)
     start = batch.prompt_mask.sum(-1)[idx]  # first completion position of each sample
     c = batch.completion_ids.shape[1]
-    pos = start[:, None] + torch.arange(c, device=start.device)[None]
+    device = start.device
+    pos = start[:, None] + torch.arange(c, device=device)[None]
     if drops_kv_cache(model):
+        length = batch.prompt_ids.shape[1] + c
         full = model(
             input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
             attention_mask=attn,
             position_ids=torch.cat([p_pos[idx], pos], dim=1),
             use_cache=False,
-            logits_to_keep=c + 1,  # the prompt's last position and every completion position
+            # the prompt's last position and every completion position but the last
+            logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
         )
-        return full.logits[:, :-1]
+        return [(_at(full.logits, keep), slice(0, c))]
     prefix = model(
         input_ids=batch.prompt_ids,
         attention_mask=batch.prompt_mask,
         position_ids=p_pos,
-        use_cache=True,
+        use_cache=c > 1,
         logits_to_keep=1,
     )
-    cache = output_cache(prefix)
-    if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
-        cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
-    suffix = model(
-        input_ids=batch.completion_ids,
-        attention_mask=attn,
-        position_ids=pos,
-        use_cache=True,
-        **cache_kwargs(model, cache),
-    )
-    # logit of completion token t comes from position t-1; token 0 from the prompt's last one
-    return torch.cat([prefix.logits[idx, -1:], suffix.logits[:, :-1]], dim=1)
+    # token 0's logit comes from the prompt's last position
+    parts = [(prefix.logits[idx, -1:], slice(0, 1))]
+    if c > 1:  # tokens 1.. from the completion's positions 0 .. c-2
+        cache = output_cache(prefix)
+        if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+            cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
+        suffix = model(
+            input_ids=batch.completion_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=(keep := torch.arange(c - 1, device=device)),
+            **cache_kwargs(model, cache),
+        )
+        parts.append((_at(suffix.logits, keep), slice(1, c)))
+    return parts
+
+
+def _at(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The logits at positions ``keep``: as returned by a model that honours ``logits_to_keep``
+    (every transformers causal LM), or sliced from one that returns every position."""
+    return logits if logits.shape[1] == len(keep) else logits[:, keep]
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
