@@ -16,8 +16,10 @@ peak resident set (``ru_maxrss``) above the resident set after that step. That d
 what a micro-batch adds to a running trainer, and what ``train.max_tokens_per_micro_batch``
 bounds. The report puts it beside ``teamrl.preflight``'s training term for the same batch.
 
-Memory is not sensitive to load the way time is, so each point runs once. Output:
-``results/update_memory.md`` and ``.json`` with date and machine.
+Each point runs ``--rounds`` times (3 by default), every round a fresh process per point, the
+points in the same order each round; the report gives the median with its [min, max] over the
+rounds, so a point's spread is visible. Output: ``results/update_memory.md`` and ``.json``
+(every round's measurement) with date and machine.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "--points",
         help="space-separated rows,prompts,P,C points (default: the six of POINTS)",
     )
+    ap.add_argument("--rounds", type=int, default=3, help="fresh processes per point")
     ap.add_argument("--point", help=argparse.SUPPRESS)  # internal: run one point, print JSON
     ap.add_argument("--lora", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -156,22 +159,30 @@ def main(argv: list[str] | None = None) -> int:
     from rounds import header, provenance
 
     load_start = os.getloadavg()[0]
-    records = []
-    for lora in (True, False):
-        for rows, prompts, p, c in points:
+    import statistics
+
+    cells = [(lora, *pt) for lora in (True, False) for pt in points]
+    runs: dict[tuple, list[dict]] = {cell: [] for cell in cells}
+    for r in range(args.rounds):
+        for lora, rows, prompts, p, c in cells:
             cmd = [sys.executable, __file__, "--model", model, "--point"]
             cmd += [f"{rows},{prompts},{p},{c}"] + (["--lora"] if lora else [])
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             got = json.loads(out.strip().splitlines()[-1])
-            est = estimate(model, lora, rows, prompts, p, c) / MiB
-            rec = {"lora": lora, "rows": rows, "prompts": prompts, "P": p, "C": c, **got}
-            rec["estimate_mib"] = est
-            records.append(rec)
+            runs[(lora, rows, prompts, p, c)].append(got)
             print(
-                f"{'lora' if lora else 'full'} rows={rows} prompts={prompts} P={p} C={c}: "
-                f"{got['added_mib']:.0f} MiB measured, {est:.0f} MiB estimated",
+                f"round {r} {'lora' if lora else 'full'} rows={rows} prompts={prompts} P={p} "
+                f"C={c}: {got['added_mib']:.0f} MiB measured",
                 flush=True,
             )
+    records = []
+    for (lora, rows, prompts, p, c), got in runs.items():
+        added = [g["added_mib"] for g in got]
+        rec = {"lora": lora, "rows": rows, "prompts": prompts, "P": p, "C": c, "rounds": got}
+        rec["added_mib"] = statistics.median(added)
+        rec["added_mib_min"], rec["added_mib_max"] = min(added), max(added)
+        rec["estimate_mib"] = estimate(model, lora, rows, prompts, p, c) / MiB
+        records.append(rec)
     RESULTS.mkdir(exist_ok=True)
     meta = {**provenance(argv, args, load_start), "records": records}
     (RESULTS / f"{args.out}.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -185,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         "training term for the same micro-batch (`micro_batch_bytes`).",
         "",
         "| mode | rows | distinct prompts | prompt tokens | completion tokens | forward tokens "
-        "| measured MiB | estimate MiB | estimate / measured |",
+        f"| measured MiB, median [min, max] of {args.rounds} | estimate MiB | "
+        "estimate / measured (median) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         tokens = r["prompts"] * r["P"] + r["rows"] * r["C"]
         lines.append(
             f"| {'lora' if r['lora'] else 'full'} | {r['rows']} | {r['prompts']} | {r['P']} | "
-            f"{r['C']} | {tokens} | {r['added_mib']:.0f} | {r['estimate_mib']:.0f} | "
+            f"{r['C']} | {tokens} | {r['added_mib']:.0f} [{r['added_mib_min']:.0f}, "
+            f"{r['added_mib_max']:.0f}] | {r['estimate_mib']:.0f} | "
             f"{r['estimate_mib'] / r['added_mib']:.2f} |"
         )
     (RESULTS / f"{args.out}.md").write_text("\n".join(lines) + "\n")
