@@ -129,6 +129,14 @@ def test_token_logprobs_ignore_pad_token_values():
     assert torch.allclose(la[m], lb[m], atol=1e-5)
 
 
+def _alone(model, s):
+    """One sample run alone: the log-softmax at each completion position, and each completion
+    token's log-prob (the reference the batched, prefix-shared scoring must equal)."""
+    ids = torch.tensor([s.prompt_ids + s.completion_ids])
+    logq = torch.log_softmax(model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1], -1)
+    return logq, logq.gather(-1, ids[0, len(s.prompt_ids) :, None])[:, 0]
+
+
 def test_shared_prefix_logprobs_and_grads_equal_full_sequences():
     """Prefix sharing is exact: same log-probs and gradients as running each sample alone."""
     model = _tiny_llama().train()
@@ -143,9 +151,7 @@ def test_shared_prefix_logprobs_and_grads_equal_full_sequences():
     model.zero_grad()
     total = 0.0
     for i, s in enumerate(samples):
-        ids = torch.tensor([s.prompt_ids + s.completion_ids])
-        logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1]
-        lp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(s.prompt_ids) :, None])[:, 0]
+        _, lp = _alone(model, s)
         n = len(s.completion_ids)
         assert torch.allclose(shared[i, :n], lp, atol=1e-5)
         total = total + lp.sum()
@@ -170,10 +176,7 @@ def test_one_token_completions_and_the_entropy_equal_full_sequences(checkpointin
     model.zero_grad()
     total = 0.0
     for i, s in enumerate(samples):
-        ids = torch.tensor([s.prompt_ids + s.completion_ids])
-        logits = model(input_ids=ids).logits[0, len(s.prompt_ids) - 1 : -1]
-        logq = torch.log_softmax(logits, -1)
-        lp = logq.gather(-1, ids[0, len(s.prompt_ids) :, None])[:, 0]
+        logq, lp = _alone(model, s)
         assert torch.allclose(logp[i, :1], lp, atol=1e-5)
         h = -(logq.exp() * logq).sum(-1)
         assert torch.allclose(entropy[i, :1], h.detach(), atol=1e-5)
