@@ -504,48 +504,6 @@ _add(
     )
 )
 
-# --- credit on Plan-Path (issue 24): the main table's setting, MAGRPO's estimators -----------
-#
-# The critics run on MAGRPO's joint tree, so every condition is MAGRPO (one shared policy) on
-# the main table's setting (chosen on the validation split for AT-GRPO; trajectory GRPO, the
-# nearest grouping to MAGRPO's, learned on it in 2 of 3 seeds). Unlike TLDR, each step holds
-# 2 boards and the two agents' turns see different states (the planner reads the tool's
-# printout), so a critic has more than one state per step to tell apart. scale_rewards stays
-# the base's 'none' for every condition: centring per group is MAGRPO's baseline, and the
-# critics replace it with their values.
-
-
-def _magrpo(*more: str) -> tuple[str, ...]:
-    return ("env.name=plan_path", team(library=True), "algorithm.name=magrpo", *more)
-
-
-_add(
-    Table(
-        name="plan_path_credit",
-        description="Credit assignment on Plan-Path 3x3 (the main table's setting): MAGRPO's "
-        "group mean vs the counterfactual baseline (cross mode) vs IAC vs MAAC, one shared "
-        "policy.",
-        config=None,
-        base=plan_path_table_base(),
-        conditions=(
-            Condition("untrained", _magrpo(), train=False),
-            Condition("magrpo", _magrpo()),
-            Condition(
-                "counterfactual",
-                _magrpo("algorithm.joint_mode=cross", "algorithm.baseline=counterfactual"),
-            ),
-            Condition("iac", _magrpo("algorithm.critic=iac")),
-            Condition("maac", _magrpo("algorithm.critic=maac")),
-        ),
-        splits=GAME_SPLITS,
-        test_problems=64,
-        metrics=PLAN_PATH_METRICS,
-        test_outputs=True,
-        notes="Every condition MAGRPO with one shared policy on plan_path_main's setting; "
-        "critic_learning_rate the default 1e-3 (chosen on TLDR's validation posts).",
-    )
-)
-
 # --- arithmetic (a task SmolLM2-135M can move on) ---------------------------------------------
 #
 # Without prefills the untrained team scores 0 on the validation problems: in 96 tokens the

@@ -114,6 +114,16 @@ def check_task(cfg: Config, task: Any) -> None:
                         f"(its fields: {', '.join(sorted(map(str, row)))})"
                     )
     env = task.make_env()
+    order = getattr(env, "turn_order", None)
+    if cfg.algorithm.name == "magrpo" and order and len(env.agents) > 1:
+        # MAGRPO's joint tree sends every agent's action in one env.step; a sequential env
+        # takes one agent's at a time, and would fail at the first step, after the model loads
+        raise ConfigError(
+            f"algorithm.name=magrpo: the team acts jointly, all agents in one step, but task "
+            f"{task.name!r} takes its agents in turn (turn_order {list(order)}); use "
+            "algorithm.name=at_grpo or grpo, or the task's simultaneous mode where it has one "
+            "(env.kwargs={mode: simultaneous})"
+        )
     for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
         reset(env, task.train[j], j, task)
 

@@ -302,6 +302,24 @@ def test_an_empty_dataset_is_refused_before_the_model_loads(tmp_path, capsys, no
     assert f"env.name={name}: the task's training split is empty" in line
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        ["env.name=plan_path", "team.agents=[{name: tool}, {name: plan}]"],
+        ["env.name=math", "env.kwargs={source: arithmetic}",
+         "team.agents=[{name: tool}, {name: reasoner}]"],
+    ],
+)  # fmt: skip
+def test_magrpo_on_a_sequential_task_is_refused_before_the_model_loads(
+    env, tmp_path, capsys, no_model
+):
+    """MAGRPO sends all agents' actions in one step; a turn-taking env would fail only at its
+    first step, after the model loaded and sampled."""
+    line = one_line_error(capsys, *train_args(tmp_path, *env, "algorithm.name=magrpo"))
+    assert "algorithm.name=magrpo: the team acts jointly" in line
+    assert "takes its agents in turn (turn_order [" in line and "at_grpo" in line
+
+
 def test_eval_takes_import_too(tmp_path, capsys):
     path, name = task_file(tmp_path)
     cfg = tmp_path / "c.yaml"
