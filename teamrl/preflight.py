@@ -114,18 +114,34 @@ def check_task(cfg: Config, task: Any) -> None:
                         f"(its fields: {', '.join(sorted(map(str, row)))})"
                     )
     env = task.make_env()
-    order = getattr(env, "turn_order", None)
-    if cfg.algorithm.name == "magrpo" and order and len(env.agents) > 1:
-        # MAGRPO's joint tree sends every agent's action in one env.step; a sequential env
-        # takes one agent's at a time, and would fail at the first step, after the model loads
+    check_turn_shape(cfg, task, env)
+    for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
+        reset(env, task.train[j], j, task)
+
+
+def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:
+    """The algorithm's rollout and the env take the agents' actions the same way: MAGRPO's
+    joint tree sends every agent's action in one ``step``; AT-GRPO's tree and trajectory GRPO
+    send one agent's at a time, in ``turn_order`` (the env's, or ``env.turn_order``, which
+    wraps the env). A mismatch would fail at the first step, after the model loads."""
+    if len(env.agents) < 2:
+        return
+    order = getattr(env, "turn_order", None) or cfg.env.turn_order
+    name = cfg.algorithm.name
+    if name == "magrpo" and order:
         raise ConfigError(
             f"algorithm.name=magrpo: the team acts jointly, all agents in one step, but task "
             f"{task.name!r} takes its agents in turn (turn_order {list(order)}); use "
             "algorithm.name=at_grpo or grpo, or the task's simultaneous mode where it has one "
-            "(env.kwargs={mode: simultaneous})"
+            "(env.kwargs={mode: simultaneous}; without env.turn_order)"
         )
-    for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
-        reset(env, task.train[j], j, task)
+    if name != "magrpo" and not order:
+        raise ConfigError(
+            f"algorithm.name={name}: its agents act in turn, but task {task.name!r} takes all "
+            f"{len(env.agents)} agents' actions in one step (no turn_order); use "
+            "algorithm.name=magrpo, set env.turn_order (e.g. "
+            f"env.turn_order=[{', '.join(env.agents)}]), or the task's sequential mode"
+        )
 
 
 def reset(env: Any, row: Any, index: int, task: Any) -> dict:

@@ -320,6 +320,25 @@ def test_magrpo_on_a_sequential_task_is_refused_before_the_model_loads(
     assert "takes its agents in turn (turn_order [" in line and "at_grpo" in line
 
 
+@pytest.mark.parametrize("algorithm", ["at_grpo", "grpo"])
+def test_turn_taking_algorithms_on_a_simultaneous_task_are_refused(
+    algorithm, tmp_path, capsys, no_model
+):
+    """TLDR's two writers act in one step (MAGRPO's shape): AT-GRPO and trajectory GRPO take
+    one agent at a time, so they need env.turn_order, which the error names."""
+    tldr = ["env.name=tldr", "env.kwargs={source: offline}"]
+    tldr += ["team.agents=[{name: concise}, {name: detailed}]", f"algorithm.name={algorithm}"]
+    line = one_line_error(capsys, *train_args(tmp_path, *tldr))
+    assert f"algorithm.name={algorithm}: its agents act in turn" in line
+    assert "env.turn_order=[concise, detailed]" in line
+    # with the turn order the error names, the same config passes the check
+    from teamrl.config import load_config
+    from teamrl.envs.base import task_from_config
+
+    cfg = load_config(None, [*BASE, *tldr, "env.turn_order=[concise, detailed]"])
+    preflight.check_task(cfg, task_from_config(cfg.env))
+
+
 def test_eval_takes_import_too(tmp_path, capsys):
     path, name = task_file(tmp_path)
     cfg = tmp_path / "c.yaml"
