@@ -15,7 +15,8 @@ with fused AdamW and glibc's mmap threshold fixed at 128 KiB (what a sharded CPU
 Each phase starts by resetting the kernel's peak counter (``/proc/self/clear_refs`` = 5) and
 ends by reading it (``VmHWM``): forward + backward, the all-reduce of the gradients
 (unsharded; FSDP reduce-scatters inside the backward), the optimizer step, and the replica's
-refresh (sharded); ``VmRSS`` after the backward and after ``zero_grad``. ``--rounds`` repeats
+refresh (sharded; also its wall time: the cost of syncing the sampling weights after an
+update); ``VmRSS`` after the backward and after ``zero_grad``. ``--rounds`` repeats
 both settings, alternating; the report gives the median over ranks and rounds with [min, max].
 Output: ``results/sharding_phases.md`` and ``.json`` with date and machine. Linux only.
 """
@@ -28,6 +29,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -90,8 +92,10 @@ def worker(rank: int, world: int, sharded: bool, port: int, args, out) -> None:
         rec[f"{tag}after backward"] = _status("VmRSS")
         if not sharded:
             _reset_peak()
+            t0 = time.perf_counter()
             for p in model.parameters():
                 dist.all_reduce(p.grad)
+            rec[f"{tag}all-reduce seconds"] = time.perf_counter() - t0
             rec[f"{tag}all-reduce peak"] = _status("VmHWM")
         _reset_peak()
         opt.step()
@@ -100,7 +104,9 @@ def worker(rank: int, world: int, sharded: bool, port: int, args, out) -> None:
         rec[f"{tag}after zero_grad"] = _status("VmRSS")
         if sharded:
             _reset_peak()
+            t0 = time.perf_counter()
             gather_into(replica, model, trainable_only=True)
+            rec[f"{tag}replica refresh seconds"] = time.perf_counter() - t0
             rec[f"{tag}replica refresh peak"] = _status("VmHWM")
 
     update(1, 2, "warm-up: ")
@@ -148,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.model}, full fine-tune in float32 with fused AdamW, {args.workers} gloo "
         f"processes, glibc's mmap threshold fixed at 128 KiB; each rank scores {args.rows} "
         f"samples of {args.tokens} + {args.tokens} tokens. GiB; median over {n} ranks x rounds "
-        "[min, max]. A peak is the highest resident memory within that phase alone.",
+        "[min, max]; the all-reduce and the replica's refresh also in seconds. A peak is the highest resident memory "
+        "within that phase alone.",
         "",
         "| phase | unsharded | sharded (fsdp) |",
         "|---|---|---|",
     ]  # fmt: skip
     phases = ["built", "forward + backward peak", "after backward", "all-reduce peak"]
     phases += ["optimizer step peak", "after zero_grad", "replica refresh peak"]
+    phases += ["all-reduce seconds", "replica refresh seconds"]
     keys = sorted(
         {k for rec in runs["none"] + runs["fsdp"] for k in rec},
         key=lambda k: (
