@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rounds import provenance, report, round_order  # noqa: E402
+from rounds import per_round_ratios, provenance, report, round_order  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -149,7 +149,9 @@ def write(argv, args, load_start: float, names: list[str], steps: dict, done: in
     for name in names:
         twin = name.replace("async", "sync")
         if name.startswith("async") and twin in steps:
-            per = [s["step_s"] / a["step_s"] for s, a in zip(steps[twin], steps[name])]
+            per = per_round_ratios(
+                [t["step_s"] for t in steps[twin]], [t["step_s"] for t in steps[name]]
+            )
             ratios[name] = {"median": statistics.median(per), "rounds": per}
     result = {
         **provenance(argv, args, load_start),

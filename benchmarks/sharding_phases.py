@@ -40,9 +40,10 @@ GiB = 2**30
 
 
 def _status(key: str) -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024 / GiB
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024 / GiB
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
