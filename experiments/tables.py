@@ -181,6 +181,37 @@ _add(
 
 _add(
     Table(
+        name="plan_path_credit",
+        description="Credit assignment on Plan-Path's main setting (AT-GRPO, one shared policy): "
+        "the group mean of each (turn, agent) node's K candidates vs IAC (a value head per "
+        "agent, turn and token level) vs MAAC (one centralised value head), the critics on the "
+        "agent-turn tree.",
+        config=None,
+        base=plan_path_table_base(),
+        conditions=(
+            Condition("untrained", _at_grpo("shared"), train=False),
+            Condition("at_grpo_group", _at_grpo("shared")),
+            Condition("iac", _at_grpo("shared", "algorithm.critic=iac")),
+            Condition(
+                "iac_token",
+                _at_grpo("shared", "algorithm.critic=iac", "algorithm.critic_level=token"),
+            ),
+            Condition("maac", _at_grpo("shared", "algorithm.critic=maac")),
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=PLAN_PATH_METRICS,
+        test_outputs=True,
+        notes="The main table's setting (scale_rewards=none: a critic's advantage is the "
+        "candidate's reward minus V, the group's is the reward minus the node's mean). "
+        "critic_learning_rate: the default 1e-3 (chosen on TLDR's validation posts; not tuned "
+        "here). AT-GRPO's group already is a counterfactual baseline (an agent's K "
+        "alternatives with everything before it fixed), so no separate counterfactual row.",
+    )
+)
+
+_add(
+    Table(
         name="plan_path_grouping",
         description="AT-GRPO (shared) grouping ablation: groups within a problem by nothing "
         "(problem only), agent only, turn only, agent and turn (the paper's). 2 turns, so turn "

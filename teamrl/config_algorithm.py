@@ -139,12 +139,13 @@ class AlgorithmConfig:
     )
     critic: Literal["none", "iac", "maac"] = _f(
         "none",
-        "MAGRPO's advantage from a learned critic instead of the group's mean "
-        "(docs/algorithms/iac.md, maac.md). 'none': the group baseline. 'iac': independent "
-        "actor-critic, one value head per agent on its own policy's last hidden state, reading "
-        "its own prompt. 'maac': one centralised value head that reads every agent's "
-        "observation at once. Advantages by GAE (discount, lam) on MAGRPO's joint tree; needs "
-        "scale_rewards none|batch|agent (per-group centring would cancel the critic).",
+        "The advantage from a learned critic instead of the group's mean, for magrpo and "
+        "at_grpo (docs/algorithms/iac.md, maac.md). 'none': the group baseline. 'iac': "
+        "independent actor-critic, one value head per agent on its own policy's last hidden "
+        "state, reading its own prompt. 'maac': one centralised value head that reads every "
+        "agent's observation at once. Advantages by GAE (discount, lam) on MAGRPO's joint tree "
+        "or AT-GRPO's agent-turn tree (its default, no discount: a candidate's own reward minus the "
+        "value); needs scale_rewards none|batch|agent (per-group centring would cancel it).",
     )
     critic_level: Literal["turn", "token"] = _f(
         "turn",

@@ -286,8 +286,8 @@ def _check_sharding(cfg: Any) -> None:
 
 
 def _check_critic(cfg: Any) -> None:
-    """A learned critic (IAC, MAAC) replaces MAGRPO's group baseline: only MAGRPO's joint tree
-    feeds it, and nothing may undo it (per-group centring, another baseline, flat-group
+    """A learned critic (IAC, MAAC) replaces the group baseline: MAGRPO's joint tree or AT-GRPO's
+    agent-turn tree feeds it (trajectory GRPO keeps no states), and nothing may undo it (per-group centring, another baseline, flat-group
     filtering that reads the group baseline's advantages)."""
     a = cfg.algorithm
     if a.critic == "none":
@@ -298,10 +298,11 @@ def _check_critic(cfg: Any) -> None:
             )
         return
     why = f"algorithm.critic={a.critic!r}"
-    if a.name != "magrpo":
+    if a.name not in ("magrpo", "at_grpo"):
         raise ConfigError(
-            f"algorithm.critic: {a.critic!r} runs on MAGRPO's joint tree; algorithm.name is "
-            f"{a.name!r} (set algorithm.name=magrpo or algorithm.critic=none)"
+            f"algorithm.critic: {a.critic!r} runs on MAGRPO's joint tree or AT-GRPO's agent-turn "
+            f"tree; algorithm.name is {a.name!r} (set algorithm.name=magrpo or at_grpo, or "
+            "algorithm.critic=none)"
         )
     if a.scale_rewards == "group":
         raise ConfigError(

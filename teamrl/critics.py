@@ -1,4 +1,5 @@
-"""Critics for actor-critic teams: ``algorithm.critic`` iac | maac on MAGRPO's joint tree.
+"""Critics for actor-critic teams: ``algorithm.critic`` iac | maac, on MAGRPO's joint tree or
+AT-GRPO's agent-turn tree.
 
 A critic here is a linear value head, V(s) = w . h(s) + b, over the last hidden state h of a
 policy's model (the policy as it is when the step's rollout was sampled, its adapter active):
@@ -8,7 +9,9 @@ policy's model (the policy as it is when the step's rollout was sampled, its ada
   completion token, so token k's value is V_a(o_a, y_<k).
 - **MAAC** (multi-agent actor-critic, centralised critic): one head, on the first agent's
   policy, reading every agent's observation of the state at once (``joint_observation``):
-  V(o_1, ..., o_N), the same for every agent of a node.
+  V(o_1, ..., o_N), the same for every agent of a joint-tree node. On an agent-turn tree
+  the state changes as each agent acts, so each (turn, agent) node has its own central value
+  (of every agent's observation before that agent acted), credited to the acting agent.
 
 The trunk is not trained by the critic: the heads regress on features taken once per step,
 before the policies update, so the value loss never moves a policy and needs no coefficient
@@ -31,8 +34,13 @@ import torch
 
 from teamrl.algorithms.gae import explained_variance, value_loss
 from teamrl.config import Config
-from teamrl.rollout.critic_credit import critic_advantages, scale_critic_advantages
-from teamrl.rollout.joint_tree import Node, agent_credit, walk
+from teamrl.rollout.common import RolloutResult
+from teamrl.rollout.critic_credit import (
+    chain_critic_advantages,
+    critic_advantages,
+    scale_critic_advantages,
+)
+from teamrl.rollout.joint_tree import agent_credit, walk
 from teamrl.team import Policy, Team
 
 CENTRAL = "central"  # the MAAC critic's name
@@ -124,39 +132,42 @@ def hidden_at(
 
 
 def critic_credit(
-    team: Team, critics: dict[str, Critic], roots: list[Node], cfg: Config
+    team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config
 ) -> tuple[CriticBatch, dict[str, float]]:
-    """Every sample's advantage from the critics (written in place) and the regression data."""
+    """Every sample's advantage from the critics (written in place) and the regression data,
+    on the step's joint trees (MAGRPO, ``result.roots``) or agent-turn trees (AT-GRPO,
+    ``result.turn_nodes``)."""
     a = cfg.algorithm
     agents = list(team.agents)
     token = a.critic_level == "token"
+    on_chains = a.name == "at_grpo"
 
-    def state_key(agent: str, node: Node) -> Hashable:
+    def state_key(agent: str, node) -> Hashable:
+        if on_chains:  # a (turn, agent) node is one state: its agent's, or the team's (MAAC)
+            return ("state", critic_name(cfg, node.agent), node.slot, node.turn, node.agent)
         return ("state", critic_name(cfg, agent), node.slot, node.node_id)
 
     # 1. What each critic reads: every state (and at token level every token) of the trees.
     jobs: dict[str, dict[Hashable, tuple[list[int], list[int]]]] = {n: {} for n in critics}
     owner: dict[Hashable, str] = {}  # regression key -> critic
-    for root in roots:
-        for node in walk(root):
-            for ag in agents:
-                name = critic_name(cfg, ag)
-                key = state_key(ag, node)
-                if key in jobs[name]:
-                    continue  # MAAC: one state for every agent
-                if name == CENTRAL:
-                    tok = team.policies[critics[name].policy].engine.tokenizer
-                    text = joint_observation(node.observations, agents)
-                    ids = tok(text, add_special_tokens=False)["input_ids"]
-                else:
-                    ids = list(node.samples[ag][0].prompt_ids)  # a node's samples share it
-                jobs[name][key] = (ids, [len(ids) - 1])
-                if token:
-                    for s in node.samples[ag]:
-                        seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
-                        first = len(s.prompt_ids) - 1
-                        positions = list(range(first, first + len(s.completion_ids)))
-                        jobs[name][("tokens", id(s))] = (seq, positions)
+    for ag, node, samples in _states(result, agents, on_chains):
+        name = critic_name(cfg, ag)
+        key = state_key(ag, node)
+        if key in jobs[name]:
+            continue  # MAAC on a joint tree: one state for every agent
+        if name == CENTRAL:
+            tok = team.policies[critics[name].policy].engine.tokenizer
+            text = joint_observation(node.observations, agents)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = list(samples[0].prompt_ids)  # a node's samples share it
+        jobs[name][key] = (ids, [len(ids) - 1])
+        if token:
+            for s in samples:
+                seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+                first = len(s.prompt_ids) - 1
+                positions = list(range(first, first + len(s.completion_ids)))
+                jobs[name][("tokens", id(s))] = (seq, positions)
 
     # 2. Features and values, one batched no-grad pass per critic.
     features: dict[Hashable, torch.Tensor] = {}
@@ -177,20 +188,34 @@ def critic_credit(
                     features[k], values[k], owner[k] = f[0], v[0], name
 
     # 3. GAE on the trees, then the scaling.
-    samples = [
-        s for root in roots for node in walk(root) for ag in agents for s in node.samples[ag]
-    ]
-    targets = critic_advantages(
-        roots,
-        agents,
-        state_value=lambda ag, node: values[state_key(ag, node)],
-        state_key=state_key,
-        credit=agent_credit(a.reward_per_agent, a.alpha),
-        gamma=1.0 if a.discount is None else a.discount,
-        lam=a.lam,
-        level=a.critic_level,
-        token_values=lambda s: [values[("token", id(s), t)] for t in range(len(s.completion_ids))],
-    )
+    samples = [s for _, _, mine in _states(result, agents, on_chains) for s in mine]
+    gamma = critic_gamma(cfg)
+
+    def token_values(s):
+        return [values[("token", id(s), t)] for t in range(len(s.completion_ids))]
+
+    if on_chains:
+        targets = chain_critic_advantages(
+            result.turn_nodes,
+            state_value=lambda node: values[state_key(node.agent, node)],
+            state_key=lambda node: state_key(node.agent, node),
+            gamma=gamma,
+            lam=a.lam,
+            level=a.critic_level,
+            token_values=token_values,
+        )
+    else:
+        targets = critic_advantages(
+            result.roots,
+            agents,
+            state_value=lambda ag, node: values[state_key(ag, node)],
+            state_key=state_key,
+            credit=agent_credit(a.reward_per_agent, a.alpha),
+            gamma=gamma,
+            lam=a.lam,
+            level=a.critic_level,
+            token_values=token_values,
+        )
     scale_critic_advantages(samples, a.scale_rewards)
 
     # 4. Regression rows: one per (state or token, target).
@@ -212,6 +237,27 @@ def critic_credit(
         adv = [s.advantage for s in samples if s.agent == ag]
         metrics[f"advantage/spread/{ag}"] = float(np.std(adv)) if adv else 0.0
     return batch, metrics
+
+
+def critic_gamma(cfg: Config) -> float:
+    """The discount of the critics' GAE: ``algorithm.discount``, else the algorithm's own
+    return: MAGRPO's is undiscounted (1), AT-GRPO's is the candidate's own reward (0)."""
+    if cfg.algorithm.discount is not None:
+        return float(cfg.algorithm.discount)
+    return 0.0 if cfg.algorithm.name == "at_grpo" else 1.0
+
+
+def _states(result: RolloutResult, agents: list[str], on_chains: bool):
+    """(agent, node, that agent's samples at the node) for every state of the step's trees."""
+    if on_chains:
+        for nodes in result.turn_nodes:
+            for node in nodes:
+                yield node.agent, node, node.samples
+        return
+    for root in result.roots:
+        for node in walk(root):
+            for ag in agents:
+                yield ag, node, node.samples[ag]
 
 
 def fit_critics(

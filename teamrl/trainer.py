@@ -158,7 +158,7 @@ class Trainer:
         metrics.update(compute_advantages(result.samples, a.baseline, a.scale_rewards))
         critic_batch = None
         if self.critics:  # IAC / MAAC: the critics' GAE replaces the group baseline
-            critic_batch, credit_metrics = critic_credit(self.team, self.critics, result.roots, cfg)
+            critic_batch, credit_metrics = critic_credit(self.team, self.critics, result, cfg)
             metrics.update(credit_metrics)
         train_samples = result.samples
         if a.filter_groups:

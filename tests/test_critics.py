@@ -145,7 +145,7 @@ def test_critics_train_in_every_policy_mode(tmp_path, critic, level, policies):
     assert sorted(tr.critics) == names
     # fresh heads are 0, so the first advantages are the returns themselves (scale none)
     result = tr.rollout(tr.data.next(1))
-    batch, _ = critic_credit(tr.team, tr.critics, result.roots, tr.cfg)
+    batch, _ = critic_credit(tr.team, tr.critics, result, tr.cfg)
     for s in result.samples:
         assert s.advantage == pytest.approx(s.return_)
         if level == "token":
@@ -224,7 +224,7 @@ def test_the_bandit_rung_learns_with_a_critic(tmp_path, critic):
 @pytest.mark.parametrize(
     "extra, field",
     [
-        ({"algorithm.critic": "iac", "algorithm.name": "at_grpo"}, "algorithm.critic"),
+        ({"algorithm.critic": "iac", "algorithm.name": "grpo"}, "algorithm.critic"),
         ({"algorithm.critic": "iac", "algorithm.scale_rewards": "group"}, "scale_rewards"),
         ({"algorithm.critic": "maac", "algorithm.critic_level": "token"}, "critic_level"),
         ({"algorithm.critic_level": "token"}, "critic_level"),

@@ -70,6 +70,18 @@ def select_branch(rewards: list[float], rule: str, temperature: float, rng: rand
 
 
 @dataclass
+class TurnNode:
+    """One (turn, agent) node of an agent-turn tree: what the critics need of it."""
+
+    slot: int  # the episode's place in the step's batch
+    turn: int
+    agent: str  # the agent that acted
+    samples: list[Sample]  # its K candidates, one per branch
+    chosen: int  # the branch that continued
+    observations: dict[str, str]  # every agent's observation before it acted (MAAC reads them)
+
+
+@dataclass
 class Episode:
     problem: int  # dataset index of the example
     slot: int  # position of the example in this step's batch (an example may appear twice)
@@ -81,6 +93,7 @@ class Episode:
     outcome: Outcome = field(default_factory=Outcome)  # success, turns, team return, components
     path: list[tuple[str, float]] = field(default_factory=list)  # (agent, mixed reward) chosen
     samples: list[Sample] = field(default_factory=list)
+    nodes: list[TurnNode] = field(default_factory=list)  # branching only, chronological
 
 
 def _mixed(step: Step, agent: str, alpha: float) -> tuple[float, float, float]:
@@ -257,6 +270,8 @@ def sequential_rollout(
                     else 0
                 )
                 ep.outcome.turns = turn + 1
+                if branching:
+                    ep.nodes.append(TurnNode(ep.slot, turn, agent, new, pick, ep.observations))
                 (w, st) = branch[pick]
                 ep.env, ep.observations = w[4], st.observations
                 ep.path.append((agent, mixed[pick][0]))
@@ -272,7 +287,13 @@ def sequential_rollout(
         episode_summary(ep.problem, ep.outcome, sum(r for _, r in ep.path), episode=ep.index)
         for ep in episodes
     ]
-    return RolloutResult(samples=samples, stats=stats, metrics=metrics, episodes=summaries)
+    return RolloutResult(
+        samples=samples,
+        stats=stats,
+        metrics=metrics,
+        episodes=summaries,
+        turn_nodes=[ep.nodes for ep in episodes] if branching else [],
+    )
 
 
 def _check_groups(samples: list[Sample], expected: int, branching: bool) -> None:

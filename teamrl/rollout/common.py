@@ -25,6 +25,8 @@ from teamrl.sample import Sample
 class RolloutResult:
     samples: list[Sample]
     roots: list = field(default_factory=list)  # joint-tree roots (MAGRPO) for sample tables
+    # AT-GRPO's (turn, agent) nodes, one chronological list per episode (the critics' chains)
+    turn_nodes: list = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)  # timings and token counts
     metrics: dict[str, float] = field(default_factory=dict)  # reward/..., completion_length/...
     episodes: list[dict] = field(default_factory=list)  # one summary per episode (eval, logs)

@@ -1,4 +1,5 @@
-"""Advantages from a learned critic on MAGRPO's joint tree (``algorithm.critic`` iac | maac).
+"""Advantages from a learned critic (``algorithm.critic`` iac | maac), on MAGRPO's joint tree
+(``critic_advantages``) or on AT-GRPO's agent-turn tree (``chain_critic_advantages``).
 
 MAGRPO credits completion j of a node with R_j - mean(R of the node's joint actions). A critic
 replaces that mean with its value of the state the agent acted from, and GAE
@@ -30,6 +31,7 @@ import numpy as np
 
 from teamrl.algorithms.gae import CreditNode, tree_gae, turn_token_gae
 from teamrl.envs.base import Step
+from teamrl.rollout.at_tree import TurnNode
 from teamrl.rollout.joint_tree import Node, walk
 from teamrl.sample import Sample
 
@@ -127,6 +129,65 @@ def _token_level(root, a, k, state_value, token_values, credit, gamma, lam, targ
             for t, value in enumerate(tgt):
                 targets[("token", id(s), t)].append(value)
     return float(np.mean(firsts))
+
+
+def chain_critic_advantages(
+    episodes: list[list[TurnNode]],
+    *,
+    state_value: Callable[[TurnNode], float],
+    state_key: Callable[[TurnNode], Hashable],
+    gamma: float,
+    lam: float,
+    level: str = "turn",
+    token_values: Callable[[Sample], list[float]] | None = None,
+) -> Targets:
+    """Advantages on AT-GRPO's agent-turn tree; returns the critics' value targets.
+
+    Each episode is a chain of (turn, agent) nodes; node n holds K candidates of its agent a,
+    candidate k credited with r_k (its reward on its own successor, what AT-GRPO scores), and
+    branch k* continued. Agent a's nodes n_1 .. n_m along the episode are its chain; with
+    n' the agent's next node (none after its last: V' = A' = 0),
+
+        turn level:  A_k = r_k + gamma * V_a(n') - V_a(n) + gamma * lam * A_{k*}(n')
+        token level: ``turn_token_gae`` over candidate k's tokens, with the same V' and
+                     A' = the chosen candidate's first-token advantage at n'
+
+    Every candidate bootstraps from the chosen path's next node, as AT-GRPO's discounted return
+    R_k = r_k + gamma * (the chosen path's return) does: only the chosen branch has a next
+    node, and with lam = 1 the advantage is exactly R_k - V_a(n). AT-GRPO's default (no
+    discount: a candidate is judged by its own reward) is gamma = 0, A_k = r_k - V_a(n).
+    """
+    if level not in ("turn", "token"):
+        raise ValueError(f"algorithm.critic_level: expected turn|token, got {level!r}")
+    if level == "token" and token_values is None:
+        raise ValueError("chain_critic_advantages: level='token' needs token_values")
+    targets: Targets = defaultdict(list)
+    for nodes in episodes:
+        later: dict[str, tuple[float, float]] = {}  # agent -> (V(n'), A_{k*}(n'))
+        for node in reversed(nodes):
+            v = float(state_value(node))
+            nxt, below = later.get(node.agent, (0.0, 0.0))
+            firsts = []
+            for s in node.samples:
+                if level == "turn":
+                    adv = float(s.reward) + gamma * nxt - v + gamma * lam * below
+                    s.advantage, s.token_advantages = adv, None
+                    targets[state_key(node)].append(adv + v)
+                else:
+                    values = [float(x) for x in token_values(s)]
+                    if len(values) != len(s.completion_ids):
+                        raise ValueError(
+                            f"token_values: {len(values)} values for {len(s.completion_ids)} "
+                            f"tokens of agent {node.agent!r}"
+                        )
+                    adv_t, tgt_t = turn_token_gae(s.reward, values, nxt, below, gamma, lam)
+                    s.token_advantages = [float(x) for x in adv_t]
+                    s.advantage = s.token_advantages[0]
+                    for t, value in enumerate(tgt_t):
+                        targets[("token", id(s), t)].append(value)
+                firsts.append(s.advantage)
+            later[node.agent] = (v, firsts[node.chosen])
+    return dict(targets)
 
 
 def scale_critic_advantages(samples: list[Sample], scale_rewards: str) -> None:

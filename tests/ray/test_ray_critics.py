@@ -39,8 +39,17 @@ def cfg_for(policies: str, critic: str, level: str, ray_address: str | None = No
     return load_config(None, tiny_overrides(policies, 2, **items))
 
 
+# AT-GRPO: the bandit played in turns (alice, then bob), the critics on the agent-turn tree
+AT_GRPO = {"algorithm.name": "at_grpo", "env.turn_order": "[alice, bob]"}
+
+
 @pytest.mark.parametrize(
-    "policies, critic, level", [("lora", "iac", "token"), ("separate", "maac", "turn")]
+    "policies, critic, level, extra",
+    [
+        ("lora", "iac", "token", {}),
+        ("separate", "maac", "turn", {}),
+        ("shared", "maac", "turn", AT_GRPO),
+    ],
 )
 def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
     ray_cluster,  # noqa: F811
@@ -48,9 +57,12 @@ def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
     policies,
     critic,
     level,
+    extra,
 ):
-    local = Trainer(cfg_for(policies, critic, level), run_dir=tmp_path / "local")
-    remote = Trainer(cfg_for(policies, critic, level, ray_cluster), run_dir=tmp_path / "ray")
+    local = Trainer(cfg_for(policies, critic, level, **extra), run_dir=tmp_path / "local")
+    remote = Trainer(
+        cfg_for(policies, critic, level, ray_cluster, **extra), run_dir=tmp_path / "ray"
+    )
     try:
         gen = torch.Generator().manual_seed(0)
         for name, c in local.critics.items():  # the same non-zero heads on both sides
@@ -58,9 +70,9 @@ def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
                 c.head.weight.copy_(torch.randn(c.head.weight.shape, generator=gen))
                 remote.critics[name].head.load_state_dict(c.head.state_dict())
         result = local.rollout(local.data.next(1))
-        want, _ = critic_credit(local.team, local.critics, result.roots, local.cfg)
+        want, _ = critic_credit(local.team, local.critics, result, local.cfg)
         want_adv = [s.advantage for s in result.samples]
-        got, _ = critic_credit(remote.team, remote.critics, result.roots, remote.cfg)
+        got, _ = critic_credit(remote.team, remote.critics, result, remote.cfg)
         assert sorted(got.features) == sorted(want.features)
         for name, f in want.features.items():
             # the same weights, tokens and kernels: equal up to the order of float sums
