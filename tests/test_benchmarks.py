@@ -179,3 +179,59 @@ def test_roofline_report_gives_each_median_with_its_spread():
     md = render(result)
     assert "| lora | 2.00 [1.50, 3.25] (0.50, 4.0x) | 4.00 [4.00, 4.50] (2.00, 2.0x) |" in md
     assert "bandwidth 2.0 GB/s" in md and "3 interleaved rounds: median [min, max]" in md
+
+
+def test_update_profile_classes_operators():
+    from update_profile import op_class
+
+    cases = {
+        "aten::mm": "matmul",
+        "aten::addmm": "matmul",
+        "mkldnn::_linear_pointwise": "matmul",
+        "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention",
+        "aten::add_": "elementwise",
+        "aten::silu_backward": "elementwise",
+        "aten::_log_softmax": "elementwise",
+        "aten::copy_": "memory",
+        "aten::index_select": "memory",
+        "aten::t": "memory",
+        "aten::_fused_adamw_": "optimizer",
+        "MmBackward0": "matmul",
+        "aten::multinomial": "other",
+        "aten::tril": "other",  # a prefix of no class ("t" matches only aten::t itself)
+    }
+    assert {k: op_class(k) for k in cases} == cases
+
+
+def test_update_profile_report_by_hand():
+    from update_profile import CLASSES, render
+
+    classes = dict.fromkeys(CLASSES, 0.0)
+    classes.update(matmul=2.0, elementwise=1.0)
+    row = {
+        "tokens": 100,
+        "floor_s": 1.0,
+        "spread": {"median": 4.0, "min": 3.5, "max": 5.0},
+        "profile": {
+            "wall_s": 4.0,
+            "classes_s": classes,
+            "outside_ops_s": 1.0,
+            "top_ops": [{"op": "aten::mm", "self_s": 2.0}],
+        },
+    }
+    result = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "t"},
+        "args": {"model": "m", "num_generations": 4, "new_tokens": 8, "rounds": 3},
+        "matmul_gflops": [3.0, 4.0],
+        "argv": [],
+        "date": "d",
+        "load_start": 0.0,
+        "load_end": 0.0,
+        "modes": {"lora": row},
+    }
+    md = render(result)
+    # floor 1.0 s: 4.0x; matmul 2.0 s of 4.0 profiled (50 %), efficiency floor / matmul = 0.50
+    assert "| lora | 100 | 4.00 [3.50, 5.00] | 1.00 (4.0x) | 4.00 | 2.00 (50 %) |" in md
+    assert "| 1.00 | 0.50 |" in md and "matmul 4.0 GFLOP/s" in md
+    assert "`aten::mm` 2.00" in md
