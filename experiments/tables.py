@@ -179,6 +179,7 @@ _add(
     )
 )
 
+VNORM = "algorithm.critic_value_norm=true"
 _add(
     Table(
         name="plan_path_credit",
@@ -197,6 +198,10 @@ _add(
                 _at_grpo("shared", "algorithm.critic=iac", "algorithm.critic_level=token"),
             ),
             Condition("maac", _at_grpo("shared", "algorithm.critic=maac")),
+            # MAPPO's value normalisation: the heads predict in units of the returns' running
+            # mean and std, so a fresh head does not lag returns of 10-20 (docs/algorithms/iac.md)
+            Condition("iac_vnorm", _at_grpo("shared", "algorithm.critic=iac", VNORM)),
+            Condition("maac_vnorm", _at_grpo("shared", "algorithm.critic=maac", VNORM)),
         ),
         splits=GAME_SPLITS,
         test_problems=64,

@@ -169,6 +169,19 @@ class AlgorithmConfig:
         "Learning rate of the critics' value heads (AdamW, constant); each trains for "
         "num_iterations passes of train.num_mini_batches steps per trainer step.",
     )
+    critic_value_norm: bool = _f(
+        False,
+        "Value normalisation (MAPPO's): the heads predict values in units of a running mean and "
+        "std of the value targets, V = mean + std * head(h), and regress on normalised targets. "
+        "A head starting at 0 then values a state at the running mean of the returns from the "
+        "second step on, instead of creeping towards returns of any scale at "
+        "critic_learning_rate per step (docs/algorithms/iac.md).",
+    )
+    critic_value_norm_decay: float = _f(
+        0.9,
+        "Per trainer step decay of the value normalisation's running mean and mean square "
+        "(debiased, as Adam's moments): 0 = this step's targets only; near 1 = every step alike.",
+    )
     max_staleness: int = _f(
         0,
         "Asynchronous training (TRL's name): the generator samples the next steps' rollouts on "

@@ -157,6 +157,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("algorithm.max_staleness", _ge(0), ">= 0 (0 = synchronous)"),
     ("algorithm.cliprange_value", _gt(0), "> 0 or None"),
     ("algorithm.critic_learning_rate", _gt(0), "a finite float > 0"),
+    ("algorithm.critic_value_norm_decay", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.max_steps", _ge(0), ">= 0"),
     ("train.prompts_per_step", _ge(1), ">= 1"),
     ("train.num_mini_batches", _ge(1), ">= 1"),
@@ -295,6 +296,10 @@ def _check_critic(cfg: Any) -> None:
             raise ConfigError(
                 f"algorithm.critic_level: {a.critic_level!r} needs a critic (algorithm.critic "
                 "iac or maac)"
+            )
+        if a.critic_value_norm:
+            raise ConfigError(
+                "algorithm.critic_value_norm: true needs a critic (algorithm.critic iac or maac)"
             )
         return
     why = f"algorithm.critic={a.critic!r}"

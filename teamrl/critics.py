@@ -47,12 +47,64 @@ CENTRAL = "central"  # the MAAC critic's name
 CHUNK = 16  # sequences per feature forward
 
 
+VAR_FLOOR = 1e-2  # the normalisation's variance never goes below (MAPPO's floor): std >= 0.1
+
+
+@dataclass
+class ValueNorm:
+    """Running mean and std of a critic's value targets (``algorithm.critic_value_norm``).
+
+    Per trainer step, with the step's targets G and decay d (debiased as Adam's moments, so the
+    first step's estimate is that step's own mean, not (1 - d) of it):
+
+        m <- d m + (1 - d) mean(G),   q <- d q + (1 - d) mean(G^2),   w <- d w + (1 - d)
+        mean = m / w,   std = sqrt(max(q / w - mean^2, VAR_FLOOR))
+
+    Before any step (w = 0) it is the identity: mean 0, std 1."""
+
+    decay: float
+    m: float = 0.0
+    q: float = 0.0
+    w: float = 0.0
+
+    def update(self, targets: torch.Tensor) -> None:
+        g = targets.double()
+        d = self.decay
+        self.m = d * self.m + (1 - d) * float(g.mean())
+        self.q = d * self.q + (1 - d) * float((g * g).mean())
+        self.w = d * self.w + (1 - d)
+
+    @property
+    def mean(self) -> float:
+        return self.m / self.w if self.w > 0 else 0.0
+
+    @property
+    def std(self) -> float:
+        if self.w == 0:
+            return 1.0
+        return max(self.q / self.w - self.mean**2, VAR_FLOOR) ** 0.5
+
+    def state(self) -> dict:
+        return {"decay": self.decay, "m": self.m, "q": self.q, "w": self.w}
+
+
 @dataclass
 class Critic:
     name: str  # the agent it values (IAC), or CENTRAL (MAAC)
     policy: str  # the policy whose last hidden state it reads
     head: torch.nn.Linear
     optimizer: torch.optim.Optimizer
+    norm: ValueNorm | None = None  # with algorithm.critic_value_norm
+
+    def outputs(self, features: torch.Tensor) -> torch.Tensor:
+        """The head's raw outputs (normalised units under value normalisation), (N,)."""
+        return self.head(features).squeeze(-1)
+
+    def values(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Values from raw outputs: mean + std * output, or the outputs themselves."""
+        if self.norm is None:
+            return outputs
+        return self.norm.mean + self.norm.std * outputs
 
 
 @dataclass
@@ -63,6 +115,9 @@ class CriticBatch:
     features: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N, H)
     targets: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
     old_values: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+    # the head's raw outputs behind old_values (normalised units under value normalisation):
+    # what the clipped value loss holds the new outputs near
+    old_outputs: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
 
 
 def critic_name(cfg: Config, agent: str) -> str:
@@ -87,7 +142,8 @@ def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
         torch.nn.init.zeros_(head.weight)
         torch.nn.init.zeros_(head.bias)
         opt = torch.optim.AdamW(head.parameters(), lr=a.critic_learning_rate, weight_decay=0.0)
-        critics[name] = Critic(name, pol.name, head, opt)
+        norm = ValueNorm(a.critic_value_norm_decay) if a.critic_value_norm else None
+        critics[name] = Critic(name, pol.name, head, opt, norm)
     return critics
 
 
@@ -172,6 +228,7 @@ def critic_credit(
     # 2. Features and values, one batched no-grad pass per critic.
     features: dict[Hashable, torch.Tensor] = {}
     values: dict[Hashable, float] = {}
+    outputs: dict[Hashable, float] = {}
     for name, c in critics.items():
         keys = list(jobs[name])
         pol, todo = team.policies[c.policy], [jobs[name][k] for k in keys]
@@ -179,13 +236,15 @@ def critic_credit(
         feats = remote(todo, team.device) if remote else hidden_at(pol, todo, team.device)
         with torch.no_grad():
             for k, f in zip(keys, feats):
-                v = c.head(f).squeeze(-1).tolist()
+                out = c.outputs(f)
+                o, v = out.tolist(), c.values(out).tolist()
                 if k[0] == "tokens":  # one row per token: ("token", id(sample), t)
                     for t in range(len(f)):
                         row = ("token", k[1], t)
                         features[row], values[row], owner[row] = f[t], v[t], name
+                        outputs[row] = o[t]
                 else:
-                    features[k], values[k], owner[k] = f[0], v[0], name
+                    features[k], values[k], owner[k], outputs[k] = f[0], v[0], name, o[0]
 
     # 3. GAE on the trees, then the scaling.
     samples = [s for _, _, mine in _states(result, agents, on_chains) for s in mine]
@@ -219,19 +278,21 @@ def critic_credit(
     scale_critic_advantages(samples, a.scale_rewards)
 
     # 4. Regression rows: one per (state or token, target).
-    rows: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in critics}
+    rows: dict[str, tuple[list, list, list, list]] = {n: ([], [], [], []) for n in critics}
     for key, tgts in targets.items():
-        f, g, v = rows[owner[key]]
+        f, g, v, o = rows[owner[key]]
         for target in tgts:
             f.append(features[key])
             g.append(target)
             v.append(values[key])
+            o.append(outputs[key])
     batch = CriticBatch()
-    for name, (f, g, v) in rows.items():
+    for name, (f, g, v, o) in rows.items():
         if f:
             batch.features[name] = torch.stack(f)
             batch.targets[name] = torch.tensor(g, dtype=torch.float32, device=team.device)
             batch.old_values[name] = torch.tensor(v, dtype=torch.float32, device=team.device)
+            batch.old_outputs[name] = torch.tensor(o, dtype=torch.float32, device=team.device)
     metrics = {}
     for ag in agents:
         adv = [s.advantage for s in samples if s.agent == ag]
@@ -277,6 +338,12 @@ def fit_critics(
             metrics[f"critic/explained_variance/{name}"] = ev
         metrics[f"critic/value/{name}"] = float(old.mean())
         metrics[f"critic/target/{name}"] = float(tgt.mean())
+        old = batch.old_outputs[name]  # the loss runs in the head's own units
+        if c.norm is not None:  # MAPPO's order: the statistics take this step's targets first
+            c.norm.update(tgt)
+            tgt = (tgt - c.norm.mean) / c.norm.std
+            metrics[f"critic/norm_mean/{name}"] = c.norm.mean
+            metrics[f"critic/norm_std/{name}"] = c.norm.std
         losses = []
         c.head.train()
         for it in range(a.num_iterations):
@@ -286,7 +353,7 @@ def fit_critics(
                 if not mb:
                     continue
                 idx = torch.tensor(mb, device=feats.device)
-                v = c.head(feats[idx]).squeeze(-1)
+                v = c.outputs(feats[idx])
                 loss = value_loss(v, old[idx], tgt[idx], torch.ones_like(v), clip=a.cliprange_value)
                 c.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -298,14 +365,27 @@ def fit_critics(
 
 def critic_state(critics: dict[str, Critic]) -> dict:
     """What a checkpoint keeps of the critics: heads and optimizer states."""
-    return {
-        name: {
+    out = {}
+    for name, c in critics.items():
+        out[name] = {
             "policy": c.policy,
             "head": c.head.state_dict(),
             "optimizer": c.optimizer.state_dict(),
         }
-        for name, c in critics.items()
-    }
+        if c.norm is not None:
+            out[name]["value_norm"] = c.norm.state()
+    return out
+
+
+def exported_head(state: dict) -> dict[str, torch.Tensor]:
+    """A critic's head as export writes it: a plain V = weight . h + bias, with the value
+    normalisation folded in (weight * std, bias * std + mean)."""
+    head = {k: v.detach().cpu().contiguous() for k, v in state["head"].items()}
+    vn = state.get("value_norm")
+    if vn:
+        norm = ValueNorm(**vn)
+        head = {"weight": head["weight"] * norm.std, "bias": head["bias"] * norm.std + norm.mean}
+    return head
 
 
 def load_critic_state(critics: dict[str, Critic], state: dict, where: str) -> None:
@@ -315,5 +395,13 @@ def load_critic_state(critics: dict[str, Critic], state: dict, where: str) -> No
             "(algorithm.critic must match the checkpoint's)"
         )
     for name, c in critics.items():
+        saved = state[name].get("value_norm")
+        if (saved is None) != (c.norm is None):
+            raise ValueError(
+                f"{where}: critic {name!r} was saved {'without' if saved is None else 'with'} "
+                "value normalisation (algorithm.critic_value_norm must match the checkpoint's)"
+            )
         c.head.load_state_dict(state[name]["head"])
         c.optimizer.load_state_dict(state[name]["optimizer"])
+        if saved is not None:
+            c.norm = ValueNorm(**saved)

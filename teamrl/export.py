@@ -112,13 +112,13 @@ def write_critics(out: Path, critics: dict, cfg: Config) -> dict:
     token of its input)."""
     from safetensors.torch import save_file
 
+    from teamrl.critics import exported_head
+
     (out / "critics").mkdir(exist_ok=True)
     entries = {}
     for name, state in critics.items():
-        save_file(
-            {k: v.detach().cpu().contiguous() for k, v in state["head"].items()},
-            out / "critics" / f"{name}.safetensors",
-        )
+        # a plain linear head: any value normalisation is folded into it
+        save_file(exported_head(state), out / "critics" / f"{name}.safetensors")
         entries[name] = {
             "weights": f"critics/{name}.safetensors",
             "trunk": f"{state['policy']}/",

@@ -231,6 +231,8 @@ def test_the_bandit_rung_learns_with_a_critic(tmp_path, critic):
         ({"algorithm.critic": "iac", "algorithm.filter_groups": True}, "filter_groups"),
         ({"algorithm.critic": "maac", "algorithm.reward_per_agent": True}, "reward_per_agent"),
         ({"algorithm.critic": "iac", "algorithm.lam": 1.5}, "algorithm.lam"),
+        ({"algorithm.critic_value_norm": True}, "critic_value_norm"),
+        ({"algorithm.critic": "iac", "algorithm.critic_value_norm_decay": 1.0}, "decay"),
     ],
 )
 def test_bad_critic_configs_are_one_line_errors(extra, field):
@@ -263,3 +265,87 @@ def test_export_writes_the_value_heads_from_a_run_and_from_its_checkpoint(tmp_pa
             head = load_file(out / meta[name]["weights"])
             assert torch.equal(head["weight"], tr.critics[name].head.weight.detach())
             assert torch.equal(head["bias"], tr.critics[name].head.bias.detach())
+
+
+# --- value normalisation ----------------------------------------------------------------------
+
+
+def test_value_norm_statistics_by_hand():
+    from teamrl.critics import ValueNorm
+
+    n = ValueNorm(decay=0.5)
+    assert (n.mean, n.std) == (0.0, 1.0)  # the identity before any step
+    n.update(torch.tensor([10.0, 12.0]))
+    # debiased: the first step's own mean 11 and variance 122 - 121 = 1
+    assert n.mean == pytest.approx(11.0) and n.std == pytest.approx(1.0)
+    n.update(torch.tensor([20.0]))
+    # m = 0.5 * 5.5 + 0.5 * 20 = 12.75, q = 0.5 * 61 + 0.5 * 400 = 230.5, w = 0.75
+    assert n.mean == pytest.approx(17.0)
+    assert n.std == pytest.approx(math.sqrt(230.5 / 0.75 - 17.0**2))
+    flat = ValueNorm(decay=0.0)
+    flat.update(torch.tensor([3.0, 3.0]))
+    assert flat.std == pytest.approx(0.1)  # the variance floor, never a division by ~0
+
+
+def _one_head(norm):
+    from teamrl.critics import Critic
+
+    head = torch.nn.Linear(2, 1)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    return Critic(
+        "a", "p", head, torch.optim.AdamW(head.parameters(), lr=0.1, weight_decay=0.0), norm
+    )
+
+
+def test_a_normalised_head_values_states_at_the_running_mean_after_one_step():
+    """One AdamW step (lr 0.1, a first step moves each weight by lr * sign(gradient)) of a zero
+    head on features e1, e2 with targets 10 and 12. Normalised (mean 11, std 1, targets -1 and
+    +1): w = (-0.1, +0.1), b unmoved (its gradients cancel), so V = 11 -/+ 0.1. Raw: every
+    gradient is negative, so w = (0.1, 0.1), b = 0.1 and V = 0.2 for both, far below."""
+    from types import SimpleNamespace
+
+    from teamrl.critics import CriticBatch, ValueNorm, fit_critics
+
+    cfg = SimpleNamespace(
+        seed=0,
+        algorithm=SimpleNamespace(num_iterations=1, cliprange_value=None),
+        train=SimpleNamespace(num_mini_batches=1),
+    )
+    feats = torch.eye(2)
+    for norm, want in ((ValueNorm(decay=0.0), [10.9, 11.1]), (None, [0.2, 0.2])):
+        c = _one_head(norm)
+        batch = CriticBatch(
+            features={"a": feats},
+            targets={"a": torch.tensor([10.0, 12.0])},
+            old_values={"a": torch.zeros(2)},
+            old_outputs={"a": torch.zeros(2)},
+        )
+        metrics = fit_critics({"a": c}, batch, cfg, step=0)
+        with torch.no_grad():
+            assert c.values(c.outputs(feats)).tolist() == pytest.approx(want, abs=1e-6)
+        if norm is not None:
+            assert metrics["critic/norm_mean/a"] == pytest.approx(11.0)
+
+
+def test_export_folds_the_normalisation_into_the_head_and_resume_must_match_it():
+    from teamrl.critics import ValueNorm, critic_state, exported_head, load_critic_state
+
+    c = _one_head(ValueNorm(decay=0.0))
+    with torch.no_grad():
+        c.head.weight.copy_(torch.tensor([[2.0, 0.0]]))
+        c.head.bias.fill_(1.0)
+    c.norm.update(torch.tensor([3.0, 7.0]))  # mean 5, std 2
+    state = critic_state({"a": c})
+    head = exported_head(state["a"])
+    assert head["weight"].tolist() == [[4.0, 0.0]] and head["bias"].tolist() == [7.0]
+    h = torch.tensor([0.5, -1.0])  # the folded head gives the normalised critic's value
+    with torch.no_grad():
+        want = float(c.values(c.outputs(h)))
+    assert float(head["weight"] @ h + head["bias"]) == pytest.approx(want)
+    plain = _one_head(None)
+    with pytest.raises(ValueError, match="critic_value_norm"):
+        load_critic_state({"a": plain}, state, "critics.pt")
+    fresh = _one_head(ValueNorm(decay=0.0))
+    load_critic_state({"a": fresh}, state, "critics.pt")
+    assert (fresh.norm.mean, fresh.norm.std) == (5.0, 2.0)

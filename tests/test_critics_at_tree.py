@@ -179,7 +179,12 @@ def test_critics_train_on_the_agent_turn_tree(tmp_path, critic, level, policies)
 
 
 def test_resume_with_critics_on_the_agent_turn_tree_equals_uninterrupted(tmp_path):
-    extra = {"algorithm.critic": "maac", "log.save_steps": 2, "train.prompts_per_step": 2}
+    extra = {
+        "algorithm.critic": "maac",
+        "algorithm.critic_value_norm": True,  # its statistics are resumed too
+        "log.save_steps": 2,
+        "train.prompts_per_step": 2,
+    }
     straight = make(tmp_path / "a", "lora", 3, **extra)
     full = straight.train()
     first = make(tmp_path / "b", "lora", 2, **extra)
@@ -188,8 +193,9 @@ def test_resume_with_critics_on_the_agent_turn_tree_equals_uninterrupted(tmp_pat
     resumed = Trainer(cfg, run_dir=first.run_dir)
     rest = resumed.train(resume=True)
     assert full[2]["critic/value_loss/central"] == rest[0]["critic/value_loss/central"]
-    ha, hb = straight.critics[CENTRAL].head, resumed.critics[CENTRAL].head
-    assert torch.equal(ha.weight, hb.weight) and torch.equal(ha.bias, hb.bias)
+    ca, cb = straight.critics[CENTRAL], resumed.critics[CENTRAL]
+    assert torch.equal(ca.head.weight, cb.head.weight) and torch.equal(ca.head.bias, cb.head.bias)
+    assert ca.norm.state() == cb.norm.state()
     for name in ("alice", "bob"):
         pa = straight.team.policies[name].state_dict()
         pb = resumed.team.policies[name].state_dict()

@@ -4,7 +4,8 @@ runs them all and a CPU machine skips them in no time.
 
 Covered on CUDA: generation in every policy mode (shared, lora, separate) through the trainer, a
 MAGRPO and an AT-GRPO step, bf16 weights, the builtin sampler's fast path (static KV cache +
-CUDA graphs) against the eager loop under greedy decoding, and checkpoint + resume.
+CUDA graphs, with and without LoRA rows) against the eager loop under greedy decoding, and
+checkpoint + resume.
 """
 
 from __future__ import annotations
@@ -118,6 +119,48 @@ def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
             [g.completion_ids for g in per] for per in eager
         ]
     assert [len(g.completion_ids) for per in fast for g in per] == [12, 12, 12, 7, 12, 12]
+    fast_decode.release(model)
+
+
+@pytest.mark.cuda
+def test_the_fast_paths_cuda_graphs_serve_lora_rows_and_follow_the_weights():
+    """Rows with LoRA adapters replay the captured step too (they ran eagerly before), with the
+    eager loop's greedy tokens, and an in-place change of an adapter reaches the replay."""
+    from peft import LoraConfig, get_peft_model
+
+    from teamrl.generation import fast_decode
+    from teamrl.generation.hf import generate
+    from teamrl.generation.types import Request
+    from teamrl.models import load_model
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    model = get_peft_model(load_model("tiny-llama", device="cuda"), lora, adapter_name="alice")
+    model.add_adapter("bob", lora)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    model.eval()
+    reqs = [
+        Request(prompt_ids=[5, 9, 14, 3], n=2, temperature=0.0, max_new_tokens=10, adapter="alice"),
+        Request(prompt_ids=[7, 21], n=2, temperature=0.0, max_new_tokens=10, adapter="bob"),
+        Request(prompt_ids=[30, 2, 8], n=1, temperature=0.0, max_new_tokens=10, adapter=None),
+    ]
+
+    def tokens(gens):
+        return [[g.completion_ids for g in per] for per in gens]
+
+    for change in (False, False, True):  # capture, replay, replay after a weight change
+        if change:
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if "lora_B.alice" in name:
+                        p.mul_(-3.0)
+        eager = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+        fast = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True)  # CUDA graphs
+        assert tokens(fast) == tokens(eager), change
     fast_decode.release(model)
 
 

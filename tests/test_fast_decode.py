@@ -154,3 +154,104 @@ def test_config_switch_routes_the_hf_backend_through_the_fast_path(monkeypatch):
         auto.generate(requests(0.0), ignore_eos=True)
     )
     assert calls == [1]  # only the 'on' backend used the fast path
+
+
+MIXED = [("alice", 2), ("bob", 2), (None, 1)]  # (adapter, rows) of the mixed-LoRA calls
+
+
+def mixed_requests(order=MIXED) -> list[Request]:
+    return [
+        Request(PROMPTS[k % 2], n=n, temperature=0.0, max_new_tokens=8, adapter=a)
+        for k, (a, n) in enumerate(order)
+    ]
+
+
+def test_grouped_lora_keeps_its_forwards_and_reads_the_current_weights():
+    """The same shape installs the same functions over the same tensors on every call (what a
+    compiled step needs), refilled from the adapters as they are now: a weight changed in place
+    (as a fused optimizer step does) and a new assignment of rows to adapters both show."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    from teamrl.generation import multi_lora
+
+    model = _lora_model()
+    x = torch.randint(1, 64, (3, 5))
+    layer = next(m for m in model.modules() if isinstance(m, LoraLinear))
+
+    def grouped(rows):
+        with multi_lora.grouped_lora(model, rows):
+            forward = layer.forward
+            return model(input_ids=x).logits, forward
+
+    def per_row(rows):  # PEFT's own forward, one adapter at a time
+        out = []
+        for i, a in enumerate(rows):
+            if a is None:
+                with model.disable_adapter():
+                    out.append(model(input_ids=x[i : i + 1]).logits)
+            else:
+                model.set_adapter(a)
+                out.append(model(input_ids=x[i : i + 1]).logits)
+        return torch.cat(out)
+
+    with torch.no_grad():
+        rows = ["alice", "bob", None]
+        first, f1 = grouped(rows)
+        torch.testing.assert_close(first, per_row(rows))
+        for name, p in model.named_parameters():  # an in-place "optimizer step" on bob
+            if "lora_B.bob" in name:
+                p.mul_(-2.0)
+        second, f2 = grouped(rows)
+        assert f2 is f1  # the same function object (and so the same stacked tensors)
+        assert "forward" not in vars(layer)  # unpatched outside the block
+        assert not torch.allclose(second, first)
+        torch.testing.assert_close(second, per_row(rows))
+        swapped = ["bob", None, "alice"]
+        third, f3 = grouped(swapped)
+        assert f3 is f1
+        torch.testing.assert_close(third, per_row(swapped))
+    # shapes are kept up to MAX_KEPT, the oldest dropped first
+    with torch.no_grad():
+        for n in range(2, 3 + multi_lora.MAX_KEPT):
+            with multi_lora.grouped_lora(model, ["alice"] * n):
+                pass
+    assert len(multi_lora._GROUPED[model]) == multi_lora.MAX_KEPT
+    fast_decode.release(model)
+    assert model not in multi_lora._GROUPED
+
+
+def test_the_compiled_step_replays_with_lora_rows_and_follows_the_weights(monkeypatch):
+    """compile=True with LoRA rows (it ran eagerly before): dynamo traces the grouped forward
+    once per shape, a second call compiles nothing new, and after an in-place change of an
+    adapter the compiled step samples from the new weights. A counting backend stands in for
+    inductor (the tracing and its guards are dynamo's either way; CUDA graphs are tested in
+    tests/test_cuda.py)."""
+    import torch._dynamo
+
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend=counting))
+    torch._dynamo.reset()
+    model = _lora_model()
+    reqs = mixed_requests()
+    ref = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+    assert_same(ref, fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=True))
+    compiled = len(graphs)
+    assert compiled >= 1  # the LoRA rows went through the compiled step
+    again = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=True)
+    assert tokens(again) == tokens(ref) and len(graphs) == compiled  # replayed, not recompiled
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B.alice" in name:
+                p.mul_(-3.0)
+    new_ref = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+    assert tokens(new_ref)[0] != tokens(ref)[0]  # the change moves alice's tokens
+    assert_same(new_ref, fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=True))
+    assert len(graphs) == compiled  # new weights, same graph
+    fast_decode.release(model)
+    torch._dynamo.reset()

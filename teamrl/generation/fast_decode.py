@@ -30,8 +30,11 @@ are the same unless a last-bit difference in a probability moves a draw across a
 Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduce-overhead"``
 (CUDA graphs) on CUDA and runs it eagerly elsewhere; compiling on CPU is allowed
 (``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
-grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which patches layer forwards per
-call; such calls always run eagerly (a compiled step would recompile on every call).
+grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which keeps its patched
+forwards and stacked adapter weights per model and shape and refreshes the weights in place at
+each call, so the compiled step replays with LoRA rows too. (Before, such calls ran eagerly:
+on an H200 a LoRA team sampled 10x slower than a shared one, benchmarks/results/
+gpu-2026-11-27-h200; the compiled LoRA step is tested on CPU, its GPU speed not yet measured.)
 Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
 ``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
 default, counted across models) and then runs the step eagerly, so a caller with many shapes
@@ -50,6 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from teamrl.generation import hf as reference
+from teamrl.generation import multi_lora
 from teamrl.generation.hf import Batch, Decoded
 from teamrl.generation.types import Request
 from teamrl.tensors import cache_kwargs, output_cache
@@ -67,8 +71,6 @@ def decline_reason(model: torch.nn.Module, requests: list[Request]) -> str | Non
         kinds = sorted({type(layer).__name__ for layer in layers})
         return f"cache layout {kinds}: only full-attention layers are supported"
     if any(r.adapter is not None for r in requests):
-        from teamrl.generation import multi_lora
-
         if not multi_lora.supported(model):
             return "per-row adapters need the grouped multi-LoRA forward (plain LoRA linears)"
     return None
@@ -99,6 +101,7 @@ def release(model: torch.nn.Module) -> None:
     allocation (and, when compiled, a new capture) at the next call.
     """
     _STATES.pop(model, None)
+    multi_lora.release(model)
 
 
 def _decode_step(model, input_ids, attention_mask, position_ids, cache):
@@ -144,10 +147,8 @@ def generate(
         return reference.generate(model, requests, eos_ids, pad_id, ignore_eos, decode)
     device = next(model.parameters()).device
     batch = Batch(requests, pad_id, device)  # the same prefill as the reference loop
-    uses_lora = any(a is not None for a in batch.row_adapters)
     if compile is None:
         compile = device.type == "cuda"
-    compile = compile and not uses_lora
     state = _STATES.setdefault(model, _State())
     was_training = model.training
     model.eval()
