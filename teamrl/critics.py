@@ -148,8 +148,10 @@ def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
 
 
 def joint_observation(observations: dict[str, str], agents: list[str]) -> str:
-    """What the central critic reads: every agent's observation, tagged with its name."""
-    return "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents)
+    """What the central critic reads: every agent's observation, tagged with its name, in the
+    team's order. A turn-taking env may show only some agents their state at a node (the one
+    about to act): the others are left out rather than invented."""
+    return "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents if a in observations)
 
 
 @torch.no_grad()

@@ -107,6 +107,7 @@ def test_token_level_gae_by_hand_and_the_scaling():
 
 def test_joint_observation_tags_every_agent():
     assert joint_observation({"b": "y", "a": "x"}, ["a", "b"]) == "[a]\nx\n\n[b]\ny"
+    assert joint_observation({"b": "y"}, ["a", "b"]) == "[b]\ny"  # only who has one
 
 
 # --- on a tiny model --------------------------------------------------------------------------
