@@ -144,6 +144,19 @@ def test_a_worker_that_dies_while_starting_names_itself_and_shows_its_log(tmp_pa
         rounds.WorkerProcess("vllm-fake", cmd, tmp_path / "w.log")
 
 
+def report_fields(**extra) -> dict:
+    """What every benchmark report's ``render`` reads besides its own rows."""
+    return {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "t"},
+        "args": {"model": "m", "num_generations": 4, "new_tokens": 8, "rounds": 3},
+        "argv": [],
+        "date": "d",
+        "load_start": 0.0,
+        "load_end": 0.0,
+        **extra,
+    }
+
+
 def test_roofline_floors_by_hand():
     from roofline import floors
 
@@ -166,16 +179,8 @@ def test_roofline_report_gives_each_median_with_its_spread():
         "floor": {"generate_s": 0.5, "update_s": 2.0},
         "ratio": {"generate_s": 4.0, "update_s": 2.0},
     }
-    result = {
-        "machine": {"cpu": "cpu", "cores": 2, "torch": "t"},
-        "args": {"model": "m", "num_generations": 4, "new_tokens": 8, "rounds": 3},
-        "hardware": {"bandwidth_gbs": [1.0, 2.0], "matmul_gflops": [3.0]},
-        "argv": [],
-        "date": "d",
-        "load_start": 0.0,
-        "load_end": 0.0,
-        "modes": {"lora": row},
-    }
+    hardware = {"bandwidth_gbs": [1.0, 2.0], "matmul_gflops": [3.0]}
+    result = report_fields(hardware=hardware, modes={"lora": row})
     md = render(result)
     assert "| lora | 2.00 [1.50, 3.25] (0.50, 4.0x) | 4.00 [4.00, 4.50] (2.00, 2.0x) |" in md
     assert "bandwidth 2.0 GB/s" in md and "3 interleaved rounds: median [min, max]" in md
@@ -220,16 +225,7 @@ def test_update_profile_report_by_hand():
             "top_ops": [{"op": "aten::mm", "self_s": 2.0}],
         },
     }
-    result = {
-        "machine": {"cpu": "cpu", "cores": 2, "torch": "t"},
-        "args": {"model": "m", "num_generations": 4, "new_tokens": 8, "rounds": 3},
-        "matmul_gflops": [3.0, 4.0],
-        "argv": [],
-        "date": "d",
-        "load_start": 0.0,
-        "load_end": 0.0,
-        "modes": {"lora": row},
-    }
+    result = report_fields(matmul_gflops=[3.0, 4.0], modes={"lora": row})
     md = render(result)
     # floor 1.0 s: 4.0x; matmul 2.0 s of 4.0 profiled (50 %), efficiency floor / matmul = 0.50
     assert "| lora | 100 | 4.00 [3.50, 5.00] | 1.00 (4.0x) | 4.00 | 2.00 (50 %) |" in md
