@@ -144,8 +144,9 @@ class AlgorithmConfig:
         "independent actor-critic, one value head per agent on its own policy's last hidden "
         "state, reading its own prompt. 'maac': one centralised value head that reads every "
         "agent's observation at once. Advantages by GAE (discount, lam) on MAGRPO's joint tree "
-        "or AT-GRPO's agent-turn tree (its default, no discount: a candidate's own reward minus the "
-        "value); needs scale_rewards none|batch|agent (per-group centring would cancel it).",
+        "or AT-GRPO's agent-turn tree (its default, no discount: a candidate's own reward "
+        "minus the value); needs scale_rewards none|batch|agent (per-group centring would "
+        "cancel it).",
     )
     critic_level: Literal["turn", "token"] = _f(
         "turn",

@@ -288,8 +288,9 @@ def _check_sharding(cfg: Any) -> None:
 
 def _check_critic(cfg: Any) -> None:
     """A learned critic (IAC, MAAC) replaces the group baseline: MAGRPO's joint tree or AT-GRPO's
-    agent-turn tree feeds it (trajectory GRPO keeps no states), and nothing may undo it (per-group centring, another baseline, flat-group
-    filtering that reads the group baseline's advantages)."""
+    agent-turn tree feeds it (trajectory GRPO keeps no states), and nothing may undo it
+    (per-group centring, another baseline, flat-group filtering that reads the group
+    baseline's advantages)."""
     a = cfg.algorithm
     if a.critic == "none":
         if a.critic_level != "turn":

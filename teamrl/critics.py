@@ -198,7 +198,7 @@ def critic_credit(
     a = cfg.algorithm
     agents = list(team.agents)
     token = a.critic_level == "token"
-    on_chains = a.name == "at_grpo"
+    on_chains = bool(result.turn_nodes)  # AT-GRPO's rollout; MAGRPO's fills result.roots
 
     def state_key(agent: str, node) -> Hashable:
         if on_chains:  # a (turn, agent) node is one state: its agent's, or the team's (MAAC)
@@ -303,11 +303,14 @@ def critic_credit(
 
 
 def critic_gamma(cfg: Config) -> float:
-    """The discount of the critics' GAE: ``algorithm.discount``, else the algorithm's own
-    return: MAGRPO's is undiscounted (1), AT-GRPO's is the candidate's own reward (0)."""
-    if cfg.algorithm.discount is not None:
-        return float(cfg.algorithm.discount)
-    return 0.0 if cfg.algorithm.name == "at_grpo" else 1.0
+    """The discount of the critics' GAE: ``algorithm.discount``, else the recipe's default
+    (MAGRPO's 1.0, undiscounted); a discount of None, AT-GRPO's default (a candidate judged
+    by its own reward), is gamma = 0."""
+    from teamrl.recipes import recipe_for
+
+    a = cfg.algorithm
+    discount = a.discount if a.discount is not None else recipe_for(a.name).defaults.get("discount")
+    return 0.0 if discount is None else float(discount)
 
 
 def _states(result: RolloutResult, agents: list[str], on_chains: bool):

@@ -108,12 +108,7 @@ def _token_level(root, a, k, state_value, token_values, credit, gamma, lam, targ
              for j, c in root.children.items()}  # fmt: skip
     firsts = []
     for i, s in enumerate(root.samples[a]):
-        values = [float(v) for v in token_values(s)]
-        if len(values) != len(s.completion_ids):
-            raise ValueError(
-                f"token_values: {len(values)} values for {len(s.completion_ids)} tokens of "
-                f"agent {a!r}"
-            )
+        values = _token_values(token_values, s)
         per_joint = []
         for j in _members(root, k, i):
             child = root.children.get(j)
@@ -174,12 +169,7 @@ def chain_critic_advantages(
                     s.advantage, s.token_advantages = adv, None
                     targets[state_key(node)].append(adv + v)
                 else:
-                    values = [float(x) for x in token_values(s)]
-                    if len(values) != len(s.completion_ids):
-                        raise ValueError(
-                            f"token_values: {len(values)} values for {len(s.completion_ids)} "
-                            f"tokens of agent {node.agent!r}"
-                        )
+                    values = _token_values(token_values, s)
                     adv_t, tgt_t = turn_token_gae(s.reward, values, nxt, below, gamma, lam)
                     s.token_advantages = [float(x) for x in adv_t]
                     s.advantage = s.token_advantages[0]
@@ -188,6 +178,17 @@ def chain_critic_advantages(
                 firsts.append(s.advantage)
             later[node.agent] = (v, firsts[node.chosen])
     return dict(targets)
+
+
+def _token_values(token_values: Callable[[Sample], list[float]], s: Sample) -> list[float]:
+    """The critic's value of each of ``s``'s completion tokens, one per token or an error."""
+    values = [float(v) for v in token_values(s)]
+    if len(values) != len(s.completion_ids):
+        raise ValueError(
+            f"token_values: {len(values)} values for {len(s.completion_ids)} tokens of agent "
+            f"{s.agent!r}"
+        )
+    return values
 
 
 def scale_critic_advantages(samples: list[Sample], scale_rewards: str) -> None:
