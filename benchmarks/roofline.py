@@ -72,7 +72,7 @@ def matmul_gflops(n: int = 2048, tries: int = 5) -> float:
 class Step:
     """One policy mode's MAGRPO step on the quickstart task, every completion at full length."""
 
-    def __init__(self, args, policies: str):
+    def __init__(self, args, policies: str, extra: tuple[str, ...] = ()):
         from teamrl.config import load_config
         from teamrl.trainer import Trainer
 
@@ -91,6 +91,7 @@ class Step:
             f"train.max_steps={10**6}",
             "train.shuffle=false",
             "log.progress_bar=false",
+            *extra,
         ]
         self.trainer = Trainer(load_config(None, overrides), run_dir=tempfile.mkdtemp())
         self.policies = policies

@@ -27,6 +27,11 @@ time is how close the products themselves run to this CPU's peak, and the rest o
 what a faster update would have to take back. The profiler slows small operators, so the classes
 are read as shares of the profiled update, beside the unprofiled median.
 
+Modes: ``lora`` (one adapter per agent, the update's LoRA linears fused into one autograd node
+each: ``teamrl.algorithms.lora_linear``), ``lora-peft`` (the same through PEFT's own forward,
+``train.fused_lora=false``: the A/B of that change), ``shared`` and ``separate`` (full
+fine-tunes).
+
 Output: ``results/update_profile.md`` and ``.json`` with date, machine and load.
 """
 
@@ -46,6 +51,14 @@ from roofline import Step, matmul_gflops  # noqa: E402
 from rounds import provenance, round_order, summarize  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# mode -> (team.policies, further overrides). lora-peft: the LoRA update through PEFT's own
+# forward (five autograd nodes per adapted linear) instead of teamrl's fused linear.
+MODES = {
+    "lora": ("lora", ()),
+    "lora-peft": ("lora", ("train.fused_lora=false",)),
+    "shared": ("shared", ()),
+    "separate": ("separate", ()),
+}
 CLASSES = ("matmul", "attention", "elementwise", "memory", "optimizer", "other")
 
 # Operator names (the part after "aten::" / "mkldnn::"), matched as prefixes, in this order.
@@ -179,7 +192,9 @@ class FixedBatch:
     def __init__(self, args, mode: str):
         from teamrl.algorithms.advantages import compute_advantages
 
-        self.step = Step(args, mode)
+        policies, extra = MODES[mode]
+        self.step = Step(args, policies, extra)
+        self.policies = policies
         tr = self.step.trainer
         self.samples = tr.rollout(tr.data.next(1)).samples
         a = tr.cfg.algorithm
@@ -264,7 +279,9 @@ def render(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--modes", default="lora,shared", help="comma-separated policy modes")
+    ap.add_argument(
+        "--modes", default="lora,lora-peft,shared", help=f"comma-separated, of {', '.join(MODES)}"
+    )
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
@@ -277,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     gflops = [matmul_gflops()]
     modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        ap.error(f"--modes: {unknown[0]!r} is not one of {', '.join(MODES)}")
     batches = {mode: FixedBatch(args, mode) for mode in modes}
     for _ in range(args.warmup):
         for mode in modes:
@@ -292,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         b = batches[mode]
         work = b.step.work()
-        per_token = 4 if mode == "lora" else 6
+        per_token = 4 if b.policies == "lora" else 6
         tokens = b.tokens()
         rows[mode] = {
             "tokens": tokens,

@@ -198,6 +198,13 @@ class TrainConfig:
     nan_policy: Literal["error", "skip"] = _f(
         "error", "On a NaN/Inf loss: raise, or skip that update and count it in 'nan_skips'."
     )
+    fused_lora: bool = _f(
+        True,
+        "In the update, run each plain LoRA linear (one active adapter, no dropout or DoRA, "
+        "weights and adapters in one dtype) as one autograd node, y = W x + s B A x with its "
+        "backward written out, instead of PEFT's five ops (teamrl.algorithms.lora_linear). "
+        "The same function; False runs PEFT's forward.",
+    )
 
 
 @dataclass

@@ -3,8 +3,9 @@ policy-gradient steps over its samples, read top to bottom:
 
     run      = prepare(...)              train mode, the IS switch, each sample's rank
     passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
-    take_old_logprobs(run, passes)       the log-probs *before the first optimizer step*
-    for each pass, for each minibatch:
+    with fused_lora(model):              LoRA linears as one autograd node each (lora_linear)
+      take_old_logprobs(run, passes)     the log-probs *before the first optimizer step*
+      for each pass, for each minibatch:
         accumulate_gradients(...)        per chunk: logp; IS weights min(pi_old / q, C) for
                                          the sampler mismatch (importance); policy_loss;
                                          backward; a non-finite loss: error, or skip the step
@@ -34,12 +35,14 @@ from __future__ import annotations
 
 import random
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from teamrl.algorithms.importance import correction_on, importance_weights, mismatch_stats
+from teamrl.algorithms.lora_linear import fused_lora
 from teamrl.algorithms.losses import (
     collate,
     drops_kv_cache,
@@ -151,16 +154,19 @@ def update_policy(
     """
     run = prepare(pol, samples, cfg, ctx)
     passes = plan_passes(samples, cfg, pol, step)
-    take_old_logprobs(run, passes)
+    # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
+    fuse = cfg.train.fused_lora and not pol.sharded
     skipped, stepped = 0, False
-    for it, minibatches in enumerate(passes):
-        for j, mb in enumerate(minibatches):
-            first_step = it == 0 and j == 0  # the policy has not moved yet
-            finite = accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
-            if apply_step(run, finite):
-                stepped = True
-            else:
-                skipped += 1
+    with fused_lora(pol.model) if fuse else nullcontext():
+        take_old_logprobs(run, passes)
+        for it, minibatches in enumerate(passes):
+            for j, mb in enumerate(minibatches):
+                first_step = it == 0 and j == 0  # the policy has not moved yet
+                finite = accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
+                if apply_step(run, finite):
+                    stepped = True
+                else:
+                    skipped += 1
     if stepped and pol.engine.backend is not None:
         pol.engine.backend.weights_changed(pol.adapter)
     return run.metrics(), skipped
