@@ -4,8 +4,8 @@ runs them all and a CPU machine skips them in no time.
 
 Covered on CUDA: generation in every policy mode (shared, lora, separate) through the trainer, a
 MAGRPO and an AT-GRPO step, bf16 weights, the builtin sampler's fast path (static KV cache +
-CUDA graphs, with and without LoRA rows) against the eager loop under greedy decoding, and
-checkpoint + resume.
+CUDA graphs, with and without LoRA rows) against the eager loop under greedy decoding, the
+update's fused LoRA linears against PEFT in bf16, and checkpoint + resume.
 """
 
 from __future__ import annotations
@@ -162,6 +162,41 @@ def test_the_fast_paths_cuda_graphs_serve_lora_rows_and_follow_the_weights():
         fast = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True)  # CUDA graphs
         assert tokens(fast) == tokens(eager), change
     fast_decode.release(model)
+
+
+@pytest.mark.cuda
+def test_fused_lora_linears_match_peft_on_cuda_in_bf16():
+    """The update's fused LoRA linear on a bf16 model with PEFT's fp32 adapters: the same
+    logits and adapter gradients as PEFT's forward, within bf16 rounding."""
+    from peft import LoraConfig, get_peft_model
+
+    from teamrl.algorithms.lora_linear import fused_lora
+    from teamrl.models import load_model
+
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+    base = load_model("tiny-llama", device="cuda").to(torch.bfloat16)
+    model = get_peft_model(base, lora, adapter_name="alice")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    ids = torch.tensor([[5, 9, 14, 3, 8], [7, 21, 2, 2, 6]], device="cuda")
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids).logits
+        torch.log_softmax(logits.float(), -1)[..., 7].mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach().float(), grads
+
+    want_logits, want = run()
+    with fused_lora(model) as patched:
+        got_logits, got = run()
+    assert patched == 2 * 3 and want and got.keys() == want.keys()
+    torch.testing.assert_close(got_logits, want_logits, rtol=2e-2, atol=2e-2)
+    for n in want:
+        assert float((got[n] - want[n]).abs().max()) <= 2e-2 * float(want[n].abs().max()), n
 
 
 @pytest.mark.cuda
