@@ -11,7 +11,8 @@ policy's model (the policy as it is when the step's rollout was sampled, its ada
   policy, reading every agent's observation of the state at once (``joint_observation``):
   V(o_1, ..., o_N), the same for every agent of a joint-tree node. On an agent-turn tree
   the state changes as each agent acts, so each (turn, agent) node has its own central value
-  (of every agent's observation before that agent acted), credited to the acting agent.
+  (of every agent's observation before that agent acted, and the acting agent's name, whose
+  credit it values), credited to the acting agent.
 
 The trunk is not trained by the critic: the heads regress on features taken once per step,
 before the policies update, so the value loss never moves a policy and needs no coefficient
@@ -147,11 +148,22 @@ def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
     return critics
 
 
-def joint_observation(observations: dict[str, str], agents: list[str]) -> str:
+def joint_observation(
+    observations: dict[str, str], agents: list[str], acting: str | None = None
+) -> str:
     """What the central critic reads: every agent's observation, tagged with its name, in the
     team's order. A turn-taking env may show only some agents their state at a node (the one
-    about to act): the others are left out rather than invented."""
-    return "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents if a in observations)
+    about to act): the others are left out rather than invented.
+
+    ``acting`` (AT-GRPO's agent-turn nodes) closes the text with the agent whose credit the
+    value is for. Each node's credit is that agent's own (alpha * team + its local reward), so
+    two agents' nodes of one turn can have returns of different scale (Plan-Path: a failed
+    plan about -12, a correct tool call about +10). Without the tag both nodes end with the same
+    observation, the head reads nearly the same last hidden state, and fits the mean of the two:
+    a baseline off by the same amount, with opposite signs, for both agents (measured:
+    docs/results.md, the Plan-Path credit table)."""
+    text = "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents if a in observations)
+    return text if acting is None else f"{text}\n\n[value for: {acting}]"
 
 
 @torch.no_grad()
@@ -215,7 +227,8 @@ def critic_credit(
             continue  # MAAC on a joint tree: one state for every agent
         if name == CENTRAL:
             tok = team.policies[critics[name].policy].engine.tokenizer
-            text = joint_observation(node.observations, agents)
+            # on a chain, the node's value is its acting agent's credit: name the agent
+            text = joint_observation(node.observations, agents, node.agent if on_chains else None)
             ids = tok(text, add_special_tokens=False)["input_ids"]
         else:
             ids = list(samples[0].prompt_ids)  # a node's samples share it

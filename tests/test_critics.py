@@ -108,6 +108,10 @@ def test_token_level_gae_by_hand_and_the_scaling():
 def test_joint_observation_tags_every_agent():
     assert joint_observation({"b": "y", "a": "x"}, ["a", "b"]) == "[a]\nx\n\n[b]\ny"
     assert joint_observation({"b": "y"}, ["a", "b"]) == "[b]\ny"  # only who has one
+    # an agent-turn node: the value is for the acting agent's credit, named last
+    both = {"a": "x", "b": "y"}
+    assert joint_observation(both, ["a", "b"], "a") == "[a]\nx\n\n[b]\ny\n\n[value for: a]"
+    assert joint_observation(both, ["a", "b"], "b").endswith("[value for: b]")
 
 
 # --- on a tiny model --------------------------------------------------------------------------

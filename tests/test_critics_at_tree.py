@@ -155,7 +155,14 @@ def make(tmp_path, policies="shared", steps=2, **extra):
     "critic, level, policies",
     [("iac", "turn", "lora"), ("iac", "token", "separate"), ("maac", "turn", "shared")],
 )
-def test_critics_train_on_the_agent_turn_tree(tmp_path, critic, level, policies):
+def test_critics_train_on_the_agent_turn_tree(tmp_path, monkeypatch, critic, level, policies):
+    import teamrl.critics as critics_mod
+
+    texts = []
+    real = critics_mod.joint_observation
+    monkeypatch.setattr(
+        critics_mod, "joint_observation", lambda *a: texts.append(real(*a)) or texts[-1]
+    )
     tr = make(tmp_path, policies, **{"algorithm.critic": critic, "algorithm.critic_level": level})
     assert critic_gamma(tr.cfg) == 0.0  # AT-GRPO without a discount: the own reward
     names = ["alice", "bob"] if critic == "iac" else [CENTRAL]
@@ -172,6 +179,13 @@ def test_critics_train_on_the_agent_turn_tree(tmp_path, critic, level, policies)
         assert sum(len(t) for t in batch.targets.values()) == 8
     if critic == "maac":  # the central value reads both observations, per node
         assert batch.features[CENTRAL].shape[0] == 8
+        # each node's text names the agent whose credit it values: alice's, then bob's
+        assert [t.rsplit("\n\n", 1)[-1] for t in texts] == [
+            "[value for: alice]",
+            "[value for: bob]",
+        ]
+        f = batch.features[CENTRAL]
+        assert not torch.equal(f[0], f[-1])  # so the two nodes' features differ
     metrics = tr.train_step()
     for name in names:
         assert tr.critics[name].head.weight.abs().sum() > 0
