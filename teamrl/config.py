@@ -200,9 +200,9 @@ class TrainConfig:
     )
     fused_lora: bool = _f(
         True,
-        "In the update, run each plain LoRA linear (one active adapter, no dropout or DoRA, "
-        "weights and adapters in one dtype) as one autograd node, y = W x + s B A x with its "
-        "backward written out, instead of PEFT's five ops (teamrl.algorithms.lora_linear). "
+        "In the update, run each plain LoRA linear (one active adapter, no dropout or DoRA; "
+        "fp32 adapters on a bf16 model included) as one autograd node, y = W x + s B A x with "
+        "its backward written out, instead of PEFT's five ops (teamrl.algorithms.lora_linear). "
         "The same function; False runs PEFT's forward.",
     )
 
