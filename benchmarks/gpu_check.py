@@ -1,4 +1,4 @@
-"""``make gpu-check``: everything a GPU machine should run, in two calls of under 10 minutes each.
+"""``make gpu-check``: everything a GPU machine should run, in one call of at most 9 minutes.
 
 Steps, each a child process with its own time budget (``--budget`` caps the whole run):
 
@@ -7,23 +7,26 @@ Steps, each a child process with its own time budget (``--budget`` caps the whol
    nothing is downloaded. Skipped when teamrl already imports from this checkout; when pip cannot
    do it (an old setuptools, say), the children run with ``PYTHONPATH`` set to the checkout.
 2. ``cuda-tests``: pytest on every test file that marks tests ``cuda`` (tests/test_cuda.py).
-3. ``generation``: benchmarks/gpu_generation.py, the fast path against HF ``generate`` at
-   batch 64 on Qwen2.5-0.5B's shape.
-4. ``async``: benchmarks/async_overlap.py, synchronous against asynchronous training
-   (``algorithm.max_staleness`` 0 and 1) in interleaved rounds, at Qwen2.5-0.5B's shape
-   (random weights, as below): generator and learner share one GPU.
-5. ``step-table``: benchmarks/magrpo_step.py (raw HF ``generate`` + update, teamrl ``shared``
-   and ``lora``, alternated in rounds) at the shapes of Qwen2.5-0.5B and Qwen2.5-1.5B: random
-   weights from their published configs (gpu_generation.CONFIGS; speed does not depend on the
-   weights, and there is no hub) and a tokenizer whose 151936 ids each decode to a byte or a
-   word (``word_tokenizer``), so the benchmark's reward (distinct words) varies across samples.
+3. ``step-table``: benchmarks/magrpo_step.py (raw HF ``generate`` + update, teamrl ``shared``,
+   ``lora`` and ``separate``, alternated in rounds) at a real step's shape (see GPU_PLAN) and the
+   shapes of Qwen2.5-0.5B and Qwen2.5-1.5B: random weights from their published configs
+   (gpu_generation.CONFIGS; speed does not depend on the weights, and there is no hub) and a
+   tokenizer whose 151936 ids each decode to a byte or a word (``word_tokenizer``), so the
+   benchmark's reward (distinct words) varies across samples. It reports s/step with the
+   generate/update split, generated and update tokens/s, the update's model FLOP/s and MFU,
+   peak memory and each contender's first (compiling) step.
+4. ``generation``: benchmarks/gpu_generation.py, the fast path against HF ``generate`` at
+   batch 64 on Qwen2.5-0.5B's shape, with the time that is left.
+5. ``async`` (only when ``--steps`` names it): benchmarks/async_overlap.py, synchronous against
+   asynchronous training (``algorithm.max_staleness`` 0 and 1) in interleaved rounds, at
+   Qwen2.5-0.5B's shape: generator and learner share one GPU.
 
 Everything goes into one folder (``--out``, else ``$OUT``, else runs/gpu-check-<UTC time>):
 env.json (versions, device, date, commit, the sizes run), one log per step, the benchmarks' .md
 and .json, and summary.md / summary.json (each step's status and time, the tables, the tail
 of a failed step's log). A step passes when its process exits 0 and left nothing undone (no
 CUDA test skipped on a GPU, no benchmark cell that failed, no contender dropped); the exit
-status is 0 when every step passed. ``--steps`` runs a subset (to split the work across calls).
+status is 0 when every step passed. ``--steps`` runs a subset.
 
 Without CUDA it prints one line and exits 0. ``--cpu-dry-run`` runs the same steps on the CPU
 at tiny sizes (a few tokens, 64-wide models), so that the first GPU run works the first time.
@@ -74,7 +77,7 @@ OPTIONAL = {
     "matplotlib": "matplotlib",
     "tqdm": "tqdm",
 }
-STEPS = ("install", "cuda-tests", "generation", "async", "step-table")
+STEPS = ("install", "cuda-tests", "step-table", "generation", "async")
 STEP_MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 ASYNC_MODELS = ("qwen2.5-0.5b",)
 # The dry run keeps each model's architecture and changes only its size.
@@ -87,46 +90,56 @@ TINY_SHAPE = {
     "vocab_size": 1024,
 }
 
-# Sizes and time budgets (seconds). The step table does the CPU benchmark's equal work (2
-# agents, G = 4, 64 new tokens: README's tables), in bf16. The budgets were set from the first
-# run on an H200 (2026-11-27, benchmarks/results/gpu-2026-11-27-h200): CUDA tests 60 s,
-# generation over 80 s (compiling the fast path's decode step, CUDA graphs, is most of it), the
-# asynchronous pair about 100 s (LoRA sampling runs eagerly), the step tables about 125 and
-# 150 s. In all that is more than one 10-minute call, so a lease runs it as two calls:
-#     make gpu-check OUT=/tmp/gc1 ARGS="--steps install,cuda-tests,generation,async"
-#     make gpu-check OUT=/tmp/gc2 ARGS="--steps install,step-table"
-# The default --budget is the sum over the steps asked for.
+# Sizes and time budgets (seconds). The GPU plan is one call of at most 9 minutes on one H100 or
+# H200 (the lease's limit is 10), in the order of what a user needs most: the CUDA tests, then
+# the MAGRPO step at a real step's shape (2 agents, 16 prompts of 256 tokens, G = 8, so 256
+# sequences of 256 new tokens a step, bf16; Qwen2.5-0.5B and 1.5B shapes; raw HF loop, teamrl
+# shared, lora, separate alternated in rounds), then the generation table with what is left.
+# The budgets come from the first run (2026-11-27 H200, benchmarks/results/gpu-2026-11-27-h200:
+# CUDA tests 55 s, a contender's first compile about 30 s) with margins; a step table runs under
+# --budget-s, starts no round that would not fit and writes its results after every round, so a
+# step cut short keeps what it measured. The asynchronous pair (measured at about 1.0x on one GPU
+# the first time) runs only when asked for: --steps install,async.
+GPU_DEFAULT_STEPS = ("install", "cuda-tests", "step-table", "generation")
 GPU_PLAN = {
     "device": "cuda",
     "dtype": "bfloat16",
     "generation": [
         "--models", "qwen2.5-0.5b", "--batches", "64", "--new-tokens", "256",
-        "--prompt-len", "64", "--repeats", "2", "--samplers", "hf,fast", "--step-batch", "0",
+        "--prompt-len", "64", "--repeats", "2", "--samplers", "fast,hf", "--step-batch", "0",
     ],
     "step": [
-        "--contenders", "raw,shared,lora", "--num-generations", "4", "--new-tokens", "64",
-        "--warmup", "1", "--rounds", "5", "--threads", "0",
+        "--contenders", "raw,shared,lora,separate", "--num-generations", "8",
+        "--prompts-per-step", "16", "--prompt-tokens", "256", "--new-tokens", "256",
+        "--warmup", "1", "--rounds", "5", "--threads", "0", "--parallel-start",
     ],
+    # Rows per forward of the update: 16 x 512 tokens at 0.5B, 8 at 1.5B, so that the four
+    # contenders' processes (separate holds two models) fit one card's memory side by side.
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "16"],
+                    "qwen2.5-1.5b": ["--micro-batch-size", "8"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "4", "--new-tokens", "64",
         "--warmup", "1", "--rounds", "3", "--steps-per-turn", "2",
     ],
-    "budgets": {"install": 20, "cuda-tests": 80, "generation": 120, "async": (120,),
-                "step-table": (135, 165)},
+    "budgets": {"install": 20, "cuda-tests": 90, "generation": 60, "async": (120,),
+                "step-table": (160, 210)},
 }  # fmt: skip
 DRY_PLAN = {
     "device": "cpu",
     "dtype": "float32",
     "generation": [
         "--models", "tiny-qwen2", "--batches", "2", "--new-tokens", "4",
-        "--prompt-len", "4", "--repeats", "1", "--samplers", "hf,fast", "--step-batch", "0",
+        "--prompt-len", "4", "--repeats", "1", "--samplers", "fast,hf", "--step-batch", "0",
     ],
-    # raw and shared only: each contender is one more process that imports torch, and lora
-    # runs through the same worker code as shared (tests/test_cuda.py covers lora on CUDA).
+    # The GPU plan's step table at tiny size: every contender, several prompts of a fixed token
+    # count, micro-batches, a budget and the side-by-side start.
     "step": [
-        "--contenders", "raw,shared", "--num-generations", "2", "--new-tokens", "4",
-        "--warmup", "0", "--rounds", "1", "--threads", "1",
+        "--contenders", "raw,shared,lora,separate", "--num-generations", "2", "--prompts-per-step", "2",
+        "--prompt-tokens", "8", "--new-tokens", "4", "--warmup", "1", "--rounds", "1",
+        "--threads", "1", "--parallel-start",
     ],
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "2"],
+                    "qwen2.5-1.5b": ["--micro-batch-size", "3"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "2", "--new-tokens", "4",
         "--warmup", "0", "--rounds", "1", "--steps-per-turn", "2",
@@ -353,6 +366,7 @@ def step_commands(
     for name, folder in models.items():
         cmds[f"step-{name}"] = [
             py, str(HERE / "magrpo_step.py"), "--model", str(folder), *plan["step"],
+            *plan["step_models"][name],
             "--skip-comlrl", "--skip-vllm", "--device", plan["device"], "--dtype", plan["dtype"],
             "--out", str(out / f"step_{name}"),
         ]  # fmt: skip
@@ -474,6 +488,8 @@ def verify(step: str, out: Path, plan: dict, on_gpu: bool) -> str | None:
     if missing:
         why = "; ".join(f"{k}: {v}" for k, v in result["notes"].items() if k in missing)
         return f"no timings for {', '.join(missing)} ({why[:200]})"
+    if result.get("meta", {}).get("rounds_done", 1) < 1:  # the budget left no timed round
+        return f"no timed round ({result['notes'].get('budget', 'no note')})"
     return None
 
 
@@ -498,23 +514,35 @@ def run_all(run: Run, steps: list[str], plan: dict, dry_run: bool, scratch: Path
     models = {name: scratch / name for name in STEP_MODELS} if "step-table" in steps else {}
     async_models = {n: scratch / f"async-{n}" for n in ASYNC_MODELS} if "async" in steps else {}
     cmds = step_commands(plan, run.out, models, async_models)
-    for step in ("cuda-tests", "generation"):
-        if step in steps:
-            run.child(step, cmds[step], budgets[step])
-    for prefix, folders, step_budgets in (
-        ("async", async_models, budgets["async"]),
-        ("step", models, budgets["step-table"]),
-    ):
-        for (name, folder), budget in zip(folders.items(), step_budgets):
-            t0 = time.monotonic()
-            step = f"{prefix}-{name}"
-            try:
-                write_model(name, folder, dry_run, plan["device"], plan["dtype"])
-            except Exception as err:  # noqa: BLE001  (out of memory, a transformers change...)
-                (run.out / log_name(step)).write_text(f"writing the model: {err!r}\n")
-                run.record(step, f"failed: {type(err).__name__}", t0, budget)
-                continue
+    if "cuda-tests" in steps:
+        run.child("cuda-tests", cmds["cuda-tests"], budgets["cuda-tests"])
+    for name, budget in zip(models, budgets["step-table"]):
+        step = f"step-{name}"
+        t0 = time.monotonic()
+        if not model_ready(run, step, name, scratch / name, plan, dry_run, t0, budget):
+            continue
+        # The benchmark stops starting rounds itself, with time left to close its workers and
+        # write its tables before the step's hard limit.
+        inner = max(10.0, run.timeout(t0, budget) - 20)
+        run.child(step, [*cmds[step], "--budget-s", f"{inner:.0f}"], budget, t0)
+    if "generation" in steps:
+        run.child("generation", cmds["generation"], budgets["generation"])
+    for (name, folder), budget in zip(async_models.items(), budgets["async"]):
+        step = f"async-{name}"
+        t0 = time.monotonic()
+        if model_ready(run, step, name, folder, plan, dry_run, t0, budget):
             run.child(step, cmds[step], budget, t0)
+
+
+def model_ready(run, step, name, folder, plan, dry_run, t0, budget) -> bool:
+    """Write a step's random model; a failure is recorded as the step's result."""
+    try:
+        write_model(name, folder, dry_run, plan["device"], plan["dtype"])
+    except Exception as err:  # noqa: BLE001  (out of memory, a transformers change...)
+        (run.out / log_name(step)).write_text(f"writing the model: {err!r}\n")
+        run.record(step, f"failed: {type(err).__name__}", t0, budget)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -522,9 +550,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="results folder (default $OUT, else runs/gpu-check-<time>)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="every step on CPU at tiny sizes")
     ap.add_argument("--budget", type=float, help="seconds in all (default: the steps' sum)")
-    ap.add_argument("--steps", default=",".join(STEPS), help=f"a subset of {','.join(STEPS)}")
+    ap.add_argument(
+        "--steps",
+        default=None,
+        help=f"a subset of {','.join(STEPS)} (default: {','.join(GPU_DEFAULT_STEPS)} on a GPU, "
+        "every step in the dry run)",
+    )
     args = ap.parse_args(argv)
-    steps = [s for s in args.steps.split(",") if s]
+    default = STEPS if args.cpu_dry_run else GPU_DEFAULT_STEPS
+    steps = [s for s in (args.steps or ",".join(default)).split(",") if s]
     for s in steps:
         if s not in STEPS:
             raise SystemExit(f"gpu-check: --steps: unknown {s!r}; choose from {', '.join(STEPS)}")

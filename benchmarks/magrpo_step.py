@@ -1,9 +1,13 @@
 """One MAGRPO step, interleaved: teamrl (lora, shared, separate, vllm) vs CoMLRL 1.4.3 vs raw.
 
-Equal work per step (every contender): 2 agents, one prompt per step (the same prompt for every
-contender in a round), G = 4 samples per agent, exactly 64 new tokens per sample (EOS ignored,
-or masked until 64 in CoMLRL), the model in fp32 on CPU, then one policy-gradient update of
-both agents. benchmarks/README.md gives the full definition.
+Equal work per step (every contender): 2 agents, ``--prompts-per-step`` prompts per step (the
+same prompts for every contender in a round; 1 by default), G = 4 samples per agent, exactly
+64 new tokens per sample (EOS ignored, or masked until 64 in CoMLRL), the model in fp32 on CPU,
+then one policy-gradient update of both agents. benchmarks/README.md gives the full definition.
+The GPU check runs it at a real step's shape instead: 16 prompts of ``--prompt-tokens`` 256
+tokens, G = 8, 256 new tokens, ``--micro-batch-size`` rows per forward of the update (the raw
+loop cut the same way), under a ``--budget-s`` that ends the run after the last round that fits
+(each round's results are written as soon as it ends).
 
 Contenders, each a long-lived worker process built once:
 - raw: one model, one batched ``generate`` of the 2 x G sequences, one forward/backward, one
@@ -18,7 +22,9 @@ After ``--warmup`` untimed rounds, each of ``--rounds`` rounds times one step of
 contender (order rotated per round), so the steps compared within a round ran under the same
 machine load. The report gives per contender the median s/step with min-max and IQR, the
 generate/update split, and the speed-up vs CoMLRL in every round with the median of those
-per-round ratios (vs the raw bound when CoMLRL is skipped).
+per-round ratios (vs the raw bound when CoMLRL is skipped), then throughput: generated tokens/s,
+update tokens/s (prompt + completion tokens scored), the update's model FLOP/s and, on an H100 or
+H200, its MFU against the dense bf16 peak (``flops_per_token`` gives the count).
 
 Usage:  python benchmarks/magrpo_step.py [--rounds 5] [--skip-comlrl] [--model tiny-llama]
 """
@@ -57,8 +63,26 @@ ALL = ("raw", *TEAMRL, "comlrl")
 EXTRA = ("vllm-shared", "vllm-separate")
 
 
-def prompts(n: int, style: str = "short") -> list[str]:
-    """Short one-line prompts (the shared notes' setting) or ~200-token posts ('long')."""
+def prompts(n: int, style: str = "short", tokenizer=None, tokens: int = 0) -> list[str]:
+    """Short one-line prompts (the shared notes' setting), ~200-token posts ('long'), or, with
+    ``tokens`` > 0, texts of that many tokens of ``tokenizer``: random lowercase words from a
+    fixed seed, encoded, cut to ``tokens`` ids and decoded (the random models' byte-level
+    tokenizer, which has no merges, encodes them back to exactly ``tokens`` ids; a BPE
+    tokenizer to that many give or take a merge at the cut)."""
+    if tokens > 0:
+        import random
+        import string
+
+        rng = random.Random(1234)
+        texts = []
+        for _ in range(n):
+            words = " ".join(
+                "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9)))
+                for _ in range(tokens)  # at least one token a word, so enough
+            )
+            ids = tokenizer(words, add_special_tokens=False).input_ids[:tokens]
+            texts.append(tokenizer.decode(ids))
+        return texts
     if style == "short":
         return [SHORT_PROMPTS[i % len(SHORT_PROMPTS)] for i in range(n)]
     from teamrl.tasks.writing.data import offline_texts
@@ -84,13 +108,16 @@ class RawStep:
 
         self.torch, self.args, self.texts, self.i = torch, args, texts, 0
         self.tok = load_tokenizer(args.model)
+        self.tok.padding_side = "left"  # generate continues every row from its last column
         self.model = load_model(args.model, dtype=args.dtype, device=args.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6, fused=True)
 
     def step(self) -> dict[str, float]:
         torch, g, new = self.torch, self.args.num_generations, self.args.new_tokens
+        p = self.args.prompts_per_step
         i, self.i = self.i, self.i + 1
-        batch = self.tok([self.texts[i]] * (2 * g), return_tensors="pt", padding=True)
+        rows = [t for t in self.texts[i * p : (i + 1) * p] for _ in range(2 * g)]
+        batch = self.tok(rows, return_tensors="pt", padding=True)
         batch = batch.to(self.args.device)
         sync(self.args.device)
         t0 = time.perf_counter()
@@ -106,11 +133,18 @@ class RawStep:
         t1 = time.perf_counter()
         ones = torch.ones(seqs.shape[0], new, dtype=torch.long, device=seqs.device)
         attn = torch.cat([batch["attention_mask"], ones], dim=1)
-        logits = self.model(input_ids=seqs, attention_mask=attn, logits_to_keep=new + 1).logits
-        logp = torch.log_softmax(logits[:, :-1].float(), -1)
-        token_logp = logp.gather(-1, seqs[:, -new:, None]).squeeze(-1)
-        loss = -(token_logp.mean(-1) * torch.randn(seqs.shape[0], device=seqs.device)).mean()
-        loss.backward()
+        adv = torch.randn(seqs.shape[0], device=seqs.device)
+        micro = self.args.micro_batch_size or seqs.shape[0]
+        for lo in range(0, seqs.shape[0], micro):  # gradient accumulation, as the trainer's
+            part = slice(lo, lo + micro)
+            logits = self.model(
+                input_ids=seqs[part], attention_mask=attn[part], logits_to_keep=new + 1
+            ).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), -1)
+            token_logp = logp.gather(-1, seqs[part, -new:, None]).squeeze(-1)
+            loss = -(token_logp.mean(-1) * adv[part]).sum() / seqs.shape[0]
+            loss.backward()
+            del logits, logp, token_logp, loss
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         sync(self.args.device)
@@ -145,11 +179,13 @@ class TeamrlStep:
             f"team.agents=[{{name: helper, system: '', max_completion_length: {n}}}, "
             f"{{name: writer, system: '', max_completion_length: {n}}}]",
             f"algorithm.num_generations={args.num_generations}",
-            "train.prompts_per_step=1",
+            f"train.prompts_per_step={args.prompts_per_step}",
             "train.learning_rate=1e-6",
             "train.shuffle=false",
             "log.progress_bar=false",
         ]
+        if args.micro_batch_size:
+            overrides.append(f"train.micro_batch_size={args.micro_batch_size}")
         if backend:
             # A prompt plus 64 tokens fits 1024 positions; a 0.5 GiB KV cache keeps the engine
             # (one per base model, beside the trainer's own copy) small on a shared machine.
@@ -159,6 +195,8 @@ class TeamrlStep:
                 "generation.vllm_kv_cache_gb=0.5",
             ]
         self.trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
+        self.policies = policies
+        self.model = next(iter(self.trainer.team.policies.values())).model
 
     def step(self) -> dict[str, float]:
         device = self.args.device
@@ -188,6 +226,37 @@ class TeamrlStep:
         }
 
 
+def model_shape(model) -> dict:
+    """The base model's size for FLOP counts: parameters (a tied matrix once, adapters not
+    counted), layers and hidden width."""
+    seen, n = set(), 0
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if "lora_" in name or id(param) in seen:
+            continue
+        seen.add(id(param))
+        n += param.numel()
+    cfg = model.config
+    return {"n_params": n, "n_layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size}
+
+
+def flops_per_token(ready: dict, seq: int) -> float:
+    """Model FLOPs of the update per trained token (PaLM's count): 6 N for a full fine-tune (2 N
+    forward, 4 N backward), 4 N for LoRA (no weight gradients of the frozen base), plus the
+    attention's score and value products, 12 L d T per token over fwd + bwd at an average
+    attended length T = seq / 2 (causal). The adapters' own FLOPs are left out (under 1 %)."""
+    weights = (6 if ready.get("full", True) else 4) * ready["n_params"]
+    return weights + 12 * ready["n_layers"] * ready["hidden"] * (seq / 2)
+
+
+# Dense bf16 tensor-core peak (FLOP/s) of the cards MFU is reported against: the SXM parts'
+# datasheet figure (H200 has the H100's arithmetic).
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12}
+
+
+def peak_flops(gpu: str | None) -> float | None:
+    return next((v for k, v in PEAK_BF16.items() if gpu and k in gpu), None)
+
+
 def sync(device: str) -> None:
     """Wait for the GPU's queued work, so that a wall-clock interval covers it (no-op on CPU)."""
     if device.startswith("cuda"):
@@ -206,7 +275,12 @@ def serve(args) -> int:
         torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    texts = prompts(args.warmup + args.rounds, args.prompts)
+    from teamrl.models import load_tokenizer
+
+    tok = load_tokenizer(args.model)
+    texts = prompts(
+        (args.warmup + args.rounds) * args.prompts_per_step, args.prompts, tok, args.prompt_tokens
+    )
     t0 = time.perf_counter()
     if args.worker == "raw":
         contender = RawStep(args, texts)
@@ -223,6 +297,11 @@ def serve(args) -> int:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "threads": torch.get_num_threads(),
+            "prompt_tokens": len(tok(texts[0]).input_ids),
+            **model_shape(contender.model),
+            # Full fine-tuning computes weight gradients (6 N FLOPs a token); LoRA only the
+            # activations' gradients through the frozen base (4 N).
+            "full": args.worker in ("raw", "shared", "separate", "vllm-shared", "vllm-separate"),
         },
     )
     for line in sys.stdin:
@@ -261,6 +340,12 @@ def worker_cmd(args, kind: str, python: str) -> list[str]:
         str(args.num_generations),
         "--prompts",
         args.prompts,
+        "--prompts-per-step",
+        str(args.prompts_per_step),
+        "--prompt-tokens",
+        str(args.prompt_tokens),
+        "--micro-batch-size",
+        str(args.micro_batch_size),
         "--threads",
         str(args.threads),
         "--device",
@@ -308,6 +393,8 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
             raise SystemExit(f"--contenders: unknown {c!r}; choose from {choices}")
     if args.skip_comlrl and "comlrl" in wanted:
         wanted.remove("comlrl")
+    if "comlrl" in wanted and (args.prompts_per_step != 1 or args.prompt_tokens):
+        raise SystemExit("--contenders comlrl runs one prompt a step of --prompts short or long")
     if args.skip_vllm:
         wanted = [c for c in wanted if not c.startswith("vllm")]
     # The checkout first, then whatever PYTHONPATH already held (wheels carried to a machine
@@ -337,12 +424,38 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
             cmd = worker_cmd(args, kind, sys.executable)
         print(f"starting {name} ...", flush=True)
         try:
-            started[name] = rounds.WorkerProcess(name, cmd, tmp / f"{kind}.log", env=env_k)
+            started[name] = rounds.WorkerProcess(
+                name, cmd, tmp / f"{kind}.log", env=env_k, wait=not args.parallel_start
+            )
         except RuntimeError as err:
             if not kind.startswith("vllm"):
                 raise
             notes[name] = "skipped: " + str(err).splitlines()[-1][:300]
+    for name, worker in list(started.items()):  # --parallel-start: they loaded side by side
+        try:
+            worker.wait_ready()
+        except RuntimeError as err:
+            if not name.startswith("teamrl vllm"):
+                raise
+            notes[name] = "skipped: " + str(err).splitlines()[-1][:300]
+            started.pop(name).close()
     return started, notes
+
+
+def parallel_warmup(contenders: dict, warmup: int, on_step) -> dict[str, str]:
+    """The untimed warm-up rounds with every worker stepping at once (their compiles overlap);
+    a worker that fails is dropped with its reason, as in the timed rounds."""
+    dropped = {}
+    for w in range(warmup):
+        for worker in contenders.values():
+            worker.send_step()
+        for name, worker in list(contenders.items()):
+            try:
+                on_step(w - warmup, name, worker.read())
+            except RuntimeError as err:
+                dropped[name] = str(err).splitlines()[0][:300]
+                contenders.pop(name).close()
+    return dropped
 
 
 def short(name: str) -> str:
@@ -367,7 +480,11 @@ def markdown(result: dict) -> str:
         f"{m['date']} UTC; {m['machine']['cores']} "
         f"cores ({m['machine']['cpu']}); torch {m['torch']}; load average "
         f"{m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end; "
-        f"{m['rounds']} interleaved rounds ({m['order']} order) after {m['warmup']} warm-up.",
+        f"{m.get('rounds_done', m['rounds'])} interleaved rounds ({m['order']} order) after "
+        f"{m['warmup']} warm-up; {m.get('prompts_per_step', 1)} prompt(s) a step"
+        + (f" of {m['prompt_tokens']} tokens" if m.get("prompt_tokens") else "")
+        + (f", {m['micro_batch_size']} rows per forward" if m.get("micro_batch_size") else "")
+        + ".",
         "",
         f"| contender | s/step median | min–max | IQR (Q1–Q3) | generate s | update s | "
         f"peak RSS GiB | speed-up vs {ref} (median of per-round) |",
@@ -399,6 +516,7 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {r + 1} | {' '.join(short(n) for n in order)} | " + " | ".join(cells) + " |"
         )
+    lines += throughput_markdown(result)
     gpu_peaks = {n: g for n, g in result.get("peak_cuda_gib", {}).items() if g is not None}
     if gpu_peaks:
         peaks = ", ".join(f"{n} {g:.1f}" for n, g in gpu_peaks.items())
@@ -406,6 +524,53 @@ def markdown(result: dict) -> str:
     for name, note in result["notes"].items():
         lines.append(f"\n{name}: {note}")
     return "\n".join(lines) + "\n"
+
+
+def throughput(result: dict) -> dict[str, dict]:
+    """Per contender, from the medians: generated tokens/s, update tokens/s (every prompt and
+    completion token scored), the update's model FLOP/s and MFU (None off the known cards)."""
+    m = result["meta"]
+    rows = 2 * m["num_generations"] * m["prompts_per_step"]
+    peak = peak_flops(m.get("gpu"))
+    out = {}
+    for name, row in result["report"].items():
+        ready = m["workers"].get(name, {})
+        seq = ready.get("prompt_tokens", 0) + m["new_tokens"]
+        t = {"rows": rows, "seq": seq, "first_step_s": result["first_step_s"].get(name)}
+        if "generate_s" in row:
+            t["generate_tokens_s"] = rows * m["new_tokens"] / row["generate_s"]["median"]
+        if "update_s" in row and "n_params" in ready:
+            tokens = rows * seq
+            t["update_tokens_s"] = tokens / row["update_s"]["median"]
+            t["update_flops_s"] = flops_per_token(ready, seq) * t["update_tokens_s"]
+            t["mfu"] = t["update_flops_s"] / peak if peak else None
+        out[name] = t
+    return out
+
+
+def throughput_markdown(result: dict) -> list[str]:
+    rows = result["throughput"]
+    peak = peak_flops(result["meta"].get("gpu"))
+    lines = [
+        "",
+        f"Throughput (medians; {next(iter(rows.values()))['rows'] if rows else 0} sequences of "
+        f"{next(iter(rows.values()))['seq'] if rows else 0} tokens a step; model FLOPs: "
+        "`flops_per_token`; MFU against "
+        + (f"{peak / 1e12:.0f} TFLOP/s dense bf16" if peak else "no known peak")
+        + "):",
+        "",
+        "| contender | generated tokens/s | update tokens/s | update TFLOP/s | MFU | "
+        "first step s (compiles) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, t in rows.items():
+        gen = f"{t['generate_tokens_s']:.0f}" if "generate_tokens_s" in t else ""
+        upd = f"{t['update_tokens_s']:.0f}" if "update_tokens_s" in t else ""
+        tf = f"{t['update_flops_s'] / 1e12:.1f}" if "update_flops_s" in t else ""
+        mfu = f"{100 * t['mfu']:.1f} %" if t.get("mfu") is not None else ""
+        first = f"{t['first_step_s']:.1f}" if t.get("first_step_s") is not None else ""
+        lines.append(f"| {name} | {gen} | {upd} | {tf} | {mfu} | {first} |")
+    return lines
 
 
 def main() -> int:
@@ -416,6 +581,24 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--num-generations", type=int, default=4)
     ap.add_argument("--prompts", choices=["short", "long"], default="short")
+    ap.add_argument("--prompts-per-step", type=int, default=1, help="dataset prompts per step")
+    ap.add_argument(
+        "--prompt-tokens", type=int, default=0, help="prompts of this many tokens (0: --prompts)"
+    )
+    ap.add_argument(
+        "--micro-batch-size", type=int, default=0, help="rows per forward of the update (0: all)"
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0,
+        help="start no round that would end past this (0: none)",
+    )
+    ap.add_argument(
+        "--parallel-start",
+        action="store_true",
+        help="load the workers and run the warm-up side by side (their compiles overlap)",
+    )
     ap.add_argument("--order", choices=["rotate", "fixed"], default="rotate")
     ap.add_argument("--contenders", default=",".join(ALL), help=f"subset of {','.join(ALL)}")
     ap.add_argument("--skip-comlrl", action="store_true")
@@ -448,6 +631,10 @@ def main() -> int:
                 "new_tokens",
                 "num_generations",
                 "prompts",
+                "prompts_per_step",
+                "prompt_tokens",
+                "micro_batch_size",
+                "budget_s",
                 "rounds",
                 "warmup",
                 "order",
@@ -457,60 +644,109 @@ def main() -> int:
             )
         },
     }
+    t_start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="magrpo-bench-"))
+    stem = Path(args.out) if args.out else HERE / "results" / f"magrpo_step_{args.prompts}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
     contenders, notes = start_contenders(args, tmp)
-    round_load = []
+    round_load, first_step, round_s = [], {}, []
 
     def on_step(r, name, t):
         tag = "warm-up" if r < 0 else f"round {r + 1}"
+        if r == -args.warmup:
+            first_step[name] = t["step_s"]
         print(
             f"  {tag:<8} {name:<16} {t['step_s']:7.2f} s  (generate {t['generate_s']:.2f}, "
             f"update {t['update_s']:.2f})",
             flush=True,
         )
 
+    def keep_going(r: int) -> bool:
+        """Under --budget-s, start round r only if a round as long as the longest so far fits."""
+        if not args.budget_s or not round_s:
+            return True
+        left = args.budget_s - (time.monotonic() - t_start)
+        if left > 1.2 * max(round_s):
+            return True
+        notes["budget"] = (
+            f"stopped after {r} of {args.rounds} rounds: --budget-s {args.budget_s:.0f} "
+            f"(a round takes about {max(round_s):.0f} s, {left:.0f} s were left)"
+        )
+        return False
+
+    def on_round(r, order):
+        round_load.append(os.getloadavg()[0])
+        round_s.append(-time.monotonic())
+
+    def on_round_end(partial):
+        round_s[-1] += time.monotonic()
+        write(partial, {}, partial=True)
+
+    def write(res: dict, finals: dict, partial: bool = False) -> dict:
+        result = assemble(args, meta, contenders, res, finals, notes, round_load, first_step)
+        if partial:
+            result["notes"] = {**result["notes"], "partial": "written after a round; not final"}
+        text = markdown(result)
+        # .md and .json are appended to the stem, which may hold dots (step_qwen2.5-0.5b).
+        Path(f"{stem}.md").write_text(text)
+        Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    res = {"orders": [], "steps": {}, "dropped": {}}
     try:
+        warmup = args.warmup
+        if args.parallel_start and warmup:
+            for name, why in parallel_warmup(contenders, warmup, on_step).items():
+                notes[name] = f"dropped in the warm-up (not in the tables): {why}"
+            warmup = 0
         res = rounds.run_rounds(
             contenders,
             args.rounds,
-            args.warmup,
+            warmup,
             args.order,
             on_step,
-            lambda r, order: round_load.append(os.getloadavg()[0]),
+            on_round,
+            keep_going=keep_going,
+            on_round_end=on_round_end,
         )
     finally:
         finals = {name: c.close() for name, c in contenders.items()}
+    result = write(res, finals)
+    print("\n" + markdown(result))
+    print(f"wrote {stem}.md and .json")
+    return 0
+
+
+def assemble(args, meta, contenders, res, finals, notes, round_load, first_step) -> dict:
+    """The result (meta, rounds, report, throughput, memory, notes) of the rounds so far."""
     reference = "comlrl 1.4.3" if "comlrl 1.4.3" in contenders else "raw"
-    if reference not in contenders:
+    if reference not in res["steps"]:
         reference = None
+    notes = dict(notes)
     for name, why in res["dropped"].items():
         notes[name] = f"dropped during the run (not in the tables): {why}"
-    if args.rounds < 5:
-        notes["rounds"] = f"only {args.rounds} rounds: a smoke run, not a measurement (use >= 5)."
+    done = len(res["orders"])
+    if done < 5:
+        notes["rounds"] = f"only {done} rounds: a smoke run, not a measurement (use >= 5)."
     result = {
         "meta": {
             **meta,
             "loadavg_end": os.getloadavg(),
             "loadavg_per_round": round_load,
+            "rounds_done": done,
             "workers": {n: c.ready for n, c in contenders.items()},
         },
         "reference": reference,
         "orders": res["orders"],
         "steps": res["steps"],
-        "report": rounds.report(res["steps"], reference),
+        "report": rounds.report(res["steps"], reference) if done else {},
+        "first_step_s": dict(first_step),
         "peak_rss_gib": {n: f.get("peak_rss_gib") for n, f in finals.items()},
         "peak_cuda_gib": {n: f.get("peak_cuda_gib") for n, f in finals.items()},
         "notes": notes,
     }
-    text = markdown(result)
-    print("\n" + text)
-    # .md and .json are appended to the stem, which may hold dots (step_qwen2.5-0.5b).
-    stem = Path(args.out) if args.out else HERE / "results" / f"magrpo_step_{args.prompts}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.md").write_text(text)
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {stem}.md and .json")
-    return 0
+    result["throughput"] = throughput(result)
+    return result
 
 
 if __name__ == "__main__":

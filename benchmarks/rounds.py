@@ -57,6 +57,8 @@ def run_rounds(
     order: str = "rotate",
     on_step: Callable[[int, str, dict], None] | None = None,
     on_round: Callable[[int, list[str]], None] | None = None,
+    keep_going: Callable[[int], bool] | None = None,
+    on_round_end: Callable[[dict], None] | None = None,
 ) -> dict:
     """``warmup`` untimed rounds, then ``rounds`` timed rounds of one step per contender.
 
@@ -64,7 +66,10 @@ def run_rounds(
     "dropped": {name: why}}. A contender whose worker fails (killed for memory, an error) is
     dropped with its reason and the others go on: an hour of rounds is not lost to one worker.
     ``on_step(round, name, timings)`` is called after each step (round < 0: warm-up);
-    ``on_round(round, order)`` before each timed round.
+    ``on_round(round, order)`` before each timed round. ``keep_going(round)``, asked before
+    each timed round, ends the run early when False (a time budget); ``on_round_end(partial)``
+    gets the result so far after each timed round (written at once, so that a run cut short
+    keeps its completed rounds).
     """
     names = list(contenders)
     dropped: dict[str, str] = {}
@@ -86,6 +91,8 @@ def run_rounds(
     steps: dict[str, list[dict]] = {name: [] for name in names}
     orders = []
     for r in range(rounds):
+        if keep_going is not None and not keep_going(r):
+            break
         this = round_order(names, r, order)
         orders.append(this)
         if on_round:
@@ -94,10 +101,17 @@ def run_rounds(
             timings = step(name, r)
             if timings is not None:
                 steps[name].append(timings)
+        if on_round_end is not None:
+            on_round_end(_finish(orders, steps, dropped))
+    return _finish(orders, steps, dropped)
+
+
+def _finish(orders: list, steps: dict, dropped: dict) -> dict:
+    steps = dict(steps)
     for name in dropped:  # a partial series is not comparable round by round
         steps.pop(name, None)
     orders = [[n for n in order if n not in dropped] for order in orders]
-    return {"orders": orders, "steps": steps, "dropped": dropped}
+    return {"orders": orders, "steps": steps, "dropped": dict(dropped)}
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -181,7 +195,13 @@ def send(channel, obj: dict) -> None:
 class WorkerProcess:
     """A contender that lives in its own process (any interpreter) and speaks the protocol."""
 
-    def __init__(self, name: str, cmd: list[str], log: Path, env: dict | None = None):
+    def __init__(
+        self, name: str, cmd: list[str], log: Path, env: dict | None = None, wait: bool = True
+    ):
+        """Start the worker; with ``wait`` (the default) block until it is built.
+
+        ``wait=False`` returns at once: call ``wait_ready()`` later, so that several workers
+        load (and a GPU's kernels compile) at the same time."""
         self.name, self.log = name, log
         self._log = open(log, "w")
         self.proc = subprocess.Popen(
@@ -193,8 +213,16 @@ class WorkerProcess:
             env=env,
             bufsize=1,
         )
-        self.ready = self._read()  # blocks until built (or raises with the log's tail)
+        self.ready: dict = {}
         self.final: dict = {}
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> dict:
+        """Block until the worker is built (or raise with its log's tail)."""
+        if not self.ready:
+            self.ready = self._read()
+        return self.ready
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -207,8 +235,16 @@ class WorkerProcess:
         return json.loads(line)
 
     def step(self) -> dict[str, float]:
+        self.send_step()
+        return self._read()
+
+    def send_step(self) -> None:
+        """Ask for one step without waiting (untimed warm-ups of several workers at once)."""
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
+
+    def read(self) -> dict:
+        """The answer to ``send_step``."""
         return self._read()
 
     def close(self) -> dict:

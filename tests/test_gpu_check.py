@@ -50,10 +50,10 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
     assert [(s["step"], s["status"]) for s in summary["steps"]] == [
         ("install", "ok"),
         ("cuda-tests", "ok"),
-        ("generation", "ok"),
-        ("async-qwen2.5-0.5b", "ok"),
         ("step-qwen2.5-0.5b", "ok"),
         ("step-qwen2.5-1.5b", "ok"),
+        ("generation", "ok"),
+        ("async-qwen2.5-0.5b", "ok"),
     ]
     env = summary["env"]
     assert env["mode"] == "cpu-dry-run" and env["torch"] == torch.__version__
@@ -69,12 +69,24 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
     assert cells == {("tiny-qwen2", 2, 4, "hf"), ("tiny-qwen2", 2, 4, "fast")}
     assert all("note" not in c for c in gen["cells"])
 
-    for model in steps:
+    contenders = ("raw", "teamrl shared", "teamrl lora", "teamrl separate")
+    for model, micro in zip(steps, (2, 3)):
         table = json.loads((out / f"step_{model}.json").read_text())
-        assert Path(table["meta"]["model"]).name == model
-        assert (table["meta"]["device"], table["meta"]["dtype"]) == ("cpu", "float32")
-        assert set(table["report"]) == {"raw", "teamrl shared"}
-        assert {n: len(s) for n, s in table["steps"].items()} == {"raw": 1, "teamrl shared": 1}
+        meta = table["meta"]
+        assert Path(meta["model"]).name == model
+        assert (meta["device"], meta["dtype"]) == ("cpu", "float32")
+        assert (meta["prompts_per_step"], meta["micro_batch_size"]) == (2, micro)
+        assert meta["budget_s"] > 0 and meta["rounds_done"] == 1
+        assert set(table["report"]) == set(contenders)
+        assert {n: len(s) for n, s in table["steps"].items()} == dict.fromkeys(contenders, 1)
+        # The realistic plan's work at tiny size: 2 prompts x 2 agents x G = 2 rows of 8 prompt
+        # tokens (the word tokenizer encodes the drawn words back one id each) + 4 new tokens.
+        for name in contenders:
+            t = table["throughput"][name]
+            assert (t["rows"], t["seq"]) == (8, 12), (name, t)
+            assert t["generate_tokens_s"] > 0 and t["update_flops_s"] > 0
+            assert t["mfu"] is None  # no known peak on a CPU
+            assert table["first_step_s"][name] > 0
 
     # The asynchronous pair: every round done, both contenders timed, the staleness-1 run
     # trained on batches at most one version old.
@@ -133,12 +145,25 @@ def test_a_step_that_exited_0_but_left_work_undone_fails(tmp_path):
     assert why == "9 tests skipped on a CUDA machine"
 
     table = {
-        "report": {"raw": {}, "teamrl shared": {}},
+        "report": {"raw": {}, "teamrl shared": {}, "teamrl separate": {}},
         "notes": {"teamrl lora": "dropped during the run (not in the tables): worker exited (-9)"},
     }
     (tmp_path / "step_qwen2.5-0.5b.json").write_text(json.dumps(table))
     why = gpu_check.verify("step-qwen2.5-0.5b", tmp_path, plan, on_gpu=True)
     assert why.startswith("no timings for teamrl lora (teamrl lora: dropped during the run")
+
+    # Every contender timed, but the budget stopped the table before its first timed round.
+    table = {
+        "meta": {"rounds_done": 0},
+        "report": dict.fromkeys(["raw", "teamrl shared", "teamrl lora", "teamrl separate"], {}),
+        "notes": {"budget": "stopped after 0 of 5 rounds: --budget-s 140"},
+    }
+    (tmp_path / "step_qwen2.5-0.5b.json").write_text(json.dumps(table))
+    why = gpu_check.verify("step-qwen2.5-0.5b", tmp_path, plan, on_gpu=True)
+    assert why == "no timed round (stopped after 0 of 5 rounds: --budget-s 140)"
+    table["meta"]["rounds_done"] = 2
+    (tmp_path / "step_qwen2.5-0.5b.json").write_text(json.dumps(table))
+    assert gpu_check.verify("step-qwen2.5-0.5b", tmp_path, plan, on_gpu=True) is None
 
     cells = [{"sampler": "hf"}, {"sampler": "fast", "note": "failed: OutOfMemoryError: ..."}]
     (tmp_path / "generation.json").write_text(json.dumps({"cells": cells}))
