@@ -80,8 +80,8 @@ bench: $(STAMP)
 
 # The GPU check uses a Python that already has torch (GPU_PYTHON: .venv's if it exists, else
 # python3, the GPU machine's own) and builds no venv: it installs teamrl with --no-deps --no-index
-# (torch untouched, no network), then runs the CUDA tests, the generation benchmark, the async
-# pair and the MAGRPO step table (benchmarks/gpu_check.py; two calls, see its header). Results:
+# (torch untouched, no network), then runs the CUDA tests, the MAGRPO step table at a real step's
+# shape and the generation benchmark (benchmarks/gpu_check.py; one call of 9 minutes). Results:
 # OUT=dir (default the environment's OUT, else runs/gpu-check-<time>). Without CUDA: one line.
 # ARGS=--cpu-dry-run rehearses every step on the CPU at tiny sizes.
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))

@@ -307,7 +307,10 @@ def serve(args) -> int:
     for line in sys.stdin:
         if line.strip() == "quit":
             break
-        rounds.send(channel, contender.step())
+        timings = contender.step()
+        if args.device.startswith("cuda"):  # with every step: a run cut short still has it
+            timings["peak_cuda_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        rounds.send(channel, timings)
     final = {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     if args.device.startswith("cuda"):
         final["peak_cuda_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -453,7 +456,7 @@ def parallel_warmup(contenders: dict, warmup: int, on_step) -> dict[str, str]:
             try:
                 on_step(w - warmup, name, worker.read())
             except RuntimeError as err:
-                dropped[name] = str(err).splitlines()[0][:300]
+                dropped[name] = rounds.why_dropped(err)
                 contenders.pop(name).close()
     return dropped
 
@@ -649,12 +652,18 @@ def main() -> int:
     stem = Path(args.out) if args.out else HERE / "results" / f"magrpo_step_{args.prompts}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     contenders, notes = start_contenders(args, tmp)
-    round_load, first_step, round_s = [], {}, []
+    round_load, first_step, round_s, peak_cuda = [], {}, [], {}
+    Path(f"{stem}.steps.jsonl").write_text("")
 
     def on_step(r, name, t):
         tag = "warm-up" if r < 0 else f"round {r + 1}"
         if r == -args.warmup:
             first_step[name] = t["step_s"]
+        if "peak_cuda_gib" in t:
+            peak_cuda[name] = max(peak_cuda.get(name, 0.0), t["peak_cuda_gib"])
+        # Every step as it ends (warm-ups: round < 0), so that a run stopped mid-round keeps it.
+        with open(f"{stem}.steps.jsonl", "a") as f:
+            f.write(json.dumps({"round": r, "contender": name, **t}) + "\n")
         print(
             f"  {tag:<8} {name:<16} {t['step_s']:7.2f} s  (generate {t['generate_s']:.2f}, "
             f"update {t['update_s']:.2f})",
@@ -684,6 +693,10 @@ def main() -> int:
 
     def write(res: dict, finals: dict, partial: bool = False) -> dict:
         result = assemble(args, meta, contenders, res, finals, notes, round_load, first_step)
+        result["peak_cuda_gib"] = {
+            **peak_cuda,
+            **{k: v for k, v in result["peak_cuda_gib"].items() if v},
+        }
         if partial:
             result["notes"] = {**result["notes"], "partial": "written after a round; not final"}
         text = markdown(result)

@@ -78,7 +78,7 @@ def run_rounds(
         try:
             timings = contenders[name].step()
         except RuntimeError as err:
-            dropped[name] = str(err).splitlines()[0][:300]
+            dropped[name] = why_dropped(err)
             names.remove(name)
             return None
         if on_step:
@@ -106,8 +106,18 @@ def run_rounds(
     return _finish(orders, steps, dropped)
 
 
+def why_dropped(err: Exception) -> str:
+    """A dropped worker's reason in one line: the error's first line and, when the error
+    carries the worker's log, that log's last line (the exception the worker died of)."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    last = f" ... {lines[-1].strip()}" if len(lines) > 1 else ""
+    return (lines[0] + last)[:400]
+
+
 def _finish(orders: list, steps: dict, dropped: dict) -> dict:
-    steps = dict(steps)
+    steps = {name: list(series) for name, series in steps.items()}  # a snapshot
     for name in dropped:  # a partial series is not comparable round by round
         steps.pop(name, None)
     orders = [[n for n in order if n not in dropped] for order in orders]

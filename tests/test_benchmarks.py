@@ -43,7 +43,10 @@ class Dying(Fake):
     def step(self):
         self.k -= 1
         if self.k == 0:
-            raise RuntimeError(f"{self.name}: worker exited (-9); last log lines:\n...")
+            raise RuntimeError(
+                f"{self.name}: worker exited (1); last log lines:\nloading...\n"
+                "torch.OutOfMemoryError: CUDA out of memory."
+            )
         return super().step()
 
 
@@ -52,11 +55,34 @@ def test_a_worker_that_dies_is_dropped_with_its_reason_and_the_rounds_go_on():
     fakes = {"A": Fake("A", [1.0] * 4, log), "B": Dying("B", [1.0] * 4, log, k=3)}
     fakes["C"] = Fake("C", [2.0] * 4, log)
     res = rounds.run_rounds(fakes, rounds=3, warmup=1, order="rotate")
-    assert res["dropped"] == {"B": "B: worker exited (-9); last log lines:"}
+    # The reason names the exception the worker died of (its log's last line), not only "exited".
+    why = "B: worker exited (1); last log lines: ... torch.OutOfMemoryError: CUDA out of memory."
+    assert res["dropped"] == {"B": why}
     assert set(res["steps"]) == {"A", "C"}  # B's partial series is not reported
     assert {n: len(v) for n, v in res["steps"].items()} == {"A": 3, "C": 3}
     assert res["orders"] == [["A", "C"], ["C", "A"], ["A", "C"]]  # B died in round 2 (B C A)
     assert rounds.report(res["steps"], reference="C")["A"]["ratio_vs_reference"] == 2.0
+
+
+def test_a_budget_stops_before_a_round_and_every_round_is_handed_over_as_it_ends():
+    log: list[str] = []
+    fakes = {n: Fake(n, [1.0] * 6, log) for n in "AB"}
+    partials = []
+    res = rounds.run_rounds(
+        fakes,
+        rounds=5,
+        warmup=1,
+        order="fixed",
+        keep_going=lambda r: r < 2,  # the budget allows two timed rounds
+        on_round_end=partials.append,
+    )
+    assert log == list("ABABAB")  # warm-up, then 2 rounds; the third never starts
+    assert res["orders"] == [["A", "B"], ["A", "B"]]
+    assert [{n: len(v) for n, v in p["steps"].items()} for p in partials] == [
+        {"A": 1, "B": 1},
+        {"A": 2, "B": 2},
+    ]
+    assert partials[-1] == res
 
 
 def test_fixed_order_and_bad_order():

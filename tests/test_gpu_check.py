@@ -42,7 +42,7 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
     steps = ("qwen2.5-0.5b", "qwen2.5-1.5b")
     expected = {"env.json", "summary.json", "summary.md", "install.log", "cuda_tests.log"}
     expected |= {f"generation.{ext}" for ext in ("log", "md", "json")}
-    expected |= {f"step_{m}.{ext}" for m in steps for ext in ("log", "md", "json")}
+    expected |= {f"step_{m}.{ext}" for m in steps for ext in ("log", "md", "json", "steps.jsonl")}
     expected |= {f"async_qwen2.5-0.5b.{ext}" for ext in ("log", "md", "json")}
     assert {p.name for p in out.iterdir()} == expected
 
@@ -87,6 +87,10 @@ def test_cpu_dry_run_runs_every_step_and_writes_the_gpu_runs_files(tmp_path):
             assert t["generate_tokens_s"] > 0 and t["update_flops_s"] > 0
             assert t["mfu"] is None  # no known peak on a CPU
             assert table["first_step_s"][name] > 0
+        # Every step written as it ended: the warm-up (round -1) and the timed round 0.
+        lines = (out / f"step_{model}.steps.jsonl").read_text().splitlines()
+        done = sorted((json.loads(ln)["round"], json.loads(ln)["contender"]) for ln in lines)
+        assert done == sorted((r, n) for r in (-1, 0) for n in contenders)
 
     # The asynchronous pair: every round done, both contenders timed, the staleness-1 run
     # trained on batches at most one version old.
