@@ -46,7 +46,7 @@ test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q tests/ray
 
 demo: $(STAMP)
-	$(PY) -m teamrl.quickstart
+	$(PY) -m teamrl.commands.quickstart
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="async_overlap", help="results/<OUT>.md and .json (a path: there)"
     )
     args = ap.parse_args(argv)
-    from teamrl.cli import _quiet_hf
+    from teamrl.team.models import quiet_hf
 
-    _quiet_hf()
+    quiet_hf()
     kinds = {
         "sync": (0, False),
         "async": (1, False),

@@ -68,7 +68,7 @@ def build_model(name: str, device: str, dtype):
 
     torch.manual_seed(0)
     if name.startswith("tiny-"):  # teamrl's builtin test models (tiny-llama, tiny-qwen2...)
-        from teamrl.models import load_model
+        from teamrl.team.models import load_model
 
         return load_model(name).to(device=device, dtype=dtype)
     cfg = dict(CONFIGS[name])
@@ -256,7 +256,7 @@ def main() -> int:
     import torch
     import transformers
 
-    from teamrl.models import TINY_MODELS
+    from teamrl.team.models import TINY_MODELS
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

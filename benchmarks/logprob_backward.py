@@ -11,7 +11,7 @@ first pass), a weighted sum, and the backward to the hidden states.
 - ``composition``: ``logits.gather(-1, y) - torch.logsumexp(logits, -1)``, and the entropy
   from ``softmax`` (teamrl's scoring until 2026-11-27): its backward makes a zero tensor for
   gather, exp(z - lse) scaled for logsumexp, and their sum, each rows x vocab.
-- ``chosen_logprob``: ``teamrl.algorithms.chosen_logprob.chosen_logprob_and_entropy``: the
+- ``chosen_logprob``: ``teamrl.update.chosen_logprob.chosen_logprob_and_entropy``: the
   entropy from the same exponentials, one rows x vocab gradient, all in cache-sized row chunks.
 
 Both give the same values (checked each step, within float32 rounding). The contenders
@@ -55,7 +55,7 @@ class HeadStep:
     def step(self) -> dict[str, float]:
         import torch
 
-        from teamrl.algorithms.chosen_logprob import chosen_logprob_and_entropy
+        from teamrl.update.chosen_logprob import chosen_logprob_and_entropy
 
         h = self.hidden.detach().requires_grad_()
         t0 = time.perf_counter()

@@ -104,7 +104,7 @@ class RawStep:
     def __init__(self, args, texts: list[str]):
         import torch
 
-        from teamrl.models import load_model, load_tokenizer
+        from teamrl.team.models import load_model, load_tokenizer
 
         self.torch, self.args, self.texts, self.i = torch, args, texts, 0
         self.tok = load_tokenizer(args.model)
@@ -275,7 +275,7 @@ def serve(args) -> int:
         torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    from teamrl.models import load_tokenizer
+    from teamrl.team.models import load_tokenizer
 
     tok = load_tokenizer(args.model)
     texts = prompts(
@@ -360,7 +360,7 @@ def worker_cmd(args, kind: str, python: str) -> list[str]:
 
 
 def comlrl_cmd(args, python: str, tmp: Path) -> list[str]:
-    from teamrl.models import resolve
+    from teamrl.team.models import resolve
 
     pfile = tmp / "prompts.json"
     pfile.write_text(json.dumps(prompts(args.warmup + args.rounds, args.prompts)))

@@ -164,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default="roofline")
     args = ap.parse_args(argv)
-    from teamrl.cli import _quiet_hf
+    from teamrl.team.models import quiet_hf
 
-    _quiet_hf()
+    quiet_hf()
     load_start = os.getloadavg()[0]
     hw = {"bandwidth_gbs": [bandwidth_gbs()], "matmul_gflops": [matmul_gflops()]}
     steps = {mode: Step(args, mode) for mode in MODES}

@@ -44,15 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import ray
 
-    from teamrl.algorithms.advantages import compute_advantages
-    from teamrl.cli import _quiet_hf
     from teamrl.config import load_config
-    from teamrl.models import resolve
+    from teamrl.credit.advantages import compute_advantages
     from teamrl.scale.group import WorkerGroup
     from teamrl.scale.placement import placement_plan
+    from teamrl.team.models import quiet_hf, resolve
     from teamrl.trainer import Trainer
 
-    _quiet_hf()
+    quiet_hf()
     overrides = [
         f"model.name_or_path={args.model}",
         "team.policies=shared",

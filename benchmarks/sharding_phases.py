@@ -56,10 +56,10 @@ def worker(rank: int, world: int, sharded: bool, port: int, args, out) -> None:
     import torch
     import torch.distributed as dist
 
-    from teamrl.algorithms.losses import collate, score_tokens
-    from teamrl.models import model_config
     from teamrl.sample import Sample
     from teamrl.scale.cpu_malloc import set_mmap_threshold
+    from teamrl.team.models import model_config
+    from teamrl.update.losses import collate, score_tokens
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

@@ -45,7 +45,8 @@ OVERRIDES = [
 def child(argv: list[str], delay: float) -> int:
     """The trainer, with pauses inside its writes (the kill windows)."""
     if delay:
-        from teamrl import checkpoints, logging, run_files
+        from teamrl.run import checkpoints, logging
+        from teamrl.run import files as run_files
 
         _, real_policy, real_write = (
             run_files.append_line,

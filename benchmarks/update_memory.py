@@ -78,9 +78,9 @@ def measure(model_name: str, lora: bool, rows: int, prompts: int, p: int, c: int
     import torch
     from transformers import AutoModelForCausalLM
 
-    from teamrl.algorithms.losses import collate, score_tokens
-    from teamrl.models import model_config
     from teamrl.sample import Sample
+    from teamrl.team.models import model_config
+    from teamrl.update.losses import collate, score_tokens
 
     torch.manual_seed(0)  # random weights from the config: a shape folder (config.json) will do
     model = AutoModelForCausalLM.from_config(model_config(model_name), dtype=torch.float32)
@@ -120,8 +120,8 @@ def measure(model_name: str, lora: bool, rows: int, prompts: int, p: int, c: int
 
 def estimate(model_name: str, lora: bool, rows: int, prompts: int, p: int, c: int) -> float:
     """The preflight's training term (bytes) for one micro-batch of this shape."""
-    from teamrl.models import model_config
     from teamrl.preflight import micro_batch_bytes, shape_of
+    from teamrl.team.models import model_config
 
     shape = shape_of(model_config(model_name))
     return micro_batch_bytes(

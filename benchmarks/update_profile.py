@@ -28,7 +28,7 @@ what a faster update would have to take back. The profiler slows small operators
 are read as shares of the profiled update, beside the unprofiled median.
 
 Modes: ``lora`` (one adapter per agent, the update's LoRA linears fused into one autograd node
-each: ``teamrl.algorithms.lora_linear``), ``lora-peft`` (the same through PEFT's own forward,
+each: ``teamrl.update.lora_linear``), ``lora-peft`` (the same through PEFT's own forward,
 ``train.fused_lora=false``: the A/B of that change), ``shared`` and ``separate`` (full
 fine-tunes).
 
@@ -190,7 +190,7 @@ class FixedBatch:
     on those samples (what ``train_step`` times as ``time/update``)."""
 
     def __init__(self, args, mode: str):
-        from teamrl.algorithms.advantages import compute_advantages
+        from teamrl.credit.advantages import compute_advantages
 
         policies, extra = MODES[mode]
         self.step = Step(args, policies, extra)
@@ -288,9 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default="update_profile")
     args = ap.parse_args(argv)
-    from teamrl.cli import _quiet_hf
+    from teamrl.team.models import quiet_hf
 
-    _quiet_hf()
+    quiet_hf()
     load_start = os.getloadavg()[0]
     gflops = [matmul_gflops()]
     modes = [m for m in args.modes.split(",") if m]

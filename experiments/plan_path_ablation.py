@@ -119,9 +119,9 @@ def main() -> int:
         paths = convert_legacy(Path(args.convert), out)
         print(f"wrote {len(paths)} records to {out}")
     else:
-        from teamrl.cli import _quiet_hf
+        from teamrl.team.models import quiet_hf
 
-        _quiet_hf()
+        quiet_hf()
         table = ablation_table(args, args.conditions)
         runner.run_table(table, args.seeds, out_dir=out, runs_dir=Path(args.runs))
     table = ablation_table(args)

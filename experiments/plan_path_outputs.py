@@ -82,7 +82,7 @@ def replay(env, example: dict, texts: dict[str, str]) -> dict[str, float]:
 def look(records: list[dict]) -> dict[str, dict[str, float]]:
     """Per condition: each measure's mean over every replayed board of every seed."""
     from teamrl.config import Config, from_dict
-    from teamrl.envs.base import task_from_config
+    from teamrl.tasks.registry import task_from_config
 
     rows: dict[str, list[dict]] = {}
     for rec in records:

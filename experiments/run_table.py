@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"--conditions: unknown {sorted(unknown)} for table {table.name}")
     from experiments import runner
-    from teamrl.cli import _quiet_hf
+    from teamrl.team.models import quiet_hf
 
-    _quiet_hf()
+    quiet_hf()
     tune = tuple(args.tune)
     split_name = "eval" if split == "validation" else "test"  # the task's name for it
     out = Path(args.out) if args.out else runner.default_out(table, split_name, tune)

@@ -129,8 +129,8 @@ def outputs(trainer: Any, n: int, split: str = "test") -> list[dict]:
     reward (``teamrl.evaluation.greedy_outputs``). The torch RNG is left as it was found."""
     import torch
 
+    from teamrl.algorithms.registry import recipe_for
     from teamrl.evaluation import greedy_outputs
-    from teamrl.recipes import recipe_for
 
     data = getattr(trainer.task, split)
     examples = [(i, data[i]) for i in range(min(n, len(data)))]
@@ -223,10 +223,10 @@ def _run_one(
 ) -> dict:
     import torch
 
-    from teamrl import checkpoints
     from teamrl.config import load_config, to_dict
     from teamrl.evaluation import evaluate_trainer, greedy_outputs
-    from teamrl.logging import read_metrics
+    from teamrl.run import checkpoints
+    from teamrl.run.logging import read_metrics
     from teamrl.trainer import Trainer
 
     t0 = time.perf_counter()

@@ -627,7 +627,7 @@ _add(
             "validation": "the offline eval posts (24): the only split used to choose settings",
             "test": "the first 16 offline test posts, what make demo reports",
         },
-        test_problems=16,  # teamrl.quickstart.HELD_OUT_POSTS
+        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
         metrics=TLDR_LEVELS,  # the same task and reward levels as the TLDR table
         sample_outputs=2,
         test_outputs=True,
@@ -651,7 +651,7 @@ _add(
             Condition("async_staleness_1", ("algorithm.max_staleness=1",)),
         ),
         splits=TABLES["quickstart_seeds"].splits,
-        test_problems=16,  # teamrl.quickstart.HELD_OUT_POSTS
+        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
         metrics=TLDR_LEVELS,
         curve_metrics=("reward/mean", "async/staleness"),
         notes="The same seed draws the same first batch in both conditions; from step 2 on the "

@@ -83,7 +83,7 @@ def look(record: dict, posts: list[dict], agent: str) -> dict[str, float]:
 def task_of(record: dict):
     """The task a record was evaluated on, from its config."""
     import experiments.tasks  # noqa: F401 (registers the tasks only the experiments use)
-    from teamrl.envs.base import make_task
+    from teamrl.tasks.registry import make_task
 
     env = record["config"]["env"]
     return make_task(env["name"], **env["kwargs"])

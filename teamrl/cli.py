@@ -8,22 +8,8 @@ model loads (``teamrl.preflight``). Any other exception is a bug and keeps its t
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import warnings
 from pathlib import Path
-
-
-def _quiet_hf() -> None:
-    # The user's HF_HUB_OFFLINE (or its absence) is respected: builtin models are read from disk
-    # and never touch the hub; a hub id is fetched when the hub is on and reachable.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    # PEFT still calls a transformers property that transformers 5 renamed; harmless.
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
 
 
 def _prepare(args: argparse.Namespace):
@@ -34,10 +20,10 @@ def _prepare(args: argparse.Namespace):
     preflight checks run.
     """
     from teamrl.config import load_config
-    from teamrl.envs.base import task_from_config
     from teamrl.plugins import ensure_task, import_tasks
     from teamrl.preflight import preflight
-    from teamrl.seeding import set_seed
+    from teamrl.run.seeding import set_seed
+    from teamrl.tasks.registry import task_from_config
 
     import_tasks(args.imports)
     cfg = load_config(args.config, args.overrides)
@@ -53,7 +39,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
     """Before the model loads: a used folder without --resume and a resume of a run that is
     already finished each get their one line."""
     from teamrl.config import ConfigError
-    from teamrl.run_files import check_unlocked
+    from teamrl.run.files import check_unlocked
 
     check_unlocked(run_dir)  # another trainer on this folder: one line, before the model loads
     if not resume:
@@ -63,7 +49,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
                 "log.overwrite=true to start afresh, or another run_name"
             )
         return
-    from teamrl.checkpoints import checkpoint_folders
+    from teamrl.run.checkpoints import checkpoint_folders
 
     # No checkpoint yet (a preempted job that passes --resume every time): the trainer starts
     # from step 0 and says so. Empty or partial step-N folders are no checkpoints.
@@ -76,7 +62,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from teamrl.interrupt import TrainingInterrupted
+    from teamrl.run.interrupt import TrainingInterrupted
     from teamrl.trainer import Trainer
 
     if args.dry_run:
@@ -136,8 +122,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def from_run_folder(args: argparse.Namespace) -> None:
     """``teamrl eval RUN_DIR [--step N]``: the run's config.yaml (extra overrides still apply)
     and its newest intact checkpoint (or step N); ``eval CONFIG --checkpoint DIR`` as before."""
-    from teamrl.checkpoints import resume_checkpoint
     from teamrl.config import ConfigError
+    from teamrl.run.checkpoints import resume_checkpoint
 
     run = Path(args.config)
     if not run.is_dir():
@@ -153,11 +139,11 @@ def from_run_folder(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from teamrl.checkpoints import resume_checkpoint
     from teamrl.config import ConfigError, load_config
-    from teamrl.envs.base import task_from_config
-    from teamrl.export import push_to_hub, write_team_folder
     from teamrl.plugins import ensure_task, import_tasks
+    from teamrl.run.checkpoints import resume_checkpoint
+    from teamrl.run.export import push_to_hub, write_team_folder
+    from teamrl.tasks.registry import task_from_config
 
     run = Path(args.run_dir)
     if not (run / "config.yaml").exists():
@@ -178,8 +164,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from teamrl.envs.base import registered_tasks
     from teamrl.plugins import import_tasks, load_entry_point_tasks
+    from teamrl.tasks.registry import registered_tasks
 
     import_tasks(args.imports)
     for line in load_entry_point_tasks(strict=False):  # list the others; name the broken ones
@@ -192,8 +178,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
+    from teamrl.commands.play import format_episode, load_run, play_episode
     from teamrl.config import ConfigError
-    from teamrl.play import format_episode, load_run, play_episode
 
     if args.step is not None and args.step < 0:
         raise ConfigError(f"--step: expected a checkpoint step >= 0, got {args.step}")
@@ -211,7 +197,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from teamrl.plot import plot_run
+    from teamrl.commands.plot import plot_run
 
     print(plot_run(args.run_dir, args.output))
     return 0
@@ -224,7 +210,7 @@ class HelpConfig(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from teamrl.config_help import describe
+        from teamrl.config.reference import describe
 
         print("\n".join(describe()))
         parser.exit(0)
@@ -398,7 +384,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _quiet_hf()
+    from teamrl.team.models import quiet_hf  # here: `teamrl --help` loads no torch
+
+    quiet_hf()
     from teamrl.config import ConfigError
 
     try:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from teamrl.recipes import recipe_for
+from teamrl.algorithms.registry import recipe_for
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -99,7 +99,8 @@ def load_entry_point_tasks(only: str | None = None, strict: bool = True) -> list
     the description). Returns one line per broken entry point; raises on the first one instead
     when ``strict``.
     """
-    from teamrl.envs.base import register_task, registered_tasks
+    from teamrl.envs.base import register_task
+    from teamrl.tasks.registry import registered_tasks
 
     broken = []
     for ep in entry_points():
@@ -125,7 +126,7 @@ def load_entry_point_tasks(only: str | None = None, strict: bool = True) -> list
 
 def ensure_task(name: str) -> None:
     """Make task ``name`` available: load its entry point if it is not registered yet."""
-    from teamrl.envs.base import registered_tasks
+    from teamrl.tasks.registry import registered_tasks
 
     if name not in registered_tasks():
         load_entry_point_tasks(only=name, strict=True)

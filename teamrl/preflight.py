@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamrl.config import Config, ConfigError
-from teamrl.policy_map import (
+from teamrl.config.policy_map import (
     adapters_per_model,
     base_of,
     model_copies,
     policy_agents,
     uses_lora,
 )
-from teamrl.step_shape import step_shape
+from teamrl.config.step_shape import step_shape
 
 GiB = 1024**3
 
@@ -192,7 +192,7 @@ def model_names(cfg: Config) -> list[str]:
 
 
 def model_config_of(cfg: Config, name: str) -> Any:
-    from teamrl.models import model_config
+    from teamrl.team.models import model_config
 
     return model_config(name, seed=cfg.seed)
 
@@ -465,7 +465,7 @@ LOGIT_ROWS = 6
 def micro_batch_tokens(
     rows: int, prompts: int, prompt_len: int, completion_len: int, checkpointing: bool, **_
 ) -> int:
-    """Forward tokens of one micro-batch (teamrl.algorithms.micro_batches.forward_tokens):
+    """Forward tokens of one micro-batch (teamrl.update.micro_batches.forward_tokens):
     each distinct prompt once and each completion after its prompt's cache, or every sample
     in full under gradient checkpointing."""
     if checkpointing:

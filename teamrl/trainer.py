@@ -2,7 +2,7 @@
 
     for step in range(max_steps):
         batch = execution.next_batch(step)   # prompts_per_step examples, recipe.rollout: samples
-                                             # with rewards and returns (teamrl.execution: here,
+                                             # with rewards and returns (teamrl.execution.local: here,
                                              # on Ray, or from an asynchronous generator)
         compute_advantages(samples, baseline, scale_rewards)  # per group (or the critics')
         filter_groups: drop flat groups; optionally resample problems to refill (DAPO)
@@ -13,8 +13,8 @@
         log metrics; evaluate every K steps; checkpoint every K steps (atomically)
 
 The trainer is the only module that knows the config, the team, the env and the algorithm.
-The algorithm's maths lives in ``teamrl.algorithms``, the rollout shape in ``teamrl.recipes``,
-checkpoints in ``teamrl.checkpoints`` and the data order in ``teamrl.data_stream``.
+The algorithm's maths lives in ``teamrl.algorithms``, the rollout shape in ``teamrl.algorithms.registry``,
+checkpoints in ``teamrl.run.checkpoints`` and the data order in ``teamrl.run.data_stream``.
 """
 
 from __future__ import annotations
@@ -27,33 +27,34 @@ from pathlib import Path
 
 import torch
 
-from teamrl import checkpoints
-from teamrl.algorithms.advantages import advantage_warnings, compute_advantages
-from teamrl.algorithms.filtering import drop_flat_groups, flat_groups_filled
+from teamrl.algorithms.registry import recipe_for
 from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
-from teamrl.critics import (
+from teamrl.credit.advantages import advantage_warnings, compute_advantages
+from teamrl.credit.critics import (
     build_critics,
     critic_credit,
     critic_state,
     fit_critics,
     load_critic_state,
 )
-from teamrl.data_stream import DataStream
+from teamrl.credit.filtering import drop_flat_groups, flat_groups_filled
 from teamrl.distributed import DistContext
-from teamrl.envs.base import Task, task_from_config
+from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
-from teamrl.execution_modes import make_execution
-from teamrl.export import write_team_folder
-from teamrl.interrupt import StopRequest, TrainingInterrupted
-from teamrl.logging import RunLogger, sample_rows
-from teamrl.policy_weights import base_record
+from teamrl.execution.choose import make_execution
 from teamrl.preflight import preflight as run_preflight
-from teamrl.recipes import recipe_for
 from teamrl.rollout.common import RolloutResult
-from teamrl.run_files import RunLock, log_line, remove_orphans
+from teamrl.run import checkpoints
+from teamrl.run.data_stream import DataStream
+from teamrl.run.export import write_team_folder
+from teamrl.run.files import RunLock, log_line, remove_orphans
+from teamrl.run.interrupt import StopRequest, TrainingInterrupted
+from teamrl.run.logging import RunLogger, sample_rows
+from teamrl.run.seeding import set_seed
 from teamrl.sample import Sample
-from teamrl.seeding import set_seed
-from teamrl.team import Policy, Team, resolve_device
+from teamrl.tasks.registry import task_from_config
+from teamrl.team.policies import Policy, Team, resolve_device
+from teamrl.team.weights import base_record
 
 
 class Trainer:
@@ -95,7 +96,7 @@ class Trainer:
             warnings.warn(w, stacklevel=2)
         self.ctx = ctx or DistContext(device=str(resolve_device(cfg.model.device)))
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
-        # who samples, where the policies live, how they update (teamrl.execution)
+        # who samples, where the policies live, how they update (teamrl.execution.local)
         self.execution = (execution or make_execution)(
             cfg, self.task.agents, self.data, self._training_rollout
         )
@@ -113,7 +114,7 @@ class Trainer:
     # --- optimisation ---------------------------------------------------------------------------
 
     def update(self, pol: Policy, samples: list[Sample]) -> dict[str, float]:
-        """One policy's update on its samples (``teamrl.algorithms.update``, where the
+        """One policy's update on its samples (``teamrl.update.policy``, where the
         execution runs it)."""
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
         metrics, skipped = self.execution.update(
@@ -335,7 +336,7 @@ class Trainer:
     # --- checkpoints --------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step-N`` atomically (see ``teamrl.checkpoints``)."""
+        """Write ``checkpoints/step-N`` atomically (see ``teamrl.run.checkpoints``)."""
         # the position after the last consumed batch (an asynchronous generator draws ahead)
         data = self._data_state or self.data.state()
         state = {"step": self.step, "data": data, "nan_skips": self.nan_skips}

@@ -1,7 +1,7 @@
 """The sampler's truncated distribution: which tokens top-k and top-p leave drawable.
 
 Shared by every sampler (``teamrl.generation``) and by the loss that scores completions under
-the sampler's own distribution (``truncated_scoring`` in ``teamrl.algorithms.losses``), so the
+the sampler's own distribution (``truncated_scoring`` in ``teamrl.update.losses``), so the
 loss depends on this maths and on no generation backend.
 """
 

@@ -1,4 +1,4 @@
-"""Asynchronous training (algorithm.max_staleness; teamrl/async_execution.py): at staleness 0
+"""Asynchronous training (algorithm.max_staleness; teamrl/execution/asynchronous.py): at staleness 0
 the generator thread reproduces the synchronous trainer exactly, and stops doing so when the
 weights are not handed to it; the staleness bookkeeping on scripted schedules, by hand; a
 killed asynchronous run resumes with no example lost or used twice."""
@@ -12,12 +12,12 @@ import pytest
 import torch
 from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess
 
-from teamrl.async_execution import AsyncExecution
 from teamrl.config import ConfigError, dump_config, load_config
-from teamrl.data_stream import DataStream
-from teamrl.envs.base import task_from_config
-from teamrl.execution import LocalExecution
+from teamrl.execution.asynchronous import AsyncExecution
+from teamrl.execution.local import LocalExecution
 from teamrl.rollout.common import RolloutResult
+from teamrl.run.data_stream import DataStream
+from teamrl.tasks.registry import task_from_config
 from teamrl.trainer import Trainer
 
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from teamrl.algorithms.advantages import compute_advantages
+from teamrl.algorithms.at_grpo_tree import agent_turn_rollout, select_branch, trajectory_rollout
+from teamrl.credit.advantages import compute_advantages
 from teamrl.envs.base import Step
 from teamrl.generation import Generation
-from teamrl.rollout.at_tree import agent_turn_rollout, select_branch, trajectory_rollout
 
 
 class ScriptedTeam:
@@ -208,7 +208,7 @@ def test_simultaneous_env_with_several_agents_is_rejected():
 
 
 def test_filter_groups_drops_only_zero_variance_groups():
-    from teamrl.algorithms.filtering import drop_flat_groups
+    from teamrl.credit.filtering import drop_flat_groups
     from teamrl.sample import Sample
 
     def smp(group, ret):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_overrides
 
-import teamrl.team as team_mod
+import teamrl.team.policies as team_mod
 from teamrl.config import ConfigError, GenerationConfig, load_config
 from teamrl.generation import EngineSpec, Generation, Request, make_backend
 from teamrl.trainer import Trainer

@@ -11,9 +11,9 @@ from __future__ import annotations
 import datasets
 import pytest
 
-import teamrl.team as team_module
+import teamrl.team.policies as team_module
 from teamrl.config import ConfigError
-from teamrl.envs.base import make_task
+from teamrl.tasks.registry import make_task
 from tests.test_cli import one_line_error
 
 

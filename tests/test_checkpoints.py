@@ -14,10 +14,10 @@ import torch
 import yaml
 from conftest import tiny_overrides
 
-from teamrl import checkpoints
 from teamrl.cli import main as cli_main
 from teamrl.config import load_config
-from teamrl.run_files import RunError
+from teamrl.run import checkpoints
+from teamrl.run.files import RunError
 from teamrl.trainer import Trainer
 
 
@@ -241,8 +241,8 @@ def test_eval_from_a_run_folder_reads_its_config_and_checkpoint(trained, tmp_pat
 def test_exported_adapter_names_a_base_others_can_load_or_says_it_is_local(
     trained, tmp_path, caplog
 ):
-    from teamrl.export import write_team_folder
-    from teamrl.models import resolve
+    from teamrl.run.export import write_team_folder
+    from teamrl.team.models import resolve
 
     def adapter_base(out, agent="alice"):
         return json.loads((out / agent / "adapter_config.json").read_text())[
@@ -252,7 +252,7 @@ def test_exported_adapter_names_a_base_others_can_load_or_says_it_is_local(
     # the builtin tiny-llama is generated on this machine: PEFT's folder stays, and one line
     # per adapter says that whoever loads it elsewhere needs that base
     cache = resolve("tiny-llama")
-    with caplog.at_level("WARNING", logger="teamrl.export"):
+    with caplog.at_level("WARNING", logger="teamrl.run.export"):
         assert cli_main(["export", str(trained.run_dir), str(tmp_path / "tiny")]) == 0
     assert adapter_base(tmp_path / "tiny") == cache
     lines = [r.getMessage() for r in caplog.records]

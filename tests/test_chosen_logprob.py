@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from teamrl.algorithms import chosen_logprob as module
-from teamrl.algorithms.chosen_logprob import chosen_logprob
+from teamrl.update import chosen_logprob as module
+from teamrl.update.chosen_logprob import chosen_logprob
 
 
 def test_a_row_by_hand():
@@ -68,7 +68,7 @@ def test_huge_logits_do_not_overflow():
 
 
 def test_row_entropy_by_hand_and_with_excluded_tokens(monkeypatch):
-    from teamrl.algorithms.chosen_logprob import row_entropy
+    from teamrl.update.chosen_logprob import row_entropy
 
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", 4)  # one row per chunk
     inf = float("inf")
@@ -89,7 +89,7 @@ def test_row_entropy_by_hand_and_with_excluded_tokens(monkeypatch):
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
 def test_the_entropy_from_the_same_pass_equals_the_definition(monkeypatch, chunk):
-    from teamrl.algorithms.chosen_logprob import chosen_logprob_and_entropy
+    from teamrl.update.chosen_logprob import chosen_logprob_and_entropy
 
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", chunk * 7)
     gen = torch.Generator().manual_seed(1)

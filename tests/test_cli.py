@@ -15,7 +15,7 @@ import pytest
 from conftest import tiny_overrides
 
 import teamrl.preflight as preflight
-import teamrl.team as team_module
+import teamrl.team.policies as team_module
 from teamrl.cli import main
 
 BASE = tiny_overrides(steps=2)  # tiny-llama, digits, two agents
@@ -333,7 +333,7 @@ def test_turn_taking_algorithms_on_a_simultaneous_task_are_refused(
     assert "env.turn_order=[concise, detailed]" in line
     # with the turn order the error names, the same config passes the check
     from teamrl.config import load_config
-    from teamrl.envs.base import task_from_config
+    from teamrl.tasks.registry import task_from_config
 
     cfg = load_config(None, [*BASE, *tldr, "env.turn_order=[concise, detailed]"])
     preflight.check_task(cfg, task_from_config(cfg.env))
@@ -420,7 +420,7 @@ def test_help_config_lists_every_field_per_agent_ones_included(argv, capsys):
 
 
 def test_wandb_run_id_is_per_run_folder_and_kept_on_resume(tmp_path):
-    from teamrl.logging import wandb_run_id
+    from teamrl.run.logging import wandb_run_id
 
     a, b = tmp_path / "a" / "run", tmp_path / "b" / "run"  # two runs with the same name
     a.mkdir(parents=True)
@@ -435,7 +435,7 @@ def test_wandb_run_id_is_per_run_folder_and_kept_on_resume(tmp_path):
 def test_run_logger_starts_wandb_with_the_folder_id(tmp_path, monkeypatch):
     import types
 
-    from teamrl.logging import RunLogger
+    from teamrl.run.logging import RunLogger
 
     calls = []
     fake = types.ModuleType("wandb")

@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import pytest
 
-from teamrl.envs.base import clone, make_task, registered_tasks
+from teamrl.envs.base import clone
 from teamrl.sandbox import ExecResult
 from teamrl.tasks.coding.code_text import extract_code, find_function
 from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
@@ -46,6 +46,7 @@ from teamrl.tasks.coding.stdio import (
     parse_test_cases,
     stdio_pass_ratio,
 )
+from teamrl.tasks.registry import make_task, registered_tasks
 
 # --------------------------------------------------------------------------------------
 # A hand-made function task: 4 test units (``assert True`` is not one)

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from teamrl.config import AlgorithmConfig, ConfigError, TrainConfig, load_config
-from teamrl.config_help import describe, field_paths
-from teamrl.envs.base import make_task, task_from_config
-from teamrl.models import resolve
-from teamrl.step_shape import step_shape
+from teamrl.config.reference import describe, field_paths
+from teamrl.config.step_shape import step_shape
+from teamrl.tasks.registry import make_task, task_from_config
+from teamrl.team.models import resolve
 
 AGENTS = "team.agents=[{name: alice}, {name: bob}]"
 

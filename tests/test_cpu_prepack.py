@@ -9,7 +9,7 @@ from teamrl.config import ConfigError, GenerationConfig, load_config
 from teamrl.generation import cpu_prepack
 from teamrl.generation.backend import EngineSpec, make_backend
 from teamrl.generation.types import Request
-from teamrl.models import load_model
+from teamrl.team.models import load_model
 
 pytestmark = pytest.mark.skipif(
     not cpu_prepack.available(), reason="this PyTorch build has no oneDNN linear operators"

@@ -11,11 +11,11 @@ import yaml
 from conftest import tiny_overrides
 from test_magrpo_tree import ScriptedTeam, reward_table, two_turn_env
 
+from teamrl.algorithms.magrpo_tree import agent_credit, joint_rollout
 from teamrl.config import ConfigError, load_config
-from teamrl.critics import CENTRAL, critic_credit, joint_observation
+from teamrl.credit.critic_credit import critic_advantages, scale_critic_advantages
+from teamrl.credit.critics import CENTRAL, critic_credit, joint_observation
 from teamrl.envs.functional import FunctionEnv
-from teamrl.rollout.critic_credit import critic_advantages, scale_critic_advantages
-from teamrl.rollout.joint_tree import agent_credit, joint_rollout
 from teamrl.trainer import Trainer
 
 
@@ -251,7 +251,7 @@ def test_bad_critic_configs_are_one_line_errors(extra, field):
 def test_export_writes_the_value_heads_from_a_run_and_from_its_checkpoint(tmp_path):
     from safetensors.torch import load_file
 
-    from teamrl.export import write_team_folder
+    from teamrl.run.export import write_team_folder
 
     tr = make(tmp_path, "lora", 1, **{"algorithm.critic": "iac", "log.save_steps": 1})
     tr.train()
@@ -276,7 +276,7 @@ def test_export_writes_the_value_heads_from_a_run_and_from_its_checkpoint(tmp_pa
 
 
 def test_value_norm_statistics_by_hand():
-    from teamrl.critics import ValueNorm
+    from teamrl.credit.critics import ValueNorm
 
     n = ValueNorm(decay=0.5)
     assert (n.mean, n.std) == (0.0, 1.0)  # the identity before any step
@@ -293,7 +293,7 @@ def test_value_norm_statistics_by_hand():
 
 
 def _one_head(norm):
-    from teamrl.critics import Critic
+    from teamrl.credit.critics import Critic
 
     head = torch.nn.Linear(2, 1)
     torch.nn.init.zeros_(head.weight)
@@ -310,7 +310,7 @@ def test_a_normalised_head_values_states_at_the_running_mean_after_one_step():
     gradient is negative, so w = (0.1, 0.1), b = 0.1 and V = 0.2 for both, far below."""
     from types import SimpleNamespace
 
-    from teamrl.critics import CriticBatch, ValueNorm, fit_critics
+    from teamrl.credit.critics import CriticBatch, ValueNorm, fit_critics
 
     cfg = SimpleNamespace(
         seed=0,
@@ -334,7 +334,7 @@ def test_a_normalised_head_values_states_at_the_running_mean_after_one_step():
 
 
 def test_export_folds_the_normalisation_into_the_head_and_resume_must_match_it():
-    from teamrl.critics import ValueNorm, critic_state, exported_head, load_critic_state
+    from teamrl.credit.critics import ValueNorm, critic_state, exported_head, load_critic_state
 
     c = _one_head(ValueNorm(decay=0.0))
     with torch.no_grad():

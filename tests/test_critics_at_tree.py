@@ -11,10 +11,10 @@ import torch
 from conftest import tiny_overrides
 from test_at_grpo import CounterEnv, run
 
+from teamrl.algorithms.at_grpo_tree import TurnNode
 from teamrl.config import load_config
-from teamrl.critics import CENTRAL, critic_credit, critic_gamma
-from teamrl.rollout.at_tree import TurnNode
-from teamrl.rollout.critic_credit import chain_critic_advantages
+from teamrl.credit.critic_credit import chain_critic_advantages
+from teamrl.credit.critics import CENTRAL, critic_credit, critic_gamma
 from teamrl.sample import Sample
 from teamrl.trainer import Trainer
 
@@ -156,7 +156,7 @@ def make(tmp_path, policies="shared", steps=2, **extra):
     [("iac", "turn", "lora"), ("iac", "token", "separate"), ("maac", "turn", "shared")],
 )
 def test_critics_train_on_the_agent_turn_tree(tmp_path, monkeypatch, critic, level, policies):
-    import teamrl.critics as critics_mod
+    import teamrl.credit.critics as critics_mod
 
     texts = []
     real = critics_mod.joint_observation

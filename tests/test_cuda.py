@@ -101,7 +101,7 @@ def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
     from teamrl.generation import fast_decode
     from teamrl.generation.hf import generate
     from teamrl.generation.types import Request
-    from teamrl.models import load_model
+    from teamrl.team.models import load_model
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides (the default, made sure)
     model = load_model(name, device="cuda").eval()
@@ -131,7 +131,7 @@ def test_the_fast_paths_cuda_graphs_serve_lora_rows_and_follow_the_weights():
     from teamrl.generation import fast_decode
     from teamrl.generation.hf import generate
     from teamrl.generation.types import Request
-    from teamrl.models import load_model
+    from teamrl.team.models import load_model
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
@@ -170,8 +170,8 @@ def test_fused_lora_linears_match_peft_on_cuda_in_bf16():
     logits and adapter gradients as PEFT's forward, within bf16 rounding."""
     from peft import LoraConfig, get_peft_model
 
-    from teamrl.algorithms.lora_linear import fused_lora
-    from teamrl.models import load_model
+    from teamrl.team.models import load_model
+    from teamrl.update.lora_linear import fused_lora
 
     torch.manual_seed(0)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -205,7 +205,7 @@ def test_checkpoint_and_resume_on_cuda(tmp_path):
     first = _trainer(tmp_path / "a", "lora", steps=2, **extra)
     first.train()
     saved = {n: p.state_dict() for n, p in first.team.policies.items()}
-    from teamrl import checkpoints
+    from teamrl.run import checkpoints
 
     ckpt = checkpoints.latest_checkpoint(first.run_dir)
     assert ckpt.name == "step-2"

@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-from teamrl.algorithms.losses import policy_loss
 from teamrl.cli import main
 from teamrl.config import ConfigError, load_config
 from teamrl.scale.placement import format_plan, parse_cluster, placement_plan, simulate_nodes
+from teamrl.update.losses import policy_loss
 
 SEVEN_B = [
     "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",

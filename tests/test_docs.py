@@ -104,8 +104,9 @@ def run_cli(argv: list[str], extra: list[str]) -> int:
 def clean_registry():
     """Tasks a page registers are forgotten after it (names may repeat across pages)."""
     from teamrl.envs import base
+    from teamrl.tasks.registry import registered_tasks
 
-    base.registered_tasks()  # builtin tasks in first
+    registered_tasks()  # builtin tasks in first
     before = dict(base._REGISTRY)
     path = list(sys.path)
     yield

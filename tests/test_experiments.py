@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import tiny_writers
 
-from teamrl.algorithms.advantages import compute_advantages
 from teamrl.config import ConfigError, load_config
+from teamrl.credit.advantages import compute_advantages
 from teamrl.sample import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_every_table_condition_builds_a_valid_config():
 
 def test_tldr_tables_test_split_is_held_out_and_large_enough():
     from experiments.runner import check_held_out
-    from teamrl.envs.base import make_task
+    from teamrl.tasks.registry import make_task
 
     for name in ("tldr_heldout", "tldr_one_writer"):
         task = make_task(name)
@@ -147,7 +147,7 @@ def _samples() -> list[Sample]:
     ],
 )
 def test_group_by_regroups_at_grpo_samples(group_by, advantages):
-    from teamrl.recipes.at_grpo import regroup
+    from teamrl.algorithms.at_grpo import regroup
 
     samples = _samples()
     regroup(samples, group_by)
@@ -478,7 +478,7 @@ def test_own_part_rewards_gate_each_writer_on_its_own_part_only():
 
 def test_own_part_env_keeps_the_team_reward_and_adds_each_writers_own():
     from experiments.tasks import own_part_rewards
-    from teamrl.envs.base import make_task
+    from teamrl.tasks.registry import make_task
     from teamrl.tasks.writing.reward import WritingRewardConfig
 
     task = make_task("tldr_own_part")
@@ -588,7 +588,7 @@ def test_compare_paired_differences_by_hand():
 def _pp_record(condition: str, env_name: str, texts_of) -> dict:
     """A hand-made Plan-Path record over 3 test boards; ``texts_of(state)`` gives the replies."""
     from teamrl.config import to_dict
-    from teamrl.envs.base import task_from_config
+    from teamrl.tasks.registry import task_from_config
 
     cfg = load_config(
         None,

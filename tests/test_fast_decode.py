@@ -8,7 +8,7 @@ import torch
 from teamrl.generation import fast_decode
 from teamrl.generation.hf import generate
 from teamrl.generation.types import Request
-from teamrl.models import load_model
+from teamrl.team.models import load_model
 
 PROMPTS = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]  # different widths: left padding
 

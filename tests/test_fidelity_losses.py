@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from teamrl.algorithms.advantages import compute_advantages
-from teamrl.algorithms.importance import importance_weights, mismatch_stats
-from teamrl.algorithms.losses import collate, loss_mask, policy_loss
-from teamrl.algorithms.update import disable_dropout
+from teamrl.credit.advantages import compute_advantages
 from teamrl.generation.hf import sample_tokens
 from teamrl.sample import Sample
 from teamrl.truncation import truncation_keep
+from teamrl.update.importance import importance_weights, mismatch_stats
+from teamrl.update.losses import collate, loss_mask, policy_loss
+from teamrl.update.policy import disable_dropout
 
 # The shipped TLDR/arXiv sampling: T = 0.7, top_p = 0.9.
 T, TOP_P = 0.7, 0.9

@@ -10,11 +10,11 @@ import torch
 from conftest import tiny_overrides
 from test_at_grpo import CounterEnv, ScriptedTeam
 
+from teamrl.algorithms.registry import recipe_for
 from teamrl.config import load_config
 from teamrl.envs.functional import FunctionEnv
 from teamrl.generation import multi_lora
 from teamrl.generation.hf import _adapters
-from teamrl.recipes import recipe_for
 from teamrl.trainer import Trainer
 
 # --- defect 3: a LoRA Embedding must be routed per row (or refused) -------------------------

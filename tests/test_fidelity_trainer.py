@@ -11,12 +11,12 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-import teamrl.algorithms.update as update_mod
 import teamrl.trainer as trainer_mod
-from teamrl.algorithms.importance import correction_on
-from teamrl.algorithms.losses import collate, token_logprobs
+import teamrl.update.policy as update_mod
 from teamrl.config import ConfigError, load_config
 from teamrl.trainer import Trainer
+from teamrl.update.importance import correction_on
+from teamrl.update.losses import collate, token_logprobs
 
 NUCLEUS = [
     "team.agents=[{name: alice, max_completion_length: 8, temperature: 0.7, top_p: 0.9}, "
@@ -180,7 +180,7 @@ def test_filter_groups_resamples_until_the_batch_is_full(tmp_path, monkeypatch):
         return [s for s in samples if s.group == first]
 
     monkeypatch.setattr(trainer_mod, "drop_flat_groups", every_other_round_flat)
-    monkeypatch.setattr("teamrl.algorithms.filtering.drop_flat_groups", every_other_round_flat)
+    monkeypatch.setattr("teamrl.credit.filtering.drop_flat_groups", every_other_round_flat)
     m = tr.train_step()
     # a digits rollout of one prompt has 2 groups (one per agent): round 0 keeps none, each
     # extra round keeps one, so two extra rounds fill the batch

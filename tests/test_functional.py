@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from teamrl.algorithms.magrpo_tree import joint_rollout
 from teamrl.envs.base import clone
 from teamrl.envs.functional import FunctionEnv, from_comlrl
 from teamrl.generation import Generation
-from teamrl.rollout.joint_tree import joint_rollout
 
 ITEM = {"prompt": "P", "test": "assert f() == 1"}
 

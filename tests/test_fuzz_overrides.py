@@ -22,7 +22,7 @@ from conftest import tiny_overrides
 
 import teamrl.preflight as preflight
 from teamrl.config import Config, ConfigError, load_config
-from teamrl.config_help import field_paths
+from teamrl.config.reference import field_paths
 
 BASE = tiny_overrides(steps=2)
 
@@ -214,7 +214,7 @@ def local_tldr(tmp_path):
 
 def task_outcome(task: str, kwargs: dict) -> str:
     """'ok' or 'error' for ``env.kwargs`` of ``task``, through load_config and the task build."""
-    from teamrl.envs.base import task_from_config
+    from teamrl.tasks.registry import task_from_config
 
     text = "{" + ", ".join(f"{k}: {v}" for k, v in kwargs.items()) + "}"
     try:

@@ -1,4 +1,4 @@
-"""The critic maths (teamrl/algorithms/gae.py) against values computed by hand."""
+"""The critic maths (teamrl/credit/gae.py) against values computed by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from teamrl.algorithms.gae import (
+from teamrl.credit.gae import (
     CreditNode,
     explained_variance,
     gae,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from teamrl.envs.base import clone, make_task
+from teamrl.envs.base import clone
 from teamrl.tasks.games import (
     PlanPathState,
     SokobanState,
@@ -29,6 +29,7 @@ from teamrl.tasks.games.plan_path import plan_path_single_task, plan_path_task
 from teamrl.tasks.games.seeds import board_split
 from teamrl.tasks.games.sokoban import sokoban_single_task, sokoban_task
 from teamrl.tasks.games.sudoku import sudoku_single_task, sudoku_task
+from teamrl.tasks.registry import make_task
 
 # ---------------------------------------------------------------------------------------------
 # A fake code runner: runs the (trusted, test-written) code in-process, same result fields as

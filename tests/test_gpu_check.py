@@ -126,7 +126,7 @@ def test_the_step_tables_use_the_published_qwen_shapes_and_the_dry_run_only_shri
 def test_the_random_models_tokenizer_round_trips_through_a_qwen2_folder(tmp_path):
     """transformers rebuilds a qwen2 folder's tokenizer as byte-level BPE whatever class was
     saved; a word-level tokenizer came back encoding every prompt to no ids at all."""
-    from teamrl.models import load_tokenizer
+    from teamrl.team.models import load_tokenizer
 
     tok = gpu_check.word_tokenizer(300)
     assert len(tok) == 300

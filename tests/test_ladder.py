@@ -14,7 +14,7 @@ import pytest
 from conftest import tiny_overrides
 
 from teamrl.config import load_config
-from teamrl.envs.base import make_task
+from teamrl.tasks.registry import make_task
 from teamrl.tasks.toy import first_char_hits
 from teamrl.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""The fused LoRA linear (teamrl.algorithms.lora_linear): y = x W^T + b + s (x A^T) B^T as one
+"""The fused LoRA linear (teamrl.update.lora_linear): y = x W^T + b + s (x A^T) B^T as one
 autograd node. Its values and gradients by hand, by gradcheck, against PEFT on a whole model,
 where it must not fuse, and one update with it equal to one update without it."""
 
@@ -9,11 +9,11 @@ import torch
 from conftest import tiny_overrides
 from exactness import SGD, assert_same_update, snapshot
 
-from teamrl.algorithms import lora_linear as ll
-from teamrl.algorithms.advantages import compute_advantages
 from teamrl.config import load_config
-from teamrl.models import load_model
+from teamrl.credit.advantages import compute_advantages
+from teamrl.team.models import load_model
 from teamrl.trainer import Trainer
+from teamrl.update import lora_linear as ll
 
 
 def test_values_and_gradients_by_hand():

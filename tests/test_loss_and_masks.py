@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from teamrl.algorithms.losses import collate, kl_penalty, policy_loss, token_logprobs
 from teamrl.generation.hf import generate, sample_tokens
 from teamrl.generation.types import Request
 from teamrl.sample import Sample
+from teamrl.update.losses import collate, kl_penalty, policy_loss, token_logprobs
 
 EOS, PAD = 2, 0
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from teamrl.algorithms.advantages import (
+from teamrl.algorithms.magrpo_tree import joint_rollout
+from teamrl.credit.advantages import (
     advantage_warnings,
     baseline_advantages,
     compute_advantages,
@@ -17,7 +18,6 @@ from teamrl.algorithms.advantages import (
 from teamrl.envs.functional import FunctionEnv
 from teamrl.generation import Generation
 from teamrl.rollout.common import RewardError
-from teamrl.rollout.joint_tree import joint_rollout
 from teamrl.sample import Sample
 
 

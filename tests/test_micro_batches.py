@@ -14,13 +14,13 @@ import torch
 from conftest import tiny_overrides
 from exactness import SGD, assert_same_update, snapshot
 
-import teamrl.algorithms.update as update_mod
-from teamrl.algorithms.advantages import compute_advantages
-from teamrl.algorithms.micro_batches import by_prompt, forward_tokens, micro_batches, oversized
+import teamrl.update.policy as update_mod
 from teamrl.config import ConfigError, load_config
+from teamrl.credit.advantages import compute_advantages
 from teamrl.preflight import micro_batch_bytes, micro_batch_tokens
 from teamrl.sample import Sample
 from teamrl.trainer import Trainer
+from teamrl.update.micro_batches import by_prompt, forward_tokens, micro_batches, oversized
 
 
 def sample(prompt: list[int], completion: int, agent: str = "a") -> Sample:

@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-import teamrl.models as models
+import teamrl.team.models as models
 from teamrl.config import ConfigError, load_config
-from teamrl.models import load_model, load_tokenizer
-from teamrl.team import Team
+from teamrl.team.models import load_model, load_tokenizer
+from teamrl.team.policies import Team
 
 
 def test_a_saved_local_folder_loads_by_path_with_identical_weights_and_logits(tmp_path):

@@ -10,8 +10,8 @@ import torch
 from conftest import tiny_overrides
 
 from teamrl.cli import main
+from teamrl.commands.play import load_run
 from teamrl.config import load_config
-from teamrl.play import load_run
 from teamrl.tasks.toy import digit_fraction
 from teamrl.trainer import Trainer
 

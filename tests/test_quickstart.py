@@ -1,11 +1,11 @@
-"""make demo (``teamrl.quickstart``): its held-out report and its one-line verdict."""
+"""make demo (``teamrl.commands.quickstart``): its held-out report and its one-line verdict."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import tiny_writers
 
-from teamrl import quickstart
+from teamrl.commands import quickstart
 
 
 def test_verdict_says_rose_only_when_the_interval_of_the_change_excludes_zero():

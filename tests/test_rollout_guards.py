@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import torch
 
+from teamrl.algorithms.at_grpo_tree import agent_turn_rollout
+from teamrl.algorithms.magrpo_tree import joint_rollout
 from teamrl.envs.base import Step
 from teamrl.envs.functional import FunctionEnv
-from teamrl.rollout.at_tree import agent_turn_rollout
 from teamrl.rollout.common import EnvRunner, RewardError, as_reward
-from teamrl.rollout.joint_tree import joint_rollout
 from tests.test_at_grpo import ScriptedTeam as TurnTeam
 from tests.test_magrpo_tree import ScriptedTeam as JointTeam
 
@@ -123,7 +123,7 @@ import signal, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from teamrl.envs.functional import FunctionEnv
-from teamrl.rollout.joint_tree import joint_rollout
+from teamrl.algorithms.magrpo_tree import joint_rollout
 from tests.test_magrpo_tree import ScriptedTeam
 
 first = threading.Lock()
@@ -168,8 +168,8 @@ def test_ctrl_c_ends_a_two_worker_run_with_a_hung_reward():
 
 def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch):
     from teamrl.config import EnvConfig, load_config
-    from teamrl.envs.base import task_from_config
     from teamrl.tasks import run_program as rp
+    from teamrl.tasks.registry import task_from_config
 
     seen = {}
     monkeypatch.setattr("teamrl.sandbox.run_python", lambda code, **kw: seen.update(kw))

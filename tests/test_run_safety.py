@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import tiny_overrides
 
-from teamrl import run_files
 from teamrl.cli import main as cli_main
 from teamrl.config import load_config
-from teamrl.interrupt import StopRequest
-from teamrl.logging import RunLogger
-from teamrl.run_files import RunError, RunLock
+from teamrl.run import files as run_files
+from teamrl.run.files import RunError, RunLock
+from teamrl.run.interrupt import StopRequest
+from teamrl.run.logging import RunLogger
 from teamrl.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_a_second_trainer_is_refused_naming_the_holder(tmp_path, capsys):
 
 def test_a_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
     run = tmp_path / "stale"
-    code = f"from teamrl.run_files import RunLock; RunLock({str(run)!r}).acquire(); import os; os.kill(os.getpid(), 9)"
+    code = f"from teamrl.run.files import RunLock; RunLock({str(run)!r}).acquire(); import os; os.kill(os.getpid(), 9)"
     subprocess.run([sys.executable, "-c", code], env=child_env(), timeout=120)
     dead = json.loads((run / ".lock").read_text())["pid"]
     assert dead != os.getpid()
@@ -240,7 +240,7 @@ def test_an_empty_or_partial_newest_checkpoint_is_skipped_in_one_line(tmp_path, 
 
 
 def test_eval_and_play_skip_an_empty_checkpoint_and_an_explicit_one_is_one_line(tmp_path, capsys):
-    from teamrl import checkpoints
+    from teamrl.run import checkpoints
 
     _, run = trained_run(tmp_path, 1)
     (run / "checkpoints" / "step-5").mkdir()

@@ -6,7 +6,7 @@ import pytest
 from test_code import HE_ROW, MBPP_ROW, _cc_row, _write_jsonl
 
 from teamrl.config import BUILTIN_CONFIGS, load_config
-from teamrl.envs.base import task_from_config
+from teamrl.tasks.registry import task_from_config
 from teamrl.trainer import Trainer
 
 SHIPPED = sorted(p.stem for p in BUILTIN_CONFIGS.glob("*.yaml"))

@@ -1,14 +1,20 @@
-"""What a step holds (teamrl/step_shape.py) and which agents each policy serves
-(teamrl/policy_map.py), counted by hand; every recipe answers with its algorithm's shape."""
+"""What a step holds (teamrl/config/step_shape.py) and which agents each policy serves
+(teamrl/config/policy_map.py), counted by hand; every recipe answers with its algorithm's shape."""
 
 from __future__ import annotations
 
 from conftest import tiny_overrides
 
+from teamrl.algorithms.registry import RECIPES
 from teamrl.config import load_config
-from teamrl.policy_map import adapters_per_model, base_of, model_copies, policy_agents, uses_lora
-from teamrl.recipes import RECIPES
-from teamrl.step_shape import SHAPES, StepShape, step_shape
+from teamrl.config.policy_map import (
+    adapters_per_model,
+    base_of,
+    model_copies,
+    policy_agents,
+    uses_lora,
+)
+from teamrl.config.step_shape import SHAPES, StepShape, step_shape
 
 
 def cfg(**extra):

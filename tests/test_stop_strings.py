@@ -12,7 +12,7 @@ from teamrl.generation import fast_decode
 from teamrl.generation.hf import generate
 from teamrl.generation.hf_backend import HFBackend
 from teamrl.generation.types import Request
-from teamrl.models import load_model
+from teamrl.team.models import load_model
 
 PROMPTS = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]
 
@@ -106,7 +106,7 @@ def test_the_hf_backend_decodes_with_the_engines_tokenizer():
 
 
 def test_agent_stop_strings_reach_the_request_and_empty_ones_are_refused():
-    from teamrl.team import Team
+    from teamrl.team.policies import Team
 
     with pytest.raises(ConfigError, match=r"team.agents\[concise\].stop: expected non-empty"):
         load_config("quickstart", ["team.agents.0.stop=['']"])

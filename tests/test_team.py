@@ -8,7 +8,7 @@ import pytest
 from conftest import tiny_overrides
 
 from teamrl.config import load_config
-from teamrl.team import Team, cut_at_stop, is_adapter_param
+from teamrl.team.policies import Team, cut_at_stop, is_adapter_param
 
 
 def test_is_adapter_param_matches_peft_lora_names_only():
@@ -40,9 +40,9 @@ def test_lora_agents_named_like_modules_keep_the_base_frozen(names):
 
 
 def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees():
+    from teamrl.algorithms.magrpo_tree import joint_rollout
     from teamrl.envs.base import Task
     from teamrl.envs.functional import FunctionEnv
-    from teamrl.rollout.joint_tree import joint_rollout
 
     seen: list[str] = []
 

@@ -65,7 +65,7 @@ def test_lora_isolation(tmp_path, algorithm):
     assert tr.team.policies["bob"].model is model  # one base for both agents
     before = snapshot(model)
     result = tr.rollout(tr.data.next(1))
-    from teamrl.algorithms.advantages import compute_advantages
+    from teamrl.credit.advantages import compute_advantages
 
     compute_advantages(result.samples)
     alice = [s for s in result.samples if s.agent == "alice"]
@@ -158,7 +158,7 @@ def test_separate_heterogeneous_team_and_multi_turn_cross(tmp_path):
 
 
 def test_nan_loss_is_an_error_or_counted(tmp_path, monkeypatch):
-    import teamrl.algorithms.update as update_mod
+    import teamrl.update.policy as update_mod
 
     real = update_mod.policy_loss
 
@@ -208,7 +208,7 @@ def test_yaml_scientific_floats_and_shipped_names_load():
 
 
 def test_eval_without_an_eval_split_says_it_uses_training_prompts(tmp_path):
-    from teamrl.envs.base import make_task
+    from teamrl.tasks.registry import make_task
 
     task = make_task("digits")
     cfg = load_config(None, tiny_overrides(**{"eval.num_examples": 2}))
@@ -336,7 +336,7 @@ def test_sgd_optimizer_steps_by_minus_lr_times_the_gradient():
     # lr * g / |g| = 0.25 for both entries.
     from types import SimpleNamespace
 
-    from teamrl.optim import make_optimizer
+    from teamrl.team.optim import make_optimizer
 
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     pol = SimpleNamespace(name="p", agents=["alice", "bob"], parameters=lambda: [w])

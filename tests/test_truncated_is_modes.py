@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
-from teamrl.algorithms.importance import MODES, importance_weights, mismatch_stats
 from teamrl.config import AlgorithmConfig, load_config
+from teamrl.update.importance import MODES, importance_weights, mismatch_stats
 
 LENGTHS = (4, 16, 48)
 # 0.9^4, 0.9^16, 0.9^48, multiplied out by hand

@@ -16,14 +16,14 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-import teamrl.algorithms.update as update_mod
-from teamrl.algorithms.losses import collate, policy_loss, score_tokens
-from teamrl.algorithms.update import update_policy
+import teamrl.update.policy as update_mod
 from teamrl.cli import main
 from teamrl.config import ConfigError, load_config
 from teamrl.sample import Sample
-from teamrl.team import Engine, Policy
+from teamrl.team.policies import Engine, Policy
 from teamrl.trainer import Trainer
+from teamrl.update.losses import collate, policy_loss, score_tokens
+from teamrl.update.policy import update_policy
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
 PAD, TOP_P = 3, 0.7

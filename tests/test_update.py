@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_overrides
 
-import teamrl.algorithms.update as update_mod
+import teamrl.update.policy as update_mod
 from teamrl.config import load_config
 from teamrl.trainer import Trainer
 

@@ -17,7 +17,7 @@ import torch
 
 from teamrl.config import GenerationConfig
 from teamrl.generation.types import EngineSpec, Request
-from teamrl.models import load_model, load_tokenizer
+from teamrl.team.models import load_model, load_tokenizer
 
 
 def fingerprint(model: torch.nn.Module) -> int:

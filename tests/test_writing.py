@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from teamrl.envs.base import clone, make_task, registered_tasks
+from teamrl.envs.base import clone
+from teamrl.tasks.registry import make_task, registered_tasks
 from teamrl.tasks.writing.data import load_arxiv, load_tldr, offline_texts
 from teamrl.tasks.writing.reward import (
     WritingRewardConfig,

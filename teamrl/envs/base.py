@@ -1,4 +1,4 @@
-"""The environment protocol and the task registry.
+"""The environment protocol, and the table ``@register_task`` fills.
 
 An environment is a multi-agent *text* environment in the style of PettingZoo Parallel:
 dicts keyed by agent name, with terminations and truncations kept separate.
@@ -12,17 +12,18 @@ already show the actions that earlier agents committed in the same turn.
 
 Tree rollouts need to branch the state: ``clone(env)`` returns an independent copy
 (``env.clone()`` if the env defines it, else ``copy.deepcopy``).
+
+``register_task`` only records a builder under a name; finding a task by name (the builtin
+families imported first) and building it from a config is ``teamrl.tasks.registry``'s job, one
+floor up, so that the protocol imports no task.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
-
-from teamrl.config import ConfigError, EnvConfig, check_max_turns
 
 
 @dataclass
@@ -102,52 +103,7 @@ def register_task(name: str, description: str) -> Callable:
     return wrap
 
 
-def registered_tasks() -> dict[str, str]:
-    """{name: description} of every registered task (what ``teamrl envs`` prints)."""
-    _import_builtin_tasks()
-    return {name: desc for name, (_, desc) in sorted(_REGISTRY.items())}
-
-
-def make_task(name: str, **kwargs: Any) -> Task:
-    """The registered task ``name`` built with ``kwargs`` (a config's env.kwargs)."""
-    builder = _builder(name)
-    try:
-        return builder(**kwargs)
-    except TypeError as err:
-        raise ConfigError(f"env.kwargs for task {name!r}: {err}") from err
-
-
-def task_from_config(env: EnvConfig) -> Task:
-    """The task a config's ``env`` section describes.
-
-    A builder that takes ``max_turns`` gets ``env.max_turns`` (unless env.kwargs sets the same
-    value), so the env's own horizon (its "turn k of n" prompts, its truncation) is the one the
-    rollout stops at.
-    """
-    from teamrl.tasks.run_program import set_isolation  # here: envs import no task at load
-
-    check_max_turns(env)
-    set_isolation(env.sandbox_isolation)  # every model-written program of this run
-    kwargs = dict(env.kwargs)
-    if "max_turns" in inspect.signature(_builder(env.name)).parameters:
-        kwargs["max_turns"] = env.max_turns
-    return make_task(env.name, **kwargs)
-
-
-def _builder(name: str) -> Callable[..., Task]:
-    _import_builtin_tasks()
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        raise ConfigError(f"env.name: unknown task {name!r}; known tasks: {known}")
-    return _REGISTRY[name][0]
-
-
-def _import_builtin_tasks() -> None:
-    # Importing the modules runs their @register_task decorators.
-    import importlib
-    import pkgutil
-
-    import teamrl.tasks as pkg
-
-    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.tasks."):
-        importlib.import_module(mod.name)
+def registered_builders() -> dict[str, tuple[Callable[..., Task], str]]:
+    """{name: (builder, description)} of the tasks registered so far (a copy). The builtin
+    families register when ``teamrl.tasks.registry`` imports them."""
+    return dict(_REGISTRY)

@@ -39,7 +39,7 @@ class EngineSpec:
     tokenizer: Any
     eos_ids: list[int]
     pad_id: int
-    model_path: str  # local HF folder (teamrl.models.resolve) or hub id of the base weights
+    model_path: str  # local HF folder (teamrl.team.models.resolve) or hub id of the base weights
     dtype: str  # "float32" | "bfloat16" | "float16"
     device: str  # "cpu", "cuda", "cuda:1"...
     adapters: list[str]  # LoRA adapter names living in `model` ([] when no LoRA)

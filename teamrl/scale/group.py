@@ -8,7 +8,7 @@
     RemoteBackend  = the group behind the generation ``Backend`` seam: the requests of one
                      call are sharded across the workers (round robin) and gathered in order
     RemotePolicy   = a Policy stand-in: ``remote_update`` (every rank gets all the samples and
-                     works on its shard, see teamrl.algorithms.update), and the weights (as
+                     works on its shard, see teamrl.update.policy), and the weights (as
                      the standard files a one-process run writes), optimizer and scheduler
                      states that checkpoints read (rank 0) and restore (every rank)
 
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import torch
 
 from teamrl.config import Config, ConfigError, to_dict
-from teamrl.models import resolve
 from teamrl.scale.placement import GroupPlan, placement_plan
 from teamrl.scale.requires import require_ray
 from teamrl.scale.worker import PolicyWorker
-from teamrl.team import Team
+from teamrl.team.models import resolve
+from teamrl.team.policies import Team
 
 # Settings a worker process takes from the controller (an offline hub, the builtin model cache).
 _ENV_KEYS = ("HF_HUB_OFFLINE", "TEAMRL_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM")
@@ -278,7 +278,7 @@ class RemotePolicy:
         self.group._call("apply_schedule", self.name, lr, cfg)
 
     def hidden_at(self, jobs: list, device) -> list:
-        """Rank 0's last hidden states for the controller's critics (``teamrl.critics``)."""
+        """Rank 0's last hidden states for the controller's critics (``teamrl.credit.critics``)."""
         ray = require_ray()
         feats = self.group._call("hidden_at", self.name, ray.put(jobs), ranks=[0])[0]
         return [f.to(device) for f in feats]

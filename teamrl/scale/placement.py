@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from teamrl.config import Config, ConfigError
-from teamrl.policy_map import base_of, policy_agents, shares_a_base
+from teamrl.config.policy_map import base_of, policy_agents, shares_a_base
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Each worker of a group wraps its policy model with torch's ``fully_shard``, per 
 and then the whole model, over the group's process group: every parameter (a LoRA adapter's and
 the frozen base's alike), its gradient and its optimizer state live 1/W on each of the W
 workers, and a layer's full weights exist only while it runs. The update is the data-parallel
-one of ``teamrl.algorithms.update`` with three changes:
+one of ``teamrl.update.policy`` with three changes:
 
 - FSDP reduce-scatters the gradients itself, as a mean over the ranks; each rank's loss is its
   share of one global sum, so the rank scales its loss by W and the mean gives the sum back (no
@@ -100,7 +100,7 @@ def scatter_from(replica: torch.nn.Module, sharded: torch.nn.Module) -> None:
 def shard_team(team, cfg, world_size: int, device: str) -> dict:
     """Shard every model of a worker's team; return {policy: a Policy view of its replica}
     (what checkpoints, exports and critics read). Each engine then samples from its replica."""
-    from teamrl.policy_weights import fingerprint_of
+    from teamrl.team.weights import fingerprint_of
 
     replicas = {}
     for engine in team.engines():

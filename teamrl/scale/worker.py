@@ -31,10 +31,10 @@ class PolicyWorker:
         import dataclasses
 
         from teamrl.config import Config, from_dict
-        from teamrl.optim import make_optimizer
+        from teamrl.run.seeding import set_seed
         from teamrl.scale.cpu_malloc import set_mmap_threshold, threshold_kib
-        from teamrl.seeding import set_seed
-        from teamrl.team import Team
+        from teamrl.team.optim import make_optimizer
+        from teamrl.team.policies import Team
 
         device = self.ctx.device
         cfg = from_dict(Config, cfg_data)
@@ -80,7 +80,7 @@ class PolicyWorker:
     def describe(self) -> dict:
         """What the controller needs to know: process, node, the engine's EOS token ids and
         its base weights' fingerprint (``base_model.json``, ``team.yaml``)."""
-        from teamrl.policy_weights import fingerprint_of
+        from teamrl.team.weights import fingerprint_of
 
         engine = self.team.engines()[0] if self.team is not None else None
         return {
@@ -117,8 +117,8 @@ class PolicyWorker:
 
     def update(self, policy: str, samples: list, cfg, step: int, max_completion_length: int):
         """One data-parallel update of ``policy`` (every rank gets all its samples; see
-        ``teamrl.algorithms.update``). ``cfg`` is the controller's config."""
-        from teamrl.algorithms.update import update_policy
+        ``teamrl.update.policy``). ``cfg`` is the controller's config."""
+        from teamrl.update.policy import update_policy
 
         pol = self.team.policies[policy]
         return update_policy(
@@ -127,9 +127,9 @@ class PolicyWorker:
 
     def hidden_at(self, policy: str, jobs: list) -> list:
         """(rank 0) The policy's last hidden states at the given positions, on the CPU: what
-        the controller's critics read (``teamrl.critics.hidden_at``; every rank holds the
+        the controller's critics read (``teamrl.credit.critics.hidden_at``; every rank holds the
         same weights, so one answers)."""
-        from teamrl.critics import hidden_at
+        from teamrl.credit.critics import hidden_at
 
         pol = self.views.get(policy) or self.team.policies[policy]  # sharded: the replica
         return [h.cpu() for h in hidden_at(pol, jobs, pol.model.device)]
@@ -169,13 +169,13 @@ class PolicyWorker:
     def save_optimizer(self, policy: str, folder: str) -> None:
         """(every rank) The sharded optimizer state, each rank its shards, into ``folder``
         (torch.distributed.checkpoint; on a shared filesystem across nodes)."""
-        from teamrl.checkpoints import save_optimizer
+        from teamrl.run.checkpoints import save_optimizer
 
         pol = self.team.policies[policy]
         save_optimizer(pol.model, pol.optimizer, folder)
 
     def load_optimizer(self, policy: str, folder: str) -> None:
-        from teamrl.checkpoints import load_optimizer
+        from teamrl.run.checkpoints import load_optimizer
 
         pol = self.team.policies[policy]
         load_optimizer(pol.model, pol.optimizer, folder)
@@ -193,8 +193,8 @@ class PolicyWorker:
 
     def apply_schedule(self, policy: str, lr: float, cfg) -> None:
         """After a checkpoint load: follow the controller's config (``checkpoints``)."""
-        from teamrl.checkpoints import apply_schedule
-        from teamrl.optim import lr_lambda
+        from teamrl.run.checkpoints import apply_schedule
+        from teamrl.team.optim import lr_lambda
 
         apply_schedule(self.team.policies[policy], lr, lr_lambda(cfg), cfg)
 
@@ -205,7 +205,7 @@ class PolicyWorker:
         import tempfile
         from pathlib import Path
 
-        from teamrl.policy_weights import save_policy
+        from teamrl.team.weights import save_policy
 
         pol = self.views.get(policy) or self.team.policies[policy]  # sharded: the replica
         with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:
@@ -217,7 +217,7 @@ class PolicyWorker:
         import tempfile
         from pathlib import Path
 
-        from teamrl.policy_weights import load_policy
+        from teamrl.team.weights import load_policy
 
         pol = self.team.policies[policy]
         with tempfile.TemporaryDirectory(prefix="teamrl-weights-") as tmp:

@@ -1,4 +1,4 @@
-"""Asynchronous training on Ray (algorithm.max_staleness; teamrl/async_execution.py with a
+"""Asynchronous training on Ray (algorithm.max_staleness; teamrl/execution/asynchronous.py with a
 RayExecution learner): the generator thread samples on a second set of worker groups while the
 learner's groups update. At staleness 0 that reproduces the synchronous Ray trainer exactly
 (MAGRPO and AT-GRPO, 2 workers per group); at staleness 1 the run trains with its batches at
@@ -14,9 +14,9 @@ import torch  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
 from test_ray_run import ray_cfg  # noqa: E402
 
-from teamrl.async_execution import AsyncExecution  # noqa: E402
+from teamrl.execution.asynchronous import AsyncExecution  # noqa: E402
+from teamrl.execution.remote import RayExecution  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
-from teamrl.scale.execution import RayExecution  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
 
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}

@@ -14,7 +14,7 @@ from conftest import tiny_overrides  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
 from teamrl.config import load_config  # noqa: E402
-from teamrl.critics import critic_credit  # noqa: E402
+from teamrl.credit.critics import critic_credit  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
 

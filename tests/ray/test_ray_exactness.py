@@ -10,7 +10,7 @@ one process and two ranks (or between AVX2 and AVX-512 kernels) moves by up to l
 
 The criterion still catches real bugs: a per-rank loss denominator instead of the global one,
 or one rank's samples dropped, change the update by a large fraction of its scale (checked by
-planting both in teamrl/algorithms/update.py)."""
+planting both in teamrl/update/policy.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from conftest import tiny_overrides  # noqa: E402
 from exactness import RTOL, SGD, assert_same_update, snapshot  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
-from teamrl.algorithms.advantages import compute_advantages  # noqa: E402
 from teamrl.config import load_config  # noqa: E402
+from teamrl.credit.advantages import compute_advantages  # noqa: E402
 from teamrl.scale.group import WorkerGroup  # noqa: E402
 from teamrl.scale.placement import placement_plan  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402

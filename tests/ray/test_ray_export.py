@@ -20,9 +20,9 @@ from ray_cluster import ray_cluster  # noqa: E402, F401
 from test_ray_run import ROOT, ray_cfg  # noqa: E402
 
 from teamrl.cli import main as cli_main  # noqa: E402
-from teamrl.policy_weights import base_fingerprint  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
-from teamrl.team import Team  # noqa: E402
+from teamrl.team.policies import Team  # noqa: E402
+from teamrl.team.weights import base_fingerprint  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
 
 IDS = [5, 17, 3, 42, 8, 9, 11]

@@ -22,10 +22,10 @@ from test_ray_run import cli, metrics, ray_cfg, weights  # noqa: E402
 
 from teamrl.cli import main as cli_main  # noqa: E402
 from teamrl.config import dump_config, load_config  # noqa: E402
-from teamrl.models import resolve  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.scale.placement import placement_plan  # noqa: E402
-from teamrl.team import Team  # noqa: E402
+from teamrl.team.models import resolve  # noqa: E402
+from teamrl.team.policies import Team  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
 
 

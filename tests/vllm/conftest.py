@@ -28,8 +28,8 @@ def small_engine_config(**extra):
 
 
 def engine_spec(model, adapters=(), lora_r=0, targets=()):
-    from teamrl import models
     from teamrl.generation.backend import EngineSpec
+    from teamrl.team.policies import models
 
     tok = models.load_tokenizer(MODEL)
     return EngineSpec(
@@ -48,7 +48,7 @@ def engine_spec(model, adapters=(), lora_r=0, targets=()):
 
 
 def chat_prompt(text: str) -> list[int]:
-    from teamrl import models
+    from teamrl.team.policies import models
 
     tok = models.load_tokenizer(MODEL)
     ids = tok.apply_chat_template(
@@ -88,6 +88,6 @@ def hf_greedy(model, prompt, max_new_tokens, eos_ids) -> list[int]:
 
 @pytest.fixture(scope="session")
 def base_model():
-    from teamrl import models
+    from teamrl.team.policies import models
 
     return models.load_model(MODEL).eval()

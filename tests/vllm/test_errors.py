@@ -60,8 +60,8 @@ def test_too_small_a_cache_names_the_knobs(base_model):
 
 
 def test_a_model_vllm_cannot_run_is_named():
-    from teamrl import models
     from teamrl.generation.vllm import VLLMBackend
+    from teamrl.team.policies import models
 
     tiny = models.load_model("tiny-llama")  # head_dim 16: no CPU attention kernel in vLLM
     spec = engine_spec(tiny)

@@ -20,8 +20,8 @@ TOL = 2e-3
 
 @pytest.fixture(scope="module")
 def full_engine():
-    from teamrl import models
     from teamrl.generation.vllm import VLLMBackend
+    from teamrl.team.policies import models
 
     model = models.load_model("smollm2-135m").eval()
     backend = VLLMBackend(small_engine_config(), engine_spec(model))

@@ -32,8 +32,8 @@ def _randomise(model, adapter: str, seed: int, scale: float = 0.2) -> None:
 def lora_engine():
     from peft import LoraConfig, get_peft_model
 
-    from teamrl import models
     from teamrl.generation.vllm import VLLMBackend
+    from teamrl.team.policies import models
 
     model = models.load_model("smollm2-135m")
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, lora_dropout=0.0)

@@ -52,7 +52,7 @@ def _overrides(policies: str, algorithm: str, top_p: float = 1.0) -> list[str]:
 def _run(tmp_path, monkeypatch, overrides):
     """Train; return (trainer, history, what vLLM returned, the (old, q, mask) the IS saw,
     the weights_changed calls)."""
-    import teamrl.algorithms.update as update
+    import teamrl.update.policy as update
     from teamrl.config import load_config
     from teamrl.trainer import Trainer
 

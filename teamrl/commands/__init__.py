@@ -1,0 +1,1 @@
+"""The commands beside ``teamrl train``: ``play``, ``plot`` and the ``quickstart`` demo."""

@@ -1,0 +1,29 @@
+"""The config sections around a run's training: evaluation during training, and logging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from teamrl.config.fields import _f
+
+
+@dataclass
+class EvalConfig:
+    eval_steps: int = _f(0, "Evaluate every K steps (0 = never), plus before the first step.")
+    num_examples: int = _f(8, "Held-out examples per evaluation.")
+    greedy: bool = _f(True, "Greedy decoding in evaluation.")
+
+
+@dataclass
+class LogConfig:
+    output_dir: str = _f("runs", "Parent folder of run folders.")
+    save_steps: int = _f(50, "Checkpoint every K steps (0: at the end only; SIGTERM also saves).")
+    overwrite: bool = _f(
+        False, "Start afresh in a run folder that already holds a run (else it is an error)."
+    )
+    save_total_limit: int | None = _f(2, "Keep at most this many checkpoints (None = all).")
+    num_completions_to_log: int = _f(2, "Completions per step written to samples.jsonl.")
+    progress_bar: bool = _f(True, "Show a tqdm progress bar.")
+    tensorboard: bool = _f(False, "Also log to TensorBoard (needs `tensorboard`).")
+    wandb: bool = _f(False, "Also log to Weights & Biases (needs `wandb`).")
+    wandb_project: str = _f("teamrl", "wandb project.")

@@ -1,0 +1,425 @@
+"""Critics for actor-critic teams: ``algorithm.critic`` iac | maac, on MAGRPO's joint tree or
+AT-GRPO's agent-turn tree.
+
+A critic here is a linear value head, V(s) = w . h(s) + b, over the last hidden state h of a
+policy's model (the policy as it is when the step's rollout was sampled, its adapter active):
+
+- **IAC** (independent actor-critic): one head per agent, on its own policy, reading its own
+  prompt: V_a(o_a). At token level the head also reads the hidden state that predicts each
+  completion token, so token k's value is V_a(o_a, y_<k).
+- **MAAC** (multi-agent actor-critic, centralised critic): one head, on the first agent's
+  policy, reading every agent's observation of the state at once (``joint_observation``):
+  V(o_1, ..., o_N), the same for every agent of a joint-tree node. On an agent-turn tree
+  the state changes as each agent acts, so each (turn, agent) node has its own central value
+  (of every agent's observation before that agent acted, and the acting agent's name, whose
+  credit it values), credited to the acting agent.
+
+The trunk is not trained by the critic: the heads regress on features taken once per step,
+before the policies update, so the value loss never moves a policy and needs no coefficient
+against the policy loss (CoMLRL's shared-head mode trains the trunk too; docs/algorithms/iac.md
+says why teamrl does not). A head starts at zero, V = 0, so the first step's advantage is the
+return itself (REINFORCE), and the critic takes over as it learns.
+
+Per trainer step: ``critic_credit`` (features, values, GAE advantages on the tree,
+``teamrl.credit.critic_credit``) before the policy updates, ``fit_critics`` after them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from teamrl.algorithms.magrpo_tree import agent_credit, walk
+from teamrl.config import Config
+from teamrl.credit.critic_credit import (
+    chain_critic_advantages,
+    critic_advantages,
+    scale_critic_advantages,
+)
+from teamrl.credit.gae import explained_variance, value_loss
+from teamrl.rollout.common import RolloutResult
+from teamrl.team.policies import Policy, Team
+
+CENTRAL = "central"  # the MAAC critic's name
+CHUNK = 16  # sequences per feature forward
+
+
+VAR_FLOOR = 1e-2  # the normalisation's variance never goes below (MAPPO's floor): std >= 0.1
+
+
+@dataclass
+class ValueNorm:
+    """Running mean and std of a critic's value targets (``algorithm.critic_value_norm``).
+
+    Per trainer step, with the step's targets G and decay d (debiased as Adam's moments, so the
+    first step's estimate is that step's own mean, not (1 - d) of it):
+
+        m <- d m + (1 - d) mean(G),   q <- d q + (1 - d) mean(G^2),   w <- d w + (1 - d)
+        mean = m / w,   std = sqrt(max(q / w - mean^2, VAR_FLOOR))
+
+    Before any step (w = 0) it is the identity: mean 0, std 1."""
+
+    decay: float
+    m: float = 0.0
+    q: float = 0.0
+    w: float = 0.0
+
+    def update(self, targets: torch.Tensor) -> None:
+        g = targets.double()
+        d = self.decay
+        self.m = d * self.m + (1 - d) * float(g.mean())
+        self.q = d * self.q + (1 - d) * float((g * g).mean())
+        self.w = d * self.w + (1 - d)
+
+    @property
+    def mean(self) -> float:
+        return self.m / self.w if self.w > 0 else 0.0
+
+    @property
+    def std(self) -> float:
+        if self.w == 0:
+            return 1.0
+        return max(self.q / self.w - self.mean**2, VAR_FLOOR) ** 0.5
+
+    def state(self) -> dict:
+        return {"decay": self.decay, "m": self.m, "q": self.q, "w": self.w}
+
+
+@dataclass
+class Critic:
+    name: str  # the agent it values (IAC), or CENTRAL (MAAC)
+    policy: str  # the policy whose last hidden state it reads
+    head: torch.nn.Linear
+    optimizer: torch.optim.Optimizer
+    norm: ValueNorm | None = None  # with algorithm.critic_value_norm
+
+    def outputs(self, features: torch.Tensor) -> torch.Tensor:
+        """The head's raw outputs (normalised units under value normalisation), (N,)."""
+        return self.head(features).squeeze(-1)
+
+    def values(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Values from raw outputs: mean + std * output, or the outputs themselves."""
+        if self.norm is None:
+            return outputs
+        return self.norm.mean + self.norm.std * outputs
+
+
+@dataclass
+class CriticBatch:
+    """One step's regression data per critic: features, value targets, the values the
+    advantages used (the value loss clips around them)."""
+
+    features: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N, H)
+    targets: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+    old_values: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+    # the head's raw outputs behind old_values (normalised units under value normalisation):
+    # what the clipped value loss holds the new outputs near
+    old_outputs: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+
+
+def critic_name(cfg: Config, agent: str) -> str:
+    return agent if cfg.algorithm.critic == "iac" else CENTRAL
+
+
+def build_critics(team: Team, cfg: Config) -> dict[str, Critic]:
+    """The run's critics ({} when ``algorithm.critic`` is 'none'), heads at zero."""
+    a = cfg.algorithm
+    if a.critic == "none":
+        return {}
+    agents = list(team.agents)
+    names = agents if a.critic == "iac" else [CENTRAL]
+    critics = {}
+    for name in names:
+        pol = team.policies[team.policy_of[name if a.critic == "iac" else agents[0]]]
+        # a Ray policy's model lives on its workers, which reported its width
+        hidden = int(
+            pol.model.config.hidden_size if pol.model is not None else pol.engine.hidden_size
+        )
+        head = torch.nn.Linear(hidden, 1, device=team.device, dtype=torch.float32)
+        torch.nn.init.zeros_(head.weight)
+        torch.nn.init.zeros_(head.bias)
+        opt = torch.optim.AdamW(head.parameters(), lr=a.critic_learning_rate, weight_decay=0.0)
+        norm = ValueNorm(a.critic_value_norm_decay) if a.critic_value_norm else None
+        critics[name] = Critic(name, pol.name, head, opt, norm)
+    return critics
+
+
+def joint_observation(
+    observations: dict[str, str], agents: list[str], acting: str | None = None
+) -> str:
+    """What the central critic reads: every agent's observation, tagged with its name, in the
+    team's order. A turn-taking env may show only some agents their state at a node (the one
+    about to act): the others are left out rather than invented.
+
+    ``acting`` (AT-GRPO's agent-turn nodes) closes the text with the agent whose credit the
+    value is for. Each node's credit is that agent's own (alpha * team + its local reward), so
+    two agents' nodes of one turn can have returns of different scale (Plan-Path: a failed
+    plan about -12, a correct tool call about +10). Without the tag both nodes end with the same
+    observation, the head reads nearly the same last hidden state, and fits the mean of the two:
+    a baseline off by the same amount, with opposite signs, for both agents (measured:
+    docs/results.md, the Plan-Path credit table)."""
+    text = "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents if a in observations)
+    return text if acting is None else f"{text}\n\n[value for: {acting}]"
+
+
+@torch.no_grad()
+def hidden_at(
+    pol: Policy, jobs: list[tuple[list[int], list[int]]], device: torch.device
+) -> list[torch.Tensor]:
+    """For each (token ids, positions): the policy's last hidden state at those positions,
+    (len(positions), H) float32. Right-padded batches: a causal model's real positions never
+    see the pads after them."""
+    pol.activate()
+    model, pad = pol.model, pol.engine.pad_id
+    was_training = model.training
+    model.eval()  # no dropout in the features
+    out: list[torch.Tensor] = []
+    try:
+        for i in range(0, len(jobs), CHUNK):
+            part = jobs[i : i + CHUNK]
+            width = max(len(ids) for ids, _ in part)
+            ids = torch.full((len(part), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            for r, (seq, _) in enumerate(part):
+                ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                mask[r, : len(seq)] = 1
+            res = model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                output_hidden_states=True,
+                use_cache=False,
+                logits_to_keep=1,  # the values need no vocabulary projection
+            )
+            h = res.hidden_states[-1].float()
+            out.extend(h[r, pos] for r, (_, pos) in enumerate(part))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def critic_credit(
+    team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config
+) -> tuple[CriticBatch, dict[str, float]]:
+    """Every sample's advantage from the critics (written in place) and the regression data,
+    on the step's joint trees (MAGRPO, ``result.roots``) or agent-turn trees (AT-GRPO,
+    ``result.turn_nodes``)."""
+    a = cfg.algorithm
+    agents = list(team.agents)
+    token = a.critic_level == "token"
+    on_chains = bool(result.turn_nodes)  # AT-GRPO's rollout; MAGRPO's fills result.roots
+
+    def state_key(agent: str, node) -> Hashable:
+        if on_chains:  # a (turn, agent) node is one state: its agent's, or the team's (MAAC)
+            return ("state", critic_name(cfg, node.agent), node.slot, node.turn, node.agent)
+        return ("state", critic_name(cfg, agent), node.slot, node.node_id)
+
+    # 1. What each critic reads: every state (and at token level every token) of the trees.
+    jobs: dict[str, dict[Hashable, tuple[list[int], list[int]]]] = {n: {} for n in critics}
+    owner: dict[Hashable, str] = {}  # regression key -> critic
+    for ag, node, samples in _states(result, agents, on_chains):
+        name = critic_name(cfg, ag)
+        key = state_key(ag, node)
+        if key in jobs[name]:
+            continue  # MAAC on a joint tree: one state for every agent
+        if name == CENTRAL:
+            tok = team.policies[critics[name].policy].engine.tokenizer
+            # on a chain, the node's value is its acting agent's credit: name the agent
+            text = joint_observation(node.observations, agents, node.agent if on_chains else None)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = list(samples[0].prompt_ids)  # a node's samples share it
+        jobs[name][key] = (ids, [len(ids) - 1])
+        if token:
+            for s in samples:
+                seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+                first = len(s.prompt_ids) - 1
+                positions = list(range(first, first + len(s.completion_ids)))
+                jobs[name][("tokens", id(s))] = (seq, positions)
+
+    # 2. Features and values, one batched no-grad pass per critic.
+    features: dict[Hashable, torch.Tensor] = {}
+    values: dict[Hashable, float] = {}
+    outputs: dict[Hashable, float] = {}
+    for name, c in critics.items():
+        keys = list(jobs[name])
+        pol, todo = team.policies[c.policy], [jobs[name][k] for k in keys]
+        remote = getattr(pol, "hidden_at", None)  # a Ray policy: rank 0 of its worker group
+        feats = remote(todo, team.device) if remote else hidden_at(pol, todo, team.device)
+        with torch.no_grad():
+            for k, f in zip(keys, feats):
+                out = c.outputs(f)
+                o, v = out.tolist(), c.values(out).tolist()
+                if k[0] == "tokens":  # one row per token: ("token", id(sample), t)
+                    for t in range(len(f)):
+                        row = ("token", k[1], t)
+                        features[row], values[row], owner[row] = f[t], v[t], name
+                        outputs[row] = o[t]
+                else:
+                    features[k], values[k], owner[k], outputs[k] = f[0], v[0], name, o[0]
+
+    # 3. GAE on the trees, then the scaling.
+    samples = [s for _, _, mine in _states(result, agents, on_chains) for s in mine]
+    gamma = critic_gamma(cfg)
+
+    def token_values(s):
+        return [values[("token", id(s), t)] for t in range(len(s.completion_ids))]
+
+    if on_chains:
+        targets = chain_critic_advantages(
+            result.turn_nodes,
+            state_value=lambda node: values[state_key(node.agent, node)],
+            state_key=lambda node: state_key(node.agent, node),
+            gamma=gamma,
+            lam=a.lam,
+            level=a.critic_level,
+            token_values=token_values,
+        )
+    else:
+        targets = critic_advantages(
+            result.roots,
+            agents,
+            state_value=lambda ag, node: values[state_key(ag, node)],
+            state_key=state_key,
+            credit=agent_credit(a.reward_per_agent, a.alpha),
+            gamma=gamma,
+            lam=a.lam,
+            level=a.critic_level,
+            token_values=token_values,
+        )
+    scale_critic_advantages(samples, a.scale_rewards)
+
+    # 4. Regression rows: one per (state or token, target).
+    rows: dict[str, tuple[list, list, list, list]] = {n: ([], [], [], []) for n in critics}
+    for key, tgts in targets.items():
+        f, g, v, o = rows[owner[key]]
+        for target in tgts:
+            f.append(features[key])
+            g.append(target)
+            v.append(values[key])
+            o.append(outputs[key])
+    batch = CriticBatch()
+    for name, (f, g, v, o) in rows.items():
+        if f:
+            batch.features[name] = torch.stack(f)
+            batch.targets[name] = torch.tensor(g, dtype=torch.float32, device=team.device)
+            batch.old_values[name] = torch.tensor(v, dtype=torch.float32, device=team.device)
+            batch.old_outputs[name] = torch.tensor(o, dtype=torch.float32, device=team.device)
+    metrics = {}
+    for ag in agents:
+        adv = [s.advantage for s in samples if s.agent == ag]
+        metrics[f"advantage/spread/{ag}"] = float(np.std(adv)) if adv else 0.0
+    return batch, metrics
+
+
+def critic_gamma(cfg: Config) -> float:
+    """The discount of the critics' GAE: ``algorithm.discount``, else the recipe's default
+    (MAGRPO's 1.0, undiscounted); a discount of None, AT-GRPO's default (a candidate judged
+    by its own reward), is gamma = 0."""
+    from teamrl.algorithms.registry import recipe_for
+
+    a = cfg.algorithm
+    discount = a.discount if a.discount is not None else recipe_for(a.name).defaults.get("discount")
+    return 0.0 if discount is None else float(discount)
+
+
+def _states(result: RolloutResult, agents: list[str], on_chains: bool):
+    """(agent, node, that agent's samples at the node) for every state of the step's trees."""
+    if on_chains:
+        for nodes in result.turn_nodes:
+            for node in nodes:
+                yield node.agent, node, node.samples
+        return
+    for root in result.roots:
+        for node in walk(root):
+            for ag in agents:
+                yield ag, node, node.samples[ag]
+
+
+def fit_critics(
+    critics: dict[str, Critic], batch: CriticBatch, cfg: Config, step: int
+) -> dict[str, float]:
+    """``num_iterations`` passes of ``train.num_mini_batches`` AdamW steps of each head on its
+    rows (seeded shuffle); logs the value loss, the explained variance of the values the
+    advantages used, and the mean value and target."""
+    a, t = cfg.algorithm, cfg.train
+    metrics: dict[str, float] = {}
+    for name, c in critics.items():
+        if name not in batch.features:
+            continue
+        feats, tgt, old = batch.features[name], batch.targets[name], batch.old_values[name]
+        ev = explained_variance(old.tolist(), tgt.tolist())
+        if np.isfinite(ev):  # undefined when every target is the same
+            metrics[f"critic/explained_variance/{name}"] = ev
+        metrics[f"critic/value/{name}"] = float(old.mean())
+        metrics[f"critic/target/{name}"] = float(tgt.mean())
+        old = batch.old_outputs[name]  # the loss runs in the head's own units
+        if c.norm is not None:  # MAPPO's order: the statistics take this step's targets first
+            c.norm.update(tgt)
+            tgt = (tgt - c.norm.mean) / c.norm.std
+            metrics[f"critic/norm_mean/{name}"] = c.norm.mean
+            metrics[f"critic/norm_std/{name}"] = c.norm.std
+        losses = []
+        c.head.train()
+        for it in range(a.num_iterations):
+            order = list(range(len(tgt)))
+            random.Random(cfg.seed + 7919 * step + 104729 * (it + 1)).shuffle(order)
+            for mb in (order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)):
+                if not mb:
+                    continue
+                idx = torch.tensor(mb, device=feats.device)
+                v = c.outputs(feats[idx])
+                loss = value_loss(v, old[idx], tgt[idx], torch.ones_like(v), clip=a.cliprange_value)
+                c.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                c.optimizer.step()
+                losses.append(float(loss.detach()))
+        metrics[f"critic/value_loss/{name}"] = float(np.mean(losses))
+    return metrics
+
+
+def critic_state(critics: dict[str, Critic]) -> dict:
+    """What a checkpoint keeps of the critics: heads and optimizer states."""
+    out = {}
+    for name, c in critics.items():
+        out[name] = {
+            "policy": c.policy,
+            "head": c.head.state_dict(),
+            "optimizer": c.optimizer.state_dict(),
+        }
+        if c.norm is not None:
+            out[name]["value_norm"] = c.norm.state()
+    return out
+
+
+def exported_head(state: dict) -> dict[str, torch.Tensor]:
+    """A critic's head as export writes it: a plain V = weight . h + bias, with the value
+    normalisation folded in (weight * std, bias * std + mean)."""
+    head = {k: v.detach().cpu().contiguous() for k, v in state["head"].items()}
+    vn = state.get("value_norm")
+    if vn:
+        norm = ValueNorm(**vn)
+        head = {"weight": head["weight"] * norm.std, "bias": head["bias"] * norm.std + norm.mean}
+    return head
+
+
+def load_critic_state(critics: dict[str, Critic], state: dict, where: str) -> None:
+    if sorted(state) != sorted(critics):
+        raise ValueError(
+            f"{where}: holds critics {sorted(state)}, this run has {sorted(critics)} "
+            "(algorithm.critic must match the checkpoint's)"
+        )
+    for name, c in critics.items():
+        saved = state[name].get("value_norm")
+        if (saved is None) != (c.norm is None):
+            raise ValueError(
+                f"{where}: critic {name!r} was saved {'without' if saved is None else 'with'} "
+                "value normalisation (algorithm.critic_value_norm must match the checkpoint's)"
+            )
+        c.head.load_state_dict(state[name]["head"])
+        c.optimizer.load_state_dict(state[name]["optimizer"])
+        if saved is not None:
+            c.norm = ValueNorm(**saved)

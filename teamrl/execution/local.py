@@ -1,0 +1,106 @@
+"""How a run executes: who samples a step's rollout, where the policies live, how they update.
+
+The trainer drives one ``Execution`` and never asks which one it has:
+
+    batch = execution.next_batch(step)           the step's rollout, tagged with the version
+                                                 (learner updates applied) of the weights that
+                                                 sampled it
+    execution.update(policy, samples, ...)       one policy's update -> (metrics, NaN skips)
+    execution.weights_updated(version)           after the step's updates: the sampler's turn
+    with execution.paused(): ...                 nothing samples meanwhile (eval, checkpoints)
+    execution.apply_schedule(policy, lr, cfg)    after a checkpoint load
+    execution.stop()                             end any background sampling (the next
+                                                 next_batch starts it again)
+
+Three implementations:
+
+- ``LocalExecution`` (here): this process samples from the live models and updates them.
+- ``RayExecution`` (``teamrl.execution.remote``): one worker group of Ray actors per policy.
+- ``AsyncExecution`` (``teamrl.execution.asynchronous``): a generator thread samples the next
+  steps' rollouts on its own copy of the weights while the learner updates
+  (``algorithm.max_staleness`` > 0); the learner is either of the two above, which also
+  makes the copy (``sampler_team``: a ``Team`` here, more worker groups on Ray).
+
+``teamrl.execution.choose.make_execution`` picks one from the config; it is the only place that
+knows the choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from teamrl.config import Config
+from teamrl.distributed import DistContext
+from teamrl.rollout.common import RolloutResult
+from teamrl.run import checkpoints
+from teamrl.run.data_stream import DataStream
+from teamrl.sample import Sample
+from teamrl.team.optim import lr_lambda, make_optimizer
+from teamrl.team.policies import Policy, Team
+from teamrl.update.policy import update_policy
+
+# rollout(team, examples, step) -> RolloutResult: the recipe's training rollout (the trainer's)
+RolloutFn = Callable[[Team, list, int], RolloutResult]
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollout as the learner receives it."""
+
+    step: int  # the trainer step it feeds (0-based)
+    result: RolloutResult
+    version: int  # learner updates applied to the weights that sampled it
+    # the data stream's position right after this batch's examples were drawn (what a
+    # checkpoint after this step records); None: the stream's own position is it (synchronous)
+    data_state: dict | None = None
+    wait_seconds: float = 0.0  # how long the learner waited for it
+    stats: dict[str, float] = field(default_factory=dict)  # the generator's own timings
+
+
+class LocalExecution:
+    """Sample from the live models and update them, in this process, one after the other."""
+
+    def __init__(
+        self, cfg: Config, role_prompts: dict | None, data: DataStream, rollout: RolloutFn
+    ):
+        self.cfg, self.data, self.rollout = cfg, data, rollout
+        self.team = Team(cfg, role_prompts)
+        for pol in self.team.policies.values():
+            make_optimizer(pol, cfg)
+
+    def next_batch(self, step: int) -> RolloutBatch:
+        examples = self.data.next(self.cfg.train.prompts_per_step)
+        return RolloutBatch(step, self.rollout(self.team, examples, step), version=step)
+
+    def update(
+        self,
+        pol: Policy,
+        samples: list[Sample],
+        cfg: Config,
+        *,
+        step: int,
+        max_completion_length: int,
+        ctx: DistContext,
+    ) -> tuple[dict[str, float], int]:
+        return update_policy(
+            pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=ctx
+        )
+
+    def weights_updated(self, version: int) -> None:
+        pass  # the sampler is the live model
+
+    @contextmanager
+    def paused(self):
+        yield  # nothing samples between steps
+
+    def apply_schedule(self, pol: Policy, lr: float, cfg: Config) -> None:
+        checkpoints.apply_schedule(pol, lr, lr_lambda(cfg), cfg)
+
+    def stop(self) -> None:
+        pass
+
+    def sampler_team(self, role_prompts: dict | None) -> Team:
+        """A second copy of the models to sample from while these update (``AsyncExecution``)."""
+        return Team(self.cfg, role_prompts)

@@ -1,0 +1,61 @@
+"""SIGTERM (a preemption, ``kill``) and SIGINT (Ctrl-C) during training.
+
+The first signal only sets a flag: the current step finishes (an update is never left half
+applied), the trainer writes a checkpoint at that step boundary and raises
+``TrainingInterrupted``, which the CLI prints as one line. A second signal aborts at once
+(``KeyboardInterrupt``); the last complete checkpoint is still intact, since every checkpoint is
+written to a temp folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+from teamrl.run.files import log_line
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on a signal after writing a checkpoint."""
+
+    def __init__(self, step: int, checkpoint: Path | None, signum: int):
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
+        where = f"checkpoint written to {checkpoint}" if checkpoint else "no checkpoint written"
+        super().__init__(f"interrupted at step {step}; {where}")
+
+
+class StopRequest:
+    """``with StopRequest() as stop:`` handles SIGINT/SIGTERM by setting ``stop.signum``.
+
+    Outside the main thread (signal handlers can only be set there) it does nothing, and a
+    signal that is ignored when it starts (``nohup``, a shell's background job) stays ignored.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            # a signal the parent set to be ignored (SIGINT in a background job) stays ignored
+            mine = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+            self._old = {s: signal.signal(s, self._handle) for s in mine}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+        self._old = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {name}: aborted without a final checkpoint")
+        self.signum = signum
+        log_line(
+            f"{name} received: finishing the current step, then writing a checkpoint "
+            "(send it again to abort at once)"
+        )

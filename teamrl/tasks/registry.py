@@ -1,0 +1,69 @@
+"""Tasks by name: the builtin families, the tasks users register, and the task a config names.
+
+``@register_task`` (``teamrl.envs.base``) records a builder; here the builtin families are
+imported (each module's decorators run) before a name is looked up, so a lookup sees every
+builtin task and every task registered by the user's own imports.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from teamrl.config import ConfigError, EnvConfig, check_max_turns
+from teamrl.envs.base import Task, registered_builders
+from teamrl.tasks.run_program import set_isolation
+
+
+def registered_tasks() -> dict[str, str]:
+    """{name: description} of every registered task (what ``teamrl envs`` prints)."""
+    _import_builtin_tasks()
+    return {name: desc for name, (_, desc) in sorted(registered_builders().items())}
+
+
+def make_task(name: str, **kwargs: Any) -> Task:
+    """The registered task ``name`` built with ``kwargs`` (a config's env.kwargs)."""
+    builder = _builder(name)
+    try:
+        return builder(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"env.kwargs for task {name!r}: {err}") from err
+
+
+def task_from_config(env: EnvConfig) -> Task:
+    """The task a config's ``env`` section describes.
+
+    A builder that takes ``max_turns`` gets ``env.max_turns`` (unless env.kwargs sets the same
+    value), so the env's own horizon (its "turn k of n" prompts, its truncation) is the one the
+    rollout stops at.
+    """
+
+    check_max_turns(env)
+    set_isolation(env.sandbox_isolation)  # every model-written program of this run
+    kwargs = dict(env.kwargs)
+    if "max_turns" in inspect.signature(_builder(env.name)).parameters:
+        kwargs["max_turns"] = env.max_turns
+    return make_task(env.name, **kwargs)
+
+
+def _builder(name: str) -> Callable[..., Task]:
+    _import_builtin_tasks()
+    builders = registered_builders()
+    if name not in builders:
+        known = ", ".join(sorted(builders))
+        raise ConfigError(f"env.name: unknown task {name!r}; known tasks: {known}")
+    return builders[name][0]
+
+
+def _import_builtin_tasks() -> None:
+    # Importing the modules runs their @register_task decorators.
+    import importlib
+    import pkgutil
+
+    import teamrl.tasks as pkg
+
+    for mod in pkgutil.walk_packages(pkg.__path__, prefix="teamrl.tasks."):
+        if mod.name == __name__:
+            continue
+        importlib.import_module(mod.name)

@@ -1,0 +1,56 @@
+"""A policy's optimizer (``train.optim``) and its learning-rate schedule, shared by the
+trainer and by the Ray workers that hold a policy's replicas."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from teamrl.config import Config, agent_setting
+from teamrl.team.policies import Policy
+
+
+def lr_lambda(cfg: Config):
+    t = cfg.train
+
+    def f(step: int) -> float:
+        if step < t.warmup_steps:
+            return (step + 1) / (t.warmup_steps + 1)
+        if t.lr_scheduler_type == "constant":
+            return 1.0
+        span = max(1, t.max_steps - t.warmup_steps)
+        progress = min(1.0, (step - t.warmup_steps) / span)
+        if t.lr_scheduler_type == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return t.min_lr_ratio + (1 - t.min_lr_ratio) * shape
+
+    return f
+
+
+def make_optimizer(pol: Policy, cfg: Config) -> None:
+    """The optimizer (``train.optim``) over the policy's trainable parameters, and its LR
+    schedule (``lr_lambda``)."""
+    t = cfg.train
+    params = pol.parameters()
+    if not params:
+        raise RuntimeError(f"policy {pol.name!r} has no trainable parameters")
+    lr = agent_setting(cfg, pol.agents, "learning_rate", t.learning_rate)
+    if t.optim == "sgd":
+        # w <- w - lr * g: the update is linear in the gradient, so two runs that sum the same
+        # gradient in another order differ by rounding relative to the gradient's scale. AdamW's
+        # first step, lr * g / (|g| + eps), turns rounding in a near-zero entry into a step of
+        # size lr, which is why exactness checks use this optimizer.
+        pol.optimizer = torch.optim.SGD(params, lr=lr, weight_decay=t.weight_decay)
+    else:
+        fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
+        pol.optimizer = torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=(t.adam_beta1, t.adam_beta2),
+            weight_decay=t.weight_decay,
+            **fused,
+        )
+    pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(cfg))

@@ -1,0 +1,472 @@
+"""Batched token log-probs and the clipped policy-gradient loss.
+
+Prefix sharing: the G (or K) samples of a group share one prompt, so the prompt is run once
+per distinct prompt (left-padded, with the KV cache kept *with* its autograd graph) and the
+cache is copied to each of its samples; the right-padded completions then run on top. The
+gradient through the shared prompt is the sum over its samples, exactly as if each sample
+had been run in full, at a fraction of the cost when prompts are long.
+
+Loss, per token t of sample i (ratio r = exp(logp - logp_old), advantage A_i):
+
+    l_it = -w_it * min(r' * A_i, clip(r, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_it
+
+(A_it in place of A_i when a token-level critic gives each token its own advantage)
+
+where r' = min(r, delta) when ``delta`` is set (two-sided clipping, INTELLECT-2 / TRL's
+``delta``: bounds the loss of a negative advantage), w_it the detached importance weight that
+corrects for the sampler's distribution (``teamrl.update.importance``, 1 when off), and
+with ``importance_sampling_level='sequence'`` (GSPO) r is the same for every token of a
+sample: exp(mean_t (logp_t - logp_old_t)).
+
+aggregated by ``loss_type`` over the completion mask M:
+
+    grpo:    mean_i ( sum_t l_it M_it / sum_t M_it )          sequence-mean of token-means
+    dr_grpo: sum_it l_it M_it / (n * max_completion_length)
+    dapo:    sum_it l_it M_it / (active tokens in the whole optimizer step)
+    bnpo:    sum_it l_it M_it / (active tokens in this forward chunk)
+
+Pads (and any token with M = 0) never enter the arithmetic: ``policy_loss`` replaces every
+input there by 0 with ``torch.where`` first. Truncated scoring gives a pad outside the
+sampler's set log-prob -inf, and -inf - (-inf) = NaN would survive a product with M = 0, in
+the loss and in exp's backward (0 * NaN) alike.
+
+Data parallel: a rank's forward may hold only its share of a chunk. grpo and dr_grpo are
+sums over rows divided by the (global) minibatch size, and dapo's ``step_tokens`` is global,
+so their shares add up as they are; bnpo is a mean over the whole chunk's tokens, so it takes
+that chunk's ``chunk_tokens`` (denominator) and ``chunk_rows`` (accumulation weight).
+
+Gradient accumulation: an optimizer step's minibatch may run as several forward chunks whose
+gradients add up. dapo is already normalised by the whole step's tokens, so its chunk losses
+simply add; the other aggregations are means over a chunk, so each chunk's loss is weighted
+by its share of the minibatch, len(chunk) / len(minibatch). ``policy_loss`` applies that
+weight (given ``chunk_size`` and ``minibatch_size``): callers never special-case a loss type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from teamrl.sample import Sample
+from teamrl.tensors import cache_kwargs, left_pad, output_cache
+from teamrl.truncation import truncation_keep
+from teamrl.update.chosen_logprob import (
+    chosen_logprob,
+    chosen_logprob_and_entropy,
+    row_entropy,
+)
+
+
+@dataclass
+class Batch:
+    prompt_ids: torch.Tensor  # (U, P) distinct prompts, left-padded
+    prompt_mask: torch.Tensor  # (U, P)
+    prompt_index: torch.Tensor  # (B,) which distinct prompt each sample continues
+    completion_ids: torch.Tensor  # (B, C) right-padded
+    completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS, 0 on pads
+    advantages: torch.Tensor  # (B,), or (B, C) when a sample has per-token advantages
+    temperatures: torch.Tensor  # (B,)
+    sampler_logprobs: torch.Tensor  # (B, C)
+    truncated: torch.Tensor  # (B,) float, 1 when the completion hit its budget without EOS
+    top_p: torch.Tensor  # (B,) the sampler's nucleus mass (used by truncated scoring)
+    top_k: torch.Tensor  # (B,) long, the sampler's top-k (0 = off)
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+
+
+def collate(samples: list[Sample], pad_id: int) -> Batch:
+    """Pad samples into a batch (no sampler truncation: top_p 1, top_k 0; the update sets
+    each row's own when it scores under the sampler's truncation)."""
+    distinct: dict[tuple[int, ...], int] = {}
+    index = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
+    prompt_ids, prompt_mask = left_pad([list(p) for p in distinct], pad_id)
+    width = max(1, max(len(s.completion_ids) for s in samples))
+    comp = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), width))
+    sampler = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        n = len(s.completion_ids)
+        comp[i, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
+        mask[i, :n] = 1.0
+        sampler[i, :n] = torch.tensor(s.sampler_logprobs)
+    return Batch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        prompt_index=torch.tensor(index, dtype=torch.long),
+        completion_ids=comp,
+        completion_mask=mask,
+        advantages=_advantages(samples, width),
+        temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
+        sampler_logprobs=sampler,
+        truncated=torch.tensor([float(s.truncated) for s in samples]),
+        top_p=torch.ones(len(samples)),
+        top_k=torch.zeros(len(samples), dtype=torch.long),
+    )
+
+
+def _advantages(samples: list[Sample], width: int) -> torch.Tensor:
+    """(B,) one advantage per sample, or (B, C) when any sample carries one per token (a
+    token-level critic): the others' then fill their row, pads stay 0."""
+    if all(s.token_advantages is None for s in samples):
+        return torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    out = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        n = len(s.completion_ids)
+        if s.token_advantages is None:
+            out[i, :n] = s.advantage
+        elif len(s.token_advantages) != n:
+            raise ValueError(
+                f"sample of agent {s.agent!r}: {len(s.token_advantages)} token advantages for "
+                f"{n} completion tokens"
+            )
+        else:
+            out[i, :n] = torch.tensor(s.token_advantages)
+    return out
+
+
+def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
+    """The tokens that enter the loss: the completion mask, without the rows cut at their
+    budget when ``mask_truncated_completions`` (DAPO's overlong filtering, TRL's name)."""
+    if not mask_truncated_completions:
+        return batch.completion_mask
+    return batch.completion_mask * (1 - batch.truncated)[:, None]
+
+
+def drops_kv_cache(model: torch.nn.Module) -> bool:
+    """HF layers under activation (gradient) checkpointing force ``use_cache=False`` in training
+    mode, so a prompt's KV cache cannot be kept for its completions."""
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag) and model.training
+
+
+@dataclass
+class Scores:
+    """Per-token scores of a batch's completions, each (B, C) and exactly 0 on pads.
+
+    ``logp``: under the distribution the update scores (the sampler's truncated one with
+    ``truncate``); ``full_logp``: under the full temperature-scaled softmax (the same tensor
+    as ``logp`` without truncation; None unless asked for); ``entropy``: of the scored
+    distribution (None unless asked for).
+    """
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None = None
+    full_logp: torch.Tensor | None = None
+
+
+def token_logprobs(
+    model: torch.nn.Module, batch: Batch, with_entropy: bool = False, truncate: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-prob of each completion token under ``model``, its entropy or None); see
+    ``score_tokens``."""
+    scores = score_tokens(model, batch, with_entropy=with_entropy, truncate=truncate)
+    return scores.logp, scores.entropy
+
+
+def score_tokens(
+    model: torch.nn.Module,
+    batch: Batch,
+    *,
+    with_entropy: bool = False,
+    truncate: bool = False,
+    with_full: bool = False,
+) -> Scores:
+    """Log-prob of each completion token under ``model``, and (optionally) its entropy.
+
+    ``truncate``: score under the sampler's own distribution, the temperature-scaled softmax
+    restricted to each row's top-k / top-p set and renormalised (``truncated_scoring``), so
+    that the old log-prob equals the sampler's. A token outside that set scores -inf.
+    ``with_full``: also the full softmax's log-prob (what the KL to the reference compares).
+
+    Pads score exactly 0, selected with ``torch.where``: a pad token outside the set would
+    score -inf, and -inf - (-inf) = NaN survives any later multiplication by a 0 mask.
+
+    One pass per batch in two stages: distinct prompts (KV cache kept), then completions.
+    Under gradient checkpointing (no cache in training) each sample runs in full instead:
+    same tokens, positions and mask, so the same maths.
+    """
+    # Scored part by part (the prompt's last position, then the completion's positions), so no
+    # vocabulary-wide tensor is ever concatenated or sliced: a (B, C, vocab) cat copies its
+    # inputs, and a slice's backward zero-fills a tensor of the whole before copying in.
+    parts = [
+        _score_part(logits.float(), batch, cols, with_entropy, truncate, with_full)
+        for logits, cols in _completion_logit_parts(model, batch)
+    ]
+    logp, entropy, full = (
+        None if parts[0][i] is None else torch.cat([part[i] for part in parts], dim=1)
+        for i in range(3)
+    )
+    return Scores(logp=logp, entropy=entropy, full_logp=full)
+
+
+def _score_part(
+    logits: torch.Tensor,
+    batch: Batch,
+    cols: slice,
+    with_entropy: bool,
+    truncate: bool,
+    with_full: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)."""
+    if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
+        logits = logits / batch.temperatures[:, None, None]
+    completion_ids = batch.completion_ids[:, cols]
+    ids = completion_ids.unsqueeze(-1)
+    real = batch.completion_mask[:, cols] > 0
+    full = None
+    if truncate:  # the sampler's own distribution: the kept set, renormalised
+        token = logits.gather(-1, ids).squeeze(-1)  # the chosen token's logit, never -inf
+        b, c, v = logits.shape
+        rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
+        with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
+            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
+            keep = keep.reshape(b, c, v)
+        if with_full:
+            full = token - torch.logsumexp(logits, dim=-1)
+        logits = logits.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(logits, dim=-1)
+        # log q(y) = z_y - log sum_{kept} e^z for a kept token, -inf outside the set; the
+        # where leaves no -inf inside a difference, so no NaN reaches the gradient either
+        logp = torch.where(keep.gather(-1, ids).squeeze(-1), token - lse, float("-inf"))
+        entropy = row_entropy(logits.detach()) if with_entropy else None  # -inf entries: p = 0
+    elif with_entropy:  # z_y - lse(z) with a one-tensor backward, and H from the same pass
+        logp, entropy = chosen_logprob_and_entropy(logits, completion_ids)
+    else:
+        logp, entropy = chosen_logprob(logits, completion_ids), None
+    logp = torch.where(real, logp, 0.0)
+    if truncate:
+        full = torch.where(real, full, 0.0) if full is not None else None
+    else:
+        full = logp if with_full else None
+    return logp, entropy, full
+
+
+def _completion_logit_parts(
+    model: torch.nn.Module, batch: Batch
+) -> list[tuple[torch.Tensor, slice]]:
+    """The logits that predict each completion token (position t-1 for token t), as
+    (logits (B, columns, vocab), the completion columns they predict) parts.
+
+    Only the positions needed are projected onto the vocabulary (``logits_to_keep`` as a
+    tensor of positions), so no (B, C, vocab) tensor is sliced or concatenated.
+    """
+    idx = batch.prompt_index
+    p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    comp_mask = batch.completion_mask.long()
+    attn = torch.cat([batch.prompt_mask[idx], comp_mask], dim=1)
+    start = batch.prompt_mask.sum(-1)[idx]  # first completion position of each sample
+    c = batch.completion_ids.shape[1]
+    device = start.device
+    pos = start[:, None] + torch.arange(c, device=device)[None]
+    if drops_kv_cache(model):
+        length = batch.prompt_ids.shape[1] + c
+        full = model(
+            input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
+            attention_mask=attn,
+            position_ids=torch.cat([p_pos[idx], pos], dim=1),
+            use_cache=False,
+            # the prompt's last position and every completion position but the last
+            logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
+        )
+        return [(_at(full.logits, keep), slice(0, c))]
+    prefix = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=p_pos,
+        use_cache=c > 1,
+        logits_to_keep=1,
+    )
+    # token 0's logit comes from the prompt's last position
+    parts = [(prefix.logits[idx, -1:], slice(0, 1))]
+    if c > 1:  # tokens 1.. from the completion's positions 0 .. c-2
+        cache = output_cache(prefix)
+        if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+            cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
+        suffix = model(
+            input_ids=batch.completion_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=(keep := torch.arange(c - 1, device=device)),
+            **cache_kwargs(model, cache),
+        )
+        parts.append((_at(suffix.logits, keep), slice(1, c)))
+    return parts
+
+
+def _at(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The logits at positions ``keep``: as returned by a model that honours ``logits_to_keep``
+    (every transformers causal LM), or sliced from one that returns every position."""
+    return logits if logits.shape[1] == len(keep) else logits[:, keep]
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi (the value logged as ``kl``)."""
+    log_ratio = ref_logp - logp
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k2":  # 0.5 (log pi - log ref)^2, >= 0
+        return 0.5 * log_ratio**2
+    if estimator == "k3":  # unbiased, always >= 0 (Schulman's k3)
+        return torch.exp(log_ratio) - log_ratio - 1
+    raise ValueError(f"algorithm.kl_estimator: expected k1|k2|k3, got {estimator!r}")
+
+
+def kl_loss_term(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    ratio: torch.Tensor,
+    estimator: str,
+    bias_correction: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token loss term, per-token KL estimate) for the KL pull, from sampled tokens y ~ pi.
+
+    Expected gradients (theta the policy's parameters, E over y ~ pi):
+      k1 (a reward penalty): the loss is sg(log pi - log ref) * r, so the gradient is
+          E[(log pi - log ref) grad log pi] = grad KL(pi || ref). k1 used *as a loss* would
+          have gradient E[grad log pi] = 0 and pull nothing.
+      k2: grad 0.5 (log pi - log ref)^2 = (log pi - log ref) grad log pi, the same
+          expectation, grad KL(pi || ref).
+      k3: grad (pi_ref/pi - log(pi_ref/pi) - 1) = (1 - pi_ref/pi) grad log pi, whose
+          expectation sum_y (pi - pi_ref) grad log pi = grad KL(pi_ref || pi) (TRL's form
+          with its ``use_bias_correction_kl`` off).
+      k3 with ``bias_correction`` (TRL's ``use_bias_correction_kl``): the term is r * k3,
+          r = pi / pi_old not detached. E_{pi_old}[r k3] = E_pi[k3] = KL(pi || ref), so its
+          gradient is grad KL(pi || ref): at r = 1, (k3 + 1 - pi_ref/pi) grad log pi =
+          (log pi - log ref) grad log pi. The logged estimate is r * k3 too.
+    """
+    kl_tok = kl_penalty(logp, ref_logp, estimator)
+    if estimator == "k1":
+        return kl_tok.detach() * ratio, kl_tok
+    if bias_correction:
+        if estimator != "k3":
+            raise ValueError(
+                f"algorithm.use_bias_correction_kl: needs kl_estimator='k3', got {estimator!r}"
+            )
+        kl_tok = kl_tok * ratio
+    return kl_tok, kl_tok
+
+
+@dataclass
+class LossOut:
+    loss: torch.Tensor
+    clip_fraction: float
+    ratio_mean: float
+    ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on an update's first step)
+    kl: float | None  # mean per-token KL to the reference; None when beta == 0 (not computed)
+    # float(loss) * report_scale is the chunk's loss before its accumulation weight (for logs)
+    report_scale: float = 1
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str,
+    epsilon: float,
+    epsilon_high: float | None = None,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    max_completion_length: int = 1,
+    step_tokens: float | None = None,
+    chunk_size: int | None = None,
+    minibatch_size: int | None = None,
+    chunk_tokens: float | None = None,
+    chunk_rows: int | None = None,
+    delta: float | None = None,
+    importance_sampling_level: str = "token",
+    is_weights: torch.Tensor | None = None,
+    kl_logp: torch.Tensor | None = None,
+    use_bias_correction_kl: bool = False,
+) -> LossOut:
+    """The clipped policy-gradient loss of one forward chunk, aggregated by ``loss_type``.
+
+    With ``chunk_size`` and ``minibatch_size`` the loss is weighted for gradient accumulation
+    over the minibatch's chunks (see the module docstring); without them it is the chunk's own.
+    ``kl_logp``: the policy's log-probs the KL compares with ``ref_logp`` (default ``logp``;
+    under truncated scoring the update passes the full softmax's, as the reference's are).
+
+    Only tokens with ``mask > 0`` enter the arithmetic: every input is first replaced by 0
+    elsewhere (``torch.where``, not a product with the mask: a -inf log-prob there would give
+    -inf - (-inf) = NaN, and 0 * NaN is NaN in the loss and in exp's backward alike).
+    """
+    live = mask > 0
+    logp, old_logp = _live(logp, live), _live(old_logp, live)
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    log_ratio = logp - old_logp
+    if importance_sampling_level == "sequence":  # GSPO: one length-normalised ratio per sample
+        log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp_min(1.0))[:, None]
+        log_ratio = log_ratio.expand_as(logp)
+    elif importance_sampling_level != "token":
+        raise ValueError(
+            "algorithm.importance_sampling_level: expected token|sequence, "
+            f"got {importance_sampling_level!r}"
+        )
+    ratio = torch.exp(log_ratio)
+    # one advantage per sample, broadcast over its tokens, or one per token (0 off the mask)
+    adv = advantages[:, None] if advantages.ndim == 1 else _live(advantages, live)
+    capped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    unclipped = capped * adv
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
+    per_token = -torch.min(unclipped, clipped)
+    if is_weights is not None:
+        per_token = per_token * _live(is_weights.detach(), live)
+    kl_tok = None
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("policy_loss: beta > 0 needs ref_logp")
+        kl_logp = logp if kl_logp is None else _live(kl_logp, live)
+        kl_term, kl_tok = kl_loss_term(
+            kl_logp,
+            _live(ref_logp, live),
+            torch.exp(logp - old_logp) if kl_estimator == "k1" else ratio,
+            kl_estimator,
+            bias_correction=use_bias_correction_kl,
+        )
+        per_token = per_token + beta * kl_term
+
+    tokens = mask.sum().clamp_min(1.0)
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
+    elif loss_type == "dr_grpo":
+        loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
+    elif loss_type == "dapo":
+        loss = (per_token * mask).sum() / (step_tokens if step_tokens else tokens)
+    elif loss_type == "bnpo":
+        loss = (per_token * mask).sum() / (max(chunk_tokens, 1.0) if chunk_tokens else tokens)
+    else:
+        raise ValueError(f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {loss_type!r}")
+    report_scale = 1
+    if chunk_size is not None and minibatch_size is not None and loss_type != "dapo":
+        rows = chunk_rows if loss_type == "bnpo" and chunk_rows else chunk_size
+        loss = loss * rows / minibatch_size  # a mean over the chunk: weight by its share
+        report_scale = minibatch_size / rows
+
+    with torch.no_grad():
+        is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        if delta is not None:
+            is_clipped |= (ratio > delta) & (adv < 0)
+        clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
+        ratio_mean = float((ratio * mask).sum() / tokens)
+        ratio_max_dev = float(((ratio - 1).abs() * mask).max())
+        kl = float((kl_tok * mask).sum() / tokens) if kl_tok is not None else None
+    return LossOut(
+        loss=loss,
+        clip_fraction=clip_fraction,
+        ratio_mean=ratio_mean,
+        ratio_max_dev=ratio_max_dev,
+        kl=kl,
+        report_scale=report_scale,
+    )
+
+
+def _live(x: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``live``, exactly 0 elsewhere (its gradient there is 0, never NaN)."""
+    return torch.where(live, x, 0.0)

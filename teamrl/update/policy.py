@@ -1,0 +1,397 @@
+"""One policy's update: ``num_iterations`` passes of ``num_mini_batches`` clipped
+policy-gradient steps over its samples, read top to bottom:
+
+    run      = prepare(...)              train mode, the IS switch, each sample's rank
+    passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
+    with fused_lora(model):              LoRA linears as one autograd node each (lora_linear)
+      take_old_logprobs(run, passes)     the log-probs *before the first optimizer step*
+      for each pass, for each minibatch:
+        accumulate_gradients(...)        per chunk: logp; IS weights min(pi_old / q, C) for
+                                         the sampler mismatch (importance); policy_loss;
+                                         backward; a non-finite loss: error, or skip the step
+                                         and count it (train.nan_policy)
+        apply_step(...)                  all-reduce over ranks; clip the gradient norm; step
+    tell the generation backend the weights moved
+
+The LR scheduler is stepped by the trainer, once per trainer step for every policy (even one
+with no samples this step), so LR(step) depends on the trainer step alone.
+
+Old log-probs: the first minibatch of pass 1 takes them from its own forward, detached, so its
+ratio is exactly 1. When more steps follow, pass 1's other minibatches get theirs from a
+no-grad forward made before that first step: taken lazily, after earlier minibatches have
+stepped, they would give ratio 1 against a policy that has already moved, and those steps
+would never be clipped.
+
+Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of the policy's
+samples and builds the same passes, minibatches and chunks; each rank then runs its share of
+each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
+sample's old log-probs is the one that uses them), and every loss denominator stays the one of
+the whole minibatch or chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
+gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
+a mean) gives it back: W ranks make the update one process makes, for every loss_type.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from teamrl.config import Config, agent_setting
+from teamrl.distributed import DistContext
+from teamrl.sample import Sample
+from teamrl.update.importance import correction_on, importance_weights, mismatch_stats
+from teamrl.update.lora_linear import fused_lora
+from teamrl.update.losses import (
+    collate,
+    drops_kv_cache,
+    loss_mask,
+    policy_loss,
+    score_tokens,
+)
+from teamrl.update.micro_batches import micro_batches, oversized
+
+if TYPE_CHECKING:
+    from teamrl.team.policies import Policy
+
+Minibatch = list[Sample]
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """p = 0 in every dropout module (LoRA's included): TRL's ``disable_dropout``."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+
+
+@dataclass
+class UpdateRun:
+    """What every step of one policy's update reads: the policy, the settings, which rank
+    works on which sample, the old log-probs taken so far, and the statistics gathered."""
+
+    pol: Policy
+    cfg: Config
+    ctx: DistContext
+    device: torch.device
+    correct: bool  # importance sampling for the sampler/trainer mismatch is on
+    top_p: dict[str, float]  # per agent: the sampler's nucleus and top-k (truncated scoring)
+    top_k: dict[str, int]
+    rank_of: dict[int, int]  # id(sample) -> the rank that works on it
+    stats: dict[str, list[float]]
+    old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
+    warned: bool = False  # a sample over the token budget was reported (once per update)
+
+    def chunks(self, mb: Minibatch) -> list[Minibatch]:
+        """The minibatch's forward chunks (gradient accumulation): at most micro_batch_size
+        samples and max_tokens_per_micro_batch forward tokens each (teamrl.algorithms.
+        micro_batches). The same on every rank: each derives them from the same samples."""
+        t = self.cfg.train
+        budget, shares = t.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
+        chunks = micro_batches(mb, t.micro_batch_size, budget, shares)
+        over = oversized(chunks, budget, shares)
+        if over is not None and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"train.max_tokens_per_micro_batch={budget}: a sample of agent {over[0]!r} "
+                f"runs {over[1]} tokens on its own; it runs alone, over the budget",
+                stacklevel=2,
+            )
+        return chunks
+
+    def share(self, chunk: Minibatch) -> Minibatch:
+        """This rank's samples of a chunk (all of them in one process)."""
+        return [s for s in chunk if self.rank_of[id(s)] == self.ctx.rank]
+
+    def counted(self, s: Sample) -> int:
+        """Tokens of ``s`` that enter the loss."""
+        a = self.cfg.algorithm
+        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
+
+    def batch(self, chunk: Minibatch):
+        """The padded batch, with each row's sampler truncation (truncated_scoring)."""
+        batch = collate(chunk, self.pol.engine.pad_id)
+        batch.top_p = torch.tensor([self.top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([self.top_k[s.agent] for s in chunk], dtype=torch.long)
+        return batch.to(self.device)
+
+    def score(self, model, batch, with_entropy: bool = False):
+        # Under truncated scoring the KL to the reference compares full softmaxes on both
+        # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
+        a = self.cfg.algorithm
+        return score_tokens(
+            model,
+            batch,
+            with_entropy=with_entropy,
+            truncate=a.truncated_scoring,
+            with_full=a.truncated_scoring and a.beta > 0,
+        )
+
+    def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
+        for s, row in zip(chunk, logp):
+            self.old_logp[id(s)] = row[: len(s.completion_ids)]
+
+    def metrics(self) -> dict[str, float]:
+        return {k: (sum(v) / len(v) if v else float("nan")) for k, v in self.stats.items()}
+
+
+def update_policy(
+    pol: Policy,
+    samples: list[Sample],
+    cfg: Config,
+    *,
+    step: int,
+    max_completion_length: int,
+    ctx: DistContext | None = None,
+) -> tuple[dict[str, float], int]:
+    """Update ``pol`` on its samples; return its metrics and the number of skipped (NaN) steps.
+
+    ``step`` is the trainer step (it seeds the minibatch shuffle); ``max_completion_length`` is
+    the largest budget among the samples' agents (dr_grpo's denominator).
+    """
+    run = prepare(pol, samples, cfg, ctx)
+    passes = plan_passes(samples, cfg, pol, step)
+    # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
+    fuse = cfg.train.fused_lora and not pol.sharded
+    skipped, stepped = 0, False
+    with fused_lora(pol.model) if fuse else nullcontext():
+        take_old_logprobs(run, passes)
+        for it, minibatches in enumerate(passes):
+            for j, mb in enumerate(minibatches):
+                first_step = it == 0 and j == 0  # the policy has not moved yet
+                finite = accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
+                if apply_step(run, finite):
+                    stepped = True
+                else:
+                    skipped += 1
+    if stepped and pol.engine.backend is not None:
+        pol.engine.backend.weights_changed(pol.adapter)
+    return run.metrics(), skipped
+
+
+def prepare(pol: Policy, samples: list[Sample], cfg: Config, ctx: DistContext | None) -> UpdateRun:
+    """0. Train mode (no dropout), the IS switch, the statistics to gather, each sample's rank."""
+    a = cfg.algorithm
+    ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
+    pol.activate()
+    if a.disable_dropout:
+        disable_dropout(pol.model)
+    pol.model.train()
+    agents = {ag.name: ag for ag in cfg.team.agents}
+    top_p = {s.agent: agents[s.agent].top_p for s in samples}
+    top_k = {s.agent: agents[s.agent].top_k for s in samples}
+    correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
+    keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
+    keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
+    keys += ["is_weight", "is_clipped_fraction"] if correct else []
+    keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
+    keys += ["outside_nucleus_fraction"] if a.truncated_scoring else []
+    return UpdateRun(
+        pol=pol,
+        cfg=cfg,
+        ctx=ctx,
+        device=torch.device(ctx.device),
+        correct=correct,
+        top_p=top_p,
+        top_k=top_k,
+        rank_of={id(s): i % ctx.world_size for i, s in enumerate(samples)},
+        stats={k: [] for k in keys},
+    )
+
+
+def plan_passes(
+    samples: list[Sample], cfg: Config, pol: Policy, step: int
+) -> list[list[Minibatch]]:
+    """1. Every pass's minibatches up front (a seeded shuffle per pass), so that pass 1's old
+    log-probs can be taken before any step."""
+    t = cfg.train
+    passes: list[list[Minibatch]] = []
+    order = list(range(len(samples)))
+    for it in range(agent_setting(cfg, pol.agents, "num_iterations", cfg.algorithm.num_iterations)):
+        random.Random(cfg.seed + 7919 * step + it).shuffle(order)
+        mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
+        passes.append([[samples[i] for i in mb] for mb in mbs if mb])
+    return passes
+
+
+def take_old_logprobs(run: UpdateRun, passes: list[list[Minibatch]]) -> None:
+    """2. Old log-probs of pass 1's later minibatches, before any step (the first minibatch
+    takes its own from its forward, so its ratio is exactly 1)."""
+    if sum(len(p) for p in passes) <= 1:
+        return
+    with torch.no_grad():
+        for mb in passes[0][1:]:
+            for chunk in run.chunks(mb):
+                piece = run.share(chunk)
+                if piece:
+                    run.keep(piece, run.score(run.pol.model, run.batch(piece)).logp)
+                elif run.pol.sharded:  # every rank joins every sharded forward
+                    run.score(run.pol.model, run.batch(chunk[:1]))
+
+
+def accumulate_gradients(
+    run: UpdateRun, mb: Minibatch, it: int, first_step: bool, step: int, max_len: int
+) -> bool:
+    """3. One optimizer step's gradients: forward, loss and backward per chunk of this rank's
+    share. Returns False when a loss was not finite (train.nan_policy=skip: the step is
+    skipped; 'error' raises)."""
+    a, stats = run.cfg.algorithm, run.stats
+    step_tokens = float(sum(run.counted(s) for s in mb))
+    run.pol.optimizer.zero_grad(set_to_none=True)
+    finite = True
+    for chunk in run.chunks(mb):
+        piece, ghost = run.share(chunk), False
+        if not piece:
+            if not run.pol.sharded:
+                continue
+            # FSDP: every rank joins every forward and backward; this one runs a row of the
+            # chunk whose loss counts 0 (teamrl.scale.sharding)
+            piece, ghost = chunk[:1], True
+        whole = (float(sum(run.counted(s) for s in chunk)), len(chunk))  # for bnpo
+        chunk, batch = piece, run.batch(piece)
+        scores = run.score(run.pol.model, batch, with_entropy=(it == 0 and not ghost))
+        logp, mask = scores.logp, batch.completion_mask
+        if first_step and not ghost:
+            run.keep(chunk, logp.detach())
+        old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
+        for i, s in enumerate(chunk if not ghost else ()):
+            old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
+        if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+            outside = (mask > 0) & ~torch.isfinite(old)
+            if it == 0 and not ghost:
+                stats["outside_nucleus_fraction"].append(
+                    float(outside.sum() / mask.sum().clamp_min(1.0))
+                )
+            # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
+            mask = torch.where(outside, 0.0, mask)
+        weights = importance(
+            run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost
+        )
+        # after the stats; tokens outside the nucleus stay out
+        mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
+        ref = None
+        if a.beta > 0:
+            with torch.no_grad(), run.pol.reference() as ref_model:
+                ref = score_tokens(ref_model, batch).logp  # full softmax
+        out = policy_loss(
+            logp,
+            old,
+            batch.advantages,
+            mask,
+            loss_type=a.loss_type,
+            epsilon=a.epsilon,
+            epsilon_high=a.epsilon_high,
+            ref_logp=ref,
+            beta=a.beta,
+            kl_estimator=a.kl_estimator,
+            max_completion_length=max_len,
+            step_tokens=step_tokens,
+            chunk_size=len(chunk),
+            minibatch_size=len(mb),
+            chunk_tokens=whole[0],
+            chunk_rows=whole[1],
+            delta=a.delta,
+            importance_sampling_level=a.importance_sampling_level,
+            is_weights=weights,
+            kl_logp=scores.full_logp,
+            use_bias_correction_kl=a.use_bias_correction_kl,
+        )
+        # 4. The NaN policy: an error, or no backward and the whole step skipped.
+        if not torch.isfinite(out.loss):
+            if run.cfg.train.nan_policy == "error":
+                raise FloatingPointError(
+                    f"non-finite loss for policy {run.pol.name!r} at step {step} "
+                    f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
+                )
+            finite = False
+        if not finite:
+            continue  # no backward; the first step's later chunks still keep their old logp
+        if ghost:
+            (out.loss * 0.0).backward()  # joins the reduce-scatter, adds nothing
+            continue
+        # FSDP averages the ranks' gradients; each loss is a share of one sum: scale it back
+        (out.loss * run.ctx.world_size if run.pol.sharded else out.loss).backward()
+        stats["loss"].append(float(out.loss.detach()) * out.report_scale)
+        if out.kl is not None:
+            stats["kl"].append(out.kl)
+        stats["clip_fraction"].append(out.clip_fraction)
+        stats["ratio"].append(out.ratio_mean)
+        if first_step:  # exactly 0 by construction: a check, not a measurement
+            stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
+    return finite
+
+
+def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log: bool = True):
+    """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
+    on the first pass the mismatch statistics, before any masking of truncated completions."""
+    a, stats = run.cfg.algorithm, run.stats
+    q = batch.sampler_logprobs
+    weights = capped = None
+    if run.correct:
+        weights, capped = importance_weights(
+            old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
+        )
+    if first_pass and log:
+        for k, v in mismatch_stats(old, q, mask).items():
+            stats[k].append(v)
+        stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
+        if run.correct:
+            n = mask.sum().clamp_min(1.0)
+            stats["is_weight"].append(float((weights * mask).sum() / n))
+            stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
+    return weights
+
+
+def apply_step(run: UpdateRun, finite: bool) -> bool:
+    """5. The step, unless a loss anywhere was not finite (every rank skips together):
+    gradients summed over ranks (nothing to do in one process), clipped, stepped."""
+    pol, ctx = run.pol, run.ctx
+    if ctx.world_size > 1:  # a non-finite loss on any rank skips the step on every rank
+        bad = ctx.all_reduce_sum(torch.tensor([0.0 if finite else 1.0], device=run.device))
+        finite = bool(bad.item() == 0)
+    if not finite:
+        pol.optimizer.zero_grad(set_to_none=True)
+        return False
+    params = pol.parameters()
+    if ctx.world_size > 1 and not pol.sharded:  # FSDP has reduce-scattered them already
+        all_reduce_grads(params, ctx)
+    max_norm = run.cfg.train.max_grad_norm
+    if max_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    elif pol.sharded:  # the norm of sharded gradients, over every rank's shards
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    else:
+        norm = torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+    if hasattr(norm, "full_tensor"):  # a DTensor (sharded gradients)
+        norm = norm.full_tensor()
+    run.stats["grad_norm"].append(float(norm))
+    pol.optimizer.step()
+    return True
+
+
+def all_reduce_grads(params: list[torch.nn.Parameter], ctx: DistContext) -> None:
+    """Sum every parameter's gradient over the ranks, in one flat all-reduce.
+
+    A parameter without a gradient on some rank (that rank had no sample of the minibatch)
+    counts as zeros there; one without a gradient on every rank keeps ``grad = None``, as in
+    one process (AdamW then leaves it and its moments alone).
+    """
+    device = params[0].device
+    has = ctx.all_reduce_sum(
+        torch.tensor([float(p.grad is not None) for p in params], device=device)
+    )
+    live = [p for p, h in zip(params, has.tolist()) if h > 0]
+    for p in live:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if not live:
+        return
+    flat = ctx.all_reduce_sum(torch.cat([p.grad.reshape(-1) for p in live]))
+    offset = 0
+    for p in live:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        offset += n
