@@ -12,7 +12,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.preflight as preflight
 import teamrl.team as team_module

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import yaml
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 from test_magrpo_tree import ScriptedTeam, reward_table, two_turn_env
 
 from teamrl.config import ConfigError, load_config

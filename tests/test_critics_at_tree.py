@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 from test_at_grpo import CounterEnv, run
 
 from teamrl.config import load_config

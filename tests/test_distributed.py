@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.algorithms.losses import policy_loss
 from teamrl.cli import main

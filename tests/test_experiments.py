@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import tiny_writers
+from helpers.runs import tiny_writers
 
 from teamrl.algorithms.advantages import compute_advantages
 from teamrl.config import ConfigError, load_config

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 from test_at_grpo import CounterEnv, ScriptedTeam
 
 from teamrl.config import load_config

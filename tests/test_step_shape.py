@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.config import load_config
 from teamrl.policy_map import adapters_per_model, base_of, model_copies, policy_agents, uses_lora

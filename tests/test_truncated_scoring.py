@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.algorithms.update as update_mod
 from teamrl.algorithms.losses import collate, policy_loss, score_tokens

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess  # noqa: E402
+from helpers.runs import kill_at_checkpoint, tiny_overrides, train_in_subprocess  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
 from teamrl.config import dump_config, load_config  # noqa: E402

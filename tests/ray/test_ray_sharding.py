@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import kill_at_checkpoint, tiny_overrides  # noqa: E402
+from helpers.runs import kill_at_checkpoint, tiny_overrides  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
 from test_ray_exactness import SGD, SIGNAL, Replicas, check, moved, one_process_step  # noqa: E402
 from test_ray_export import IDS, logprobs  # noqa: E402

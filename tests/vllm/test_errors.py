@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import engine_spec, small_engine_config
+from vllm_helpers import engine_spec, small_engine_config
 
 from teamrl.config import ConfigError, GenerationConfig
 

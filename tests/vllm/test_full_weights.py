@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+from vllm_helpers import (
     chat_prompt,
     engine_spec,
     hf_greedy,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+from vllm_helpers import (
     chat_prompt,
     engine_spec,
     hf_greedy,
