@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 import yaml
+from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
 from helpers.runs import tiny_overrides
-from test_magrpo_tree import ScriptedTeam, reward_table, two_turn_env
 
 from teamrl.config import ConfigError, load_config
 from teamrl.critics import CENTRAL, critic_credit, joint_observation

@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
+from helpers.rollout_turns import CounterEnv, run
 from helpers.runs import tiny_overrides
-from test_at_grpo import CounterEnv, run
 
 from teamrl.config import load_config
 from teamrl.critics import CENTRAL, critic_credit, critic_gamma
