@@ -10,7 +10,7 @@ import threading
 
 import pytest
 import torch
-from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess
+from helpers.runs import kill_at_checkpoint, tiny_overrides, train_in_subprocess
 
 from teamrl.config import ConfigError, dump_config, load_config
 from teamrl.execution.asynchronous import AsyncExecution

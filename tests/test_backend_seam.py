@@ -4,7 +4,7 @@ step and one AT-GRPO step run through it, on a tiny model."""
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.team.policies as team_mod
 from teamrl.config import ConfigError, GenerationConfig, load_config

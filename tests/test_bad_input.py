@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datasets
 import pytest
+from helpers.cli import one_line_error
 
-import teamrl.team.policies as team_module
+import teamrl.team as team_module
 from teamrl.config import ConfigError
 from teamrl.tasks.registry import make_task
-from tests.test_cli import one_line_error
 
 
 @pytest.fixture

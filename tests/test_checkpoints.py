@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 import yaml
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.cli import main as cli_main
 from teamrl.config import load_config

@@ -12,7 +12,8 @@ import sys
 import uuid
 
 import pytest
-from conftest import tiny_overrides
+from helpers.cli import one_line_error
+from helpers.runs import tiny_overrides
 
 import teamrl.preflight as preflight
 import teamrl.team.policies as team_module
@@ -29,18 +30,6 @@ def no_model(monkeypatch):
         raise AssertionError("the model was loaded before the error")
 
     monkeypatch.setattr(team_module, "load_model", refuse)
-
-
-def one_line_error(capsys, *argv: str) -> str:
-    """Run the CLI, expect exit code 2, and return its single stderr line."""
-    capsys.readouterr()
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("teamrl: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def train_args(tmp_path, *extra: str) -> list[str]:

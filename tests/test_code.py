@@ -13,6 +13,7 @@ import zlib
 from collections import OrderedDict
 
 import pytest
+from helpers.coding import ENTRY, HE_ROW, MBPP_ROW, PROMPT, TEST, _cc_row, _write_jsonl
 
 from teamrl.envs.base import clone
 from teamrl.sandbox import ExecResult
@@ -52,20 +53,6 @@ from teamrl.tasks.registry import make_task, registered_tasks
 # A hand-made function task: 4 test units (``assert True`` is not one)
 # --------------------------------------------------------------------------------------
 
-PROMPT = (
-    "from typing import List\n\n\n"
-    "def sum_of_squares(xs: List[int]) -> int:\n"
-    '    """Return the sum of the squares of the numbers in xs."""\n'
-)
-TEST = (
-    "def check(candidate):\n"
-    "    assert candidate([]) == 0\n"
-    "    assert candidate([1, 2]) == 5\n"
-    "    assert candidate([3]) == 9\n"
-    "    assert candidate([-1, 1]) == 2\n"
-    "    assert True\n"
-)
-ENTRY = "sum_of_squares"
 ROW = {"task_id": "toy/0", "prompt": PROMPT, "test": TEST, "entry_point": ENTRY}
 
 AUX = "def aux(x):\n    return x * x\n"
@@ -346,20 +333,6 @@ def test_passed_and_plain_feedback():
 # --------------------------------------------------------------------------------------
 
 
-def _write_jsonl(folder, name: str, rows: list[dict]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-HE_ROW = {
-    "task_id": "HumanEval/0",
-    "prompt": PROMPT,
-    "canonical_solution": "    return sum(x * x for x in xs)\n",
-    "test": TEST,
-    "entry_point": ENTRY,
-}
-
-
 def test_humaneval_and_coophumaneval_folders(tmp_path):
     _write_jsonl(tmp_path / "he", "test.jsonl", [HE_ROW, {**HE_ROW, "task_id": "HumanEval/1"}])
     rows = load_humaneval(str(tmp_path / "he"))
@@ -382,19 +355,6 @@ def test_humaneval_splits_follow_the_reference():
     assert splits["eval"][-1]["task_id"] == "HumanEval/162"
     ids = {k: {r["task_id"] for r in v} for k, v in splits.items()}
     assert not (ids["eval"] & ids["test"]) and not (ids["train"] & (ids["eval"] | ids["test"]))
-
-
-MBPP_ROW = {
-    "source_file": "x.py",
-    "task_id": 2,
-    "prompt": "Write a function to find the shared elements from the given two lists.",
-    "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))\n",
-    "test_imports": ["import math"],
-    "test_list": [
-        "assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
-        "assert math.isclose(len(similar_elements((1, 2), (2, 3))), 1)",
-    ],
-}
 
 
 def test_mbpp_folder(tmp_path):
@@ -507,27 +467,6 @@ def test_limit_reads_only_the_rows_it_keeps(tmp_path):
     part = make_task("code_contest", source="apps", dataset_id=str(clean), limit=3)
     for split in ("train", "eval", "test"):
         assert getattr(part, split) == list(getattr(full, split))[:3]
-
-
-def _cc_row(name: str, **over) -> dict:
-    row = {
-        "name": name,
-        "description": "Print the sum of two integers.",
-        "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
-        "private_tests": {"input": ["5 5\n", "1 2\n"], "output": ["10\n", "3\n"]},
-        "generated_tests": {"input": ["0 0\n"], "output": ["0\n"]},
-        "source": 2,
-        "difficulty": 7,
-        "solutions": {
-            "language": [2, 1, 3],
-            "solution": ["int main(){}", "print 1", "a, b = map(int, input().split())\nprint(a+b)"],
-        },
-        "incorrect_solutions": {"language": [], "solution": []},
-        "time_limit": {"seconds": 2, "nanos": 500000000},
-        "memory_limit_bytes": 256000000,
-    }
-    row.update(over)
-    return row
 
 
 def test_code_contests_folder(tmp_path):

@@ -287,7 +287,7 @@ def test_a_config_built_in_code_is_checked_by_the_trainer(tmp_path):
     # The Python API path: a Config changed after load_config never went through the rules.
     import dataclasses
 
-    from conftest import tiny_overrides
+    from helpers.runs import tiny_overrides
 
     from teamrl.config import load_config
     from teamrl.trainer import Trainer

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.config import ConfigError, load_config
 from teamrl.scale.cpu_malloc import threshold_kib

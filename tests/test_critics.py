@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 import yaml
-from conftest import tiny_overrides
-from test_magrpo_tree import ScriptedTeam, reward_table, two_turn_env
+from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
+from helpers.runs import tiny_overrides
 
 from teamrl.algorithms.magrpo_tree import agent_credit, joint_rollout
 from teamrl.config import ConfigError, load_config

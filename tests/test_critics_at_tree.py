@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_overrides
-from test_at_grpo import CounterEnv, run
+from helpers.rollout_turns import CounterEnv, run
+from helpers.runs import tiny_overrides
 
 from teamrl.algorithms.at_grpo_tree import TurnNode
 from teamrl.config import load_config

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.config import ConfigError, load_config
 from teamrl.preflight import check_device

@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.cli import main
 from teamrl.config import ConfigError, load_config

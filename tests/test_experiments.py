@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import tiny_writers
+from helpers.runs import tiny_writers
 
 from teamrl.config import ConfigError, load_config
 from teamrl.credit.advantages import compute_advantages

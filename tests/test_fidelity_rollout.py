@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_overrides
-from test_at_grpo import CounterEnv, ScriptedTeam
+from helpers.rollout_turns import CounterEnv, ScriptedTeam
+from helpers.runs import tiny_overrides
 
 from teamrl.algorithms.registry import recipe_for
 from teamrl.config import load_config

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.trainer as trainer_mod
 import teamrl.update.policy as update_mod

@@ -18,7 +18,7 @@ import types
 import typing
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.preflight as preflight
 from teamrl.config import Config, ConfigError, load_config

@@ -11,7 +11,7 @@ must climb near 1. The Plan-Path rungs above it are the experiment table ``plan_
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.config import load_config
 from teamrl.tasks.registry import make_task

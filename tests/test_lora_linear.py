@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_overrides
 from exactness import SGD, assert_same_update, snapshot
+from helpers.runs import tiny_overrides
 
 from teamrl.config import load_config
 from teamrl.credit.advantages import compute_advantages

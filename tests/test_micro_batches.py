@@ -11,8 +11,8 @@ import random
 
 import pytest
 import torch
-from conftest import tiny_overrides
 from exactness import SGD, assert_same_update, snapshot
+from helpers.runs import tiny_overrides
 
 import teamrl.update.policy as update_mod
 from teamrl.config import ConfigError, load_config

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.team.models as models
 from teamrl.config import ConfigError, load_config

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.cli import main
 from teamrl.commands.play import load_run

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_writers
+from helpers.runs import tiny_writers
 
 from teamrl.commands import quickstart
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from hostile_programs import REWARD_TRICKS
 
 from teamrl.tasks.coding.reward import leveled_reward
-from tests.hostile_programs import REWARD_TRICKS
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = """\
@@ -150,8 +150,10 @@ BAD_REWARDS = _bad_rewards()
 @pytest.mark.parametrize("name", sorted(BAD_REWARDS))
 @pytest.mark.parametrize("tree", ["joint", "turns"])
 def test_a_reward_that_is_not_a_finite_float_is_a_reward_error(name, tree):
+    from helpers.rollout_joint import _joint
+    from helpers.rollout_turns import _turns
+
     from teamrl.rollout.common import RewardError
-    from tests.test_rollout_guards import _joint, _turns
 
     rollout = _joint if tree == "joint" else _turns
     with pytest.raises(RewardError) as err:

@@ -21,28 +21,13 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers.rollout_joint import _joint
+from helpers.rollout_turns import _turns
 
-from teamrl.algorithms.at_grpo_tree import agent_turn_rollout
-from teamrl.algorithms.magrpo_tree import joint_rollout
 from teamrl.envs.base import Step
-from teamrl.envs.functional import FunctionEnv
 from teamrl.rollout.common import EnvRunner, RewardError, as_reward
-from tests.test_at_grpo import ScriptedTeam as TurnTeam
-from tests.test_magrpo_tree import ScriptedTeam as JointTeam
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _joint(reward, **kw):
-    env = lambda: FunctionEnv(["a", "b"], reward)  # noqa: E731
-    return joint_rollout(JointTeam(), env, [(3, {"prompt": "p"})], num_generations=2, **kw)
-
-
-def _turns(reward, **kw):
-    env = lambda: FunctionEnv(["a", "b"], reward, sequential=True)  # noqa: E731
-    return agent_turn_rollout(
-        TurnTeam(("a", "b")), env, [(3, {"prompt": "p"})], num_generations=2, **kw
-    )
 
 
 BAD = {
@@ -124,7 +109,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from teamrl.envs.functional import FunctionEnv
 from teamrl.algorithms.magrpo_tree import joint_rollout
-from tests.test_magrpo_tree import ScriptedTeam
+from tests.helpers.rollout_joint import ScriptedTeam
 
 first = threading.Lock()
 

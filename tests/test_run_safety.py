@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.cli import main as cli_main
 from teamrl.config import load_config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_code import HE_ROW, MBPP_ROW, _cc_row, _write_jsonl
+from helpers.coding import HE_ROW, MBPP_ROW, _cc_row, _write_jsonl
 
 from teamrl.config import BUILTIN_CONFIGS, load_config
 from teamrl.tasks.registry import task_from_config

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.algorithms.registry import RECIPES
 from teamrl.config import load_config

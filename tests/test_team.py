@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.config import load_config
 from teamrl.team.policies import Team, cut_at_stop, is_adapter_param

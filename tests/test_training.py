@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 from teamrl.cli import main as cli_main
 from teamrl.config import ConfigError, load_config

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_overrides
+from helpers.runs import tiny_overrides
 
 import teamrl.update.policy as update_mod
 from teamrl.config import load_config

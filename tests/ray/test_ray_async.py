@@ -12,7 +12,7 @@ pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
-from test_ray_run import ray_cfg  # noqa: E402
+from ray_helpers import ray_cfg  # noqa: E402
 
 from teamrl.execution.asynchronous import AsyncExecution  # noqa: E402
 from teamrl.execution.remote import RayExecution  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import tiny_overrides  # noqa: E402
+from helpers.runs import tiny_overrides  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
 from teamrl.config import load_config  # noqa: E402

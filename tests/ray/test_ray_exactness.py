@@ -14,85 +14,18 @@ planting both in teamrl/update/policy.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
-import torch  # noqa: E402
-from conftest import tiny_overrides  # noqa: E402
-from exactness import RTOL, SGD, assert_same_update, snapshot  # noqa: E402
-from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
+from exactness import SGD  # noqa: E402
+from helpers.runs import tiny_overrides  # noqa: E402
+from ray_cluster import ray_cluster  # noqa: E402, F401
+from ray_helpers import SIGNAL, Replicas, check, moved, one_process_step  # noqa: E402
 
 from teamrl.config import load_config  # noqa: E402
-from teamrl.credit.advantages import compute_advantages  # noqa: E402
-from teamrl.scale.group import WorkerGroup  # noqa: E402
-from teamrl.scale.placement import placement_plan  # noqa: E402
-from teamrl.trainer import Trainer  # noqa: E402
 
-SIGNAL = [1.0, -0.5, 0.25, -0.75, 0.5]  # advantages cycled over the samples
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
-
-
-def one_process_step(tmp_path, cfg, advantages=None):
-    """Samples of one rollout (advantages computed once) and each policy's weights before and
-    after one update in this process."""
-    tr = Trainer(cfg, run_dir=tmp_path)
-    result = tr.rollout(tr.data.next(cfg.train.prompts_per_step))
-    a = cfg.algorithm
-    compute_advantages(result.samples, a.baseline, a.scale_rewards)
-    for i, s in enumerate(result.samples if advantages else []):
-        s.advantage = advantages[i % len(advantages)]  # a signal whatever the rewards were
-    before = {n: snapshot(p) for n, p in tr.team.policies.items()}
-    max_len = {n: 8 for n in tr.team.policies}
-    by_policy = {n: [s for s in result.samples if s.policy == n] for n in tr.team.policies}
-    norms = {n: tr.update(p, by_policy[n])["grad_norm"] for n, p in tr.team.policies.items()}
-    after = {n: snapshot(p) for n, p in tr.team.policies.items()}
-    after["grad_norm"] = norms
-    return by_policy, before, after, max_len
-
-
-def assert_identical(got: dict, want: dict, what: str):
-    assert got.keys() == want.keys()
-    assert all(torch.equal(got[k], want[k]) for k in want), f"{what}: not identical"
-
-
-def moved(before: dict, after: dict) -> float:
-    return max(float((after[k] - before[k]).abs().max()) for k in before)
-
-
-class Replicas:
-    """One worker group of W workers, rebuilt for each config's placement plan in turn (for
-    'separate', one plan per agent: the groups of one step are independent)."""
-
-    def __init__(self, cfg, workers: int):
-        self.workers = workers
-        first = placement_plan(self.with_workers(cfg))[0]
-        self.group = WorkerGroup(first, self.with_workers(cfg))
-
-    def with_workers(self, cfg):
-        d = dataclasses.replace(cfg.distributed, num_workers_per_policy=self.workers, **_cpu())
-        return dataclasses.replace(cfg, distributed=d)
-
-    def step(self, cfg, by_policy, max_len, before) -> dict:
-        """Each policy's weights after one update on the workers, built afresh from the seed
-        (their initial weights must be this process's)."""
-        cfg = self.with_workers(cfg)
-        out = {"grad_norm": {}}
-        for plan in placement_plan(cfg):
-            self.group.configure(plan, cfg)
-            for name in plan.policies:
-                start = self.group.state(name, "weights")
-                assert_identical(start, before[name], f"initial weights of {name}")
-                metrics, _ = self.group.update(name, by_policy[name], cfg, 0, max_len[name])
-                out["grad_norm"][name] = metrics["grad_norm"]
-                out[name] = self.group.state(name, "weights")
-        return out
-
-
-def _cpu():
-    return {"num_cpus_per_worker": CPU["distributed.num_cpus_per_worker"]}
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +35,6 @@ def replicas(ray_cluster):  # noqa: F811
     yield made
     for r in made.values():
         r.group.shutdown()
-
-
-def check(got: dict, want: dict, before: dict, what: str) -> None:
-    """The same SGD update, and the same gradient norm (the mean over the optimizer steps)."""
-    for name, norm in want["grad_norm"].items():
-        assert_same_update(got[name], want[name], before[name], f"{what}, policy {name}")
-        assert got["grad_norm"][name] == pytest.approx(norm, rel=RTOL), f"{what}: grad_norm"
 
 
 @pytest.mark.parametrize("mode", ["shared", "lora", "separate"])

@@ -16,23 +16,15 @@ pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from helpers.runs import ROOT  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
-from test_ray_run import ROOT, ray_cfg  # noqa: E402
+from ray_helpers import IDS, logprobs, ray_cfg  # noqa: E402
 
 from teamrl.cli import main as cli_main  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.team.policies import Team  # noqa: E402
 from teamrl.team.weights import base_fingerprint  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
-
-IDS = [5, 17, 3, 42, 8, 9, 11]
-
-
-def logprobs(model, ids: list[int]) -> torch.Tensor:
-    """log p(ids[t] | ids[:t]) for t >= 1."""
-    with torch.no_grad():
-        logits = model(torch.tensor([ids])).logits[0, :-1].float()
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
 def ray_run(address: str, tmp_path: Path, policies: str, steps: int, **extra):

@@ -5,57 +5,22 @@ run as Ray tasks with their limits."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import kill_at_checkpoint, tiny_overrides, train_in_subprocess  # noqa: E402
-from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
+from helpers.runs import kill_at_checkpoint  # noqa: E402
+from ray_cluster import ray_cluster  # noqa: E402, F401
+from ray_helpers import cli, metrics, ray_cfg, weights  # noqa: E402
 
-from teamrl.config import dump_config, load_config  # noqa: E402
+from teamrl.config import dump_config  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.scale.group import WorkerDiedError  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-VOLATILE = ("time/", "tokens_per_second")  # wall-clock measurements
-
-
-def ray_cfg(address: str, policies: str, steps: int, workers: int, **extra):
-    items = {
-        "distributed.backend": "ray",
-        "distributed.address": address,
-        "distributed.num_workers_per_policy": workers,
-        "log.save_steps": 1,
-        "log.save_total_limit": "null",
-        **CPU,
-        **extra,
-    }
-    return load_config(None, tiny_overrides(policies, steps, **items))
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
-
-
-def weights(run_dir: Path, step: int) -> dict:
-    """Each policy's weights in a checkpoint: the PEFT adapter one process writes."""
-    from safetensors.torch import load_file
-
-    root = run_dir / "checkpoints" / f"step-{step}" / "policies"
-    return {p.name: load_file(p / "adapter_model.safetensors") for p in sorted(root.iterdir())}
-
-
-def cli(cfg_path: Path, run_dir: Path, *flags: str) -> subprocess.Popen:
-    return train_in_subprocess(cfg_path, run_dir, *flags)
 
 
 def test_a_killed_run_resumes_exactly(ray_cluster, tmp_path):  # noqa: F811

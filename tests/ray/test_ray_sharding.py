@@ -14,11 +14,22 @@ import pytest
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
 
 import torch  # noqa: E402
-from conftest import kill_at_checkpoint, tiny_overrides  # noqa: E402
+from exactness import SGD  # noqa: E402
+from helpers.runs import kill_at_checkpoint, tiny_overrides  # noqa: E402
 from ray_cluster import ray_cluster  # noqa: E402, F401
-from test_ray_exactness import SGD, SIGNAL, Replicas, check, moved, one_process_step  # noqa: E402
-from test_ray_export import IDS, logprobs  # noqa: E402
-from test_ray_run import cli, metrics, ray_cfg, weights  # noqa: E402
+from ray_helpers import (  # noqa: E402
+    IDS,
+    SIGNAL,
+    Replicas,
+    check,
+    cli,
+    logprobs,
+    metrics,
+    moved,
+    one_process_step,
+    ray_cfg,
+    weights,
+)
 
 from teamrl.cli import main as cli_main  # noqa: E402
 from teamrl.config import dump_config, load_config  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import engine_spec, small_engine_config
+from vllm_helpers import engine_spec, small_engine_config
 
 from teamrl.config import ConfigError, GenerationConfig
 
@@ -61,7 +61,7 @@ def test_too_small_a_cache_names_the_knobs(base_model):
 
 def test_a_model_vllm_cannot_run_is_named():
     from teamrl.generation.vllm import VLLMBackend
-    from teamrl.team.policies import models
+    from teamrl.team import models
 
     tiny = models.load_model("tiny-llama")  # head_dim 16: no CPU attention kernel in vLLM
     spec = engine_spec(tiny)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+from vllm_helpers import (
     chat_prompt,
     engine_spec,
     hf_greedy,
@@ -21,7 +21,7 @@ TOL = 2e-3
 @pytest.fixture(scope="module")
 def full_engine():
     from teamrl.generation.vllm import VLLMBackend
-    from teamrl.team.policies import models
+    from teamrl.team import models
 
     model = models.load_model("smollm2-135m").eval()
     backend = VLLMBackend(small_engine_config(), engine_spec(model))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (
+from vllm_helpers import (
     chat_prompt,
     engine_spec,
     hf_greedy,
@@ -33,7 +33,7 @@ def lora_engine():
     from peft import LoraConfig, get_peft_model
 
     from teamrl.generation.vllm import VLLMBackend
-    from teamrl.team.policies import models
+    from teamrl.team import models
 
     model = models.load_model("smollm2-135m")
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, lora_dropout=0.0)
