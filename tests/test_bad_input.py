@@ -12,7 +12,7 @@ import datasets
 import pytest
 from helpers.cli import one_line_error
 
-import teamrl.team as team_module
+import teamrl.team.policies as team_module
 from teamrl.config import ConfigError
 from teamrl.tasks.registry import make_task
 
