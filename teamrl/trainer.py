@@ -4,17 +4,20 @@
         batch = execution.next_batch(step)   # prompts_per_step examples, recipe.rollout: samples
                                              # with rewards and returns (teamrl.execution.local: here,
                                              # on Ray, or from an asynchronous generator)
-        compute_advantages(samples, baseline, scale_rewards)  # per group (or the critics')
-        filter_groups: drop flat groups; optionally resample problems to refill (DAPO)
+        credit.assign(result)                # advantages: group baselines or critics' GAE;
+                                             # the samples that train (DAPO's filter, refill)
         for policy in team.policies:
             update_policy(policy, its samples)   # clipped PG, AdamW (none when it has no samples)
             log the LR it trained with; scheduler.step()   # LR(step) depends on the step alone
+        credit.fit(step)                                 # a critic's heads regress
         execution.weights_updated(step + 1)              # the sampler may take them now
         log metrics; evaluate every K steps; checkpoint every K steps (atomically)
 
-The trainer is the only module that knows the config, the team, the env and the algorithm.
-The algorithm's maths lives in ``teamrl.algorithms``, the rollout shape in ``teamrl.algorithms.registry``,
-checkpoints in ``teamrl.run.checkpoints`` and the data order in ``teamrl.run.data_stream``.
+The trainer is the only module that knows the config, the team, the env and the algorithm; it
+composes the seams: the algorithm (``teamrl.algorithms``: rollout tree, returns, group key),
+the credit (``teamrl.credit``), the execution (``teamrl.execution``: where rollouts and updates
+run; the update itself is ``teamrl.update``), and the run's files (``teamrl.run``: checkpoints,
+data order, logs).
 """
 
 from __future__ import annotations
@@ -29,15 +32,7 @@ import torch
 
 from teamrl.algorithms.registry import recipe_for
 from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
-from teamrl.credit.advantages import advantage_warnings, compute_advantages
-from teamrl.credit.critics import (
-    build_critics,
-    critic_credit,
-    critic_state,
-    fit_critics,
-    load_critic_state,
-)
-from teamrl.credit.filtering import drop_flat_groups, flat_groups_filled
+from teamrl.credit.assign import make_credit
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
@@ -92,8 +87,6 @@ class Trainer:
             )
         if preflight:
             run_preflight(cfg, self.task)
-        for w in advantage_warnings(cfg.algorithm.baseline, cfg.algorithm.scale_rewards):
-            warnings.warn(w, stacklevel=2)
         self.ctx = ctx or DistContext(device=str(resolve_device(cfg.model.device)))
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
         # who samples, where the policies live, how they update (teamrl.execution.local)
@@ -101,7 +94,8 @@ class Trainer:
             cfg, self.task.agents, self.data, self._training_rollout
         )
         self.team = self.execution.team
-        self.critics = build_critics(self.team, cfg)  # IAC / MAAC value heads ({} without)
+        # advantages and which samples train: group baselines or learned critics (teamrl.credit)
+        self.credit = make_credit(cfg, self.team)
         base_record(self.team, cfg)  # fingerprint the bases now, before training moves them
         self._data_state: dict | None = None  # the data position a checkpoint records
         self.step = 0
@@ -155,27 +149,11 @@ class Trainer:
         metrics: dict[str, float] = {"step": self.step + 1}
         metrics.update(result.metrics)
         metrics.update(batch.stats)  # asynchronous: staleness, waits
-        a = cfg.algorithm
-        metrics.update(compute_advantages(result.samples, a.baseline, a.scale_rewards))
-        critic_batch = None
-        if self.critics:  # IAC / MAAC: the critics' GAE replaces the group baseline
-            critic_batch, credit_metrics = critic_credit(self.team, self.critics, result, cfg)
-            metrics.update(credit_metrics)
-        train_samples = result.samples
-        if a.filter_groups:
-            train_samples = drop_flat_groups(train_samples)
-            metrics["filtered_samples_fraction"] = 1 - len(train_samples) / len(result.samples)
-        if a.filter_groups and a.max_resample_rounds:  # DAPO dynamic sampling: refill the batch
-
-            def more() -> list[Sample]:
-                extra = self.rollout(self.data.next(cfg.train.prompts_per_step)).samples
-                compute_advantages(extra, a.baseline, a.scale_rewards)
-                return extra
-
-            train_samples, rounds = flat_groups_filled(
-                result.samples, train_samples, more, a.max_resample_rounds
-            )
-            metrics["filter/resample_rounds"] = float(rounds)
+        assigned = self.credit.assign(
+            result, lambda: self.rollout(self.data.next(cfg.train.prompts_per_step))
+        )
+        metrics.update(assigned.metrics)
+        train_samples = assigned.samples
         t1 = time.perf_counter()
         for name, pol in self.team.policies.items():
             mine = [s for s in train_samples if s.policy == name]
@@ -189,8 +167,7 @@ class Trainer:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
                 pol.scheduler.step()
-        if critic_batch is not None:  # the heads regress on features from before the update
-            metrics.update(fit_critics(self.critics, critic_batch, cfg, self.step))
+        metrics.update(self.credit.fit(self.step))  # a critic fits on features from before
         t_update = time.perf_counter() - t1
         self.step += 1
         self.execution.weights_updated(self.step)  # the sampler may take them now
@@ -342,10 +319,10 @@ class Trainer:
         state = {"step": self.step, "data": data, "nan_skips": self.nan_skips}
         if self.logger is not None:
             self.logger.sync()  # no checkpoint is ahead of the metrics it follows
-        critics = critic_state(self.critics) if self.critics else None
+        credit_state = self.credit.state()
         with self.execution.paused():  # the RNG states it saves are between two rollouts
             return checkpoints.save_checkpoint(
-                self.run_dir, self.cfg, self.team, state, self.ctx, critics=critics
+                self.run_dir, self.cfg, self.team, state, self.ctx, critics=credit_state
             )
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -353,15 +330,7 @@ class Trainer:
         for pol in self.team.policies.values():  # the *current* config's LR schedule
             lr = agent_setting(self.cfg, pol.agents, "learning_rate", self.cfg.train.learning_rate)
             self.execution.apply_schedule(pol, lr, self.cfg)
-        if self.critics:
-            saved = Path(path) / "critics.pt"
-            if not saved.exists():
-                raise ConfigError(
-                    f"checkpoint {path} has no critics.pt; this run trains critics "
-                    f"(algorithm.critic={self.cfg.algorithm.critic!r}): resume with the "
-                    "checkpoint's algorithm.critic"
-                )
-            load_critic_state(self.critics, torch.load(saved, weights_only=True), str(saved))
+        self.credit.load(Path(path))
         self.step = state["step"]
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
@@ -371,8 +340,8 @@ class Trainer:
         """A team folder (as ``teamrl export``): one folder of standard weights per policy (a
         PEFT adapter or a save_pretrained model, with the tokenizer) and ``team.yaml``."""
         if self.ctx.is_main:
-            critics = critic_state(self.critics) if self.critics else None
+            credit_state = self.credit.state()
             write_team_folder(
-                Path(out_dir), self.cfg, self.team.systems, self.team, critics=critics
+                Path(out_dir), self.cfg, self.team.systems, self.team, critics=credit_state
             )
         return Path(out_dir)

@@ -147,10 +147,10 @@ def make(tmp_path, policies="shared", steps=2, **extra):
 def test_critics_train_in_every_policy_mode(tmp_path, critic, level, policies):
     tr = make(tmp_path, policies, **{"algorithm.critic": critic, "algorithm.critic_level": level})
     names = ["alice", "bob"] if critic == "iac" else [CENTRAL]
-    assert sorted(tr.critics) == names
+    assert sorted(tr.credit.critics) == names
     # fresh heads are 0, so the first advantages are the returns themselves (scale none)
     result = tr.rollout(tr.data.next(1))
-    batch, _ = critic_credit(tr.team, tr.critics, result, tr.cfg)
+    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg)
     for s in result.samples:
         assert s.advantage == pytest.approx(s.return_)
         if level == "token":
@@ -162,7 +162,7 @@ def test_critics_train_in_every_policy_mode(tmp_path, critic, level, policies):
     assert all(t.abs().sum() > 0 for t in batch.targets.values())  # something to fit
     metrics = tr.train_step()
     for name in names:
-        head = tr.critics[name].head
+        head = tr.credit.critics[name].head
         assert head.weight.abs().sum() > 0  # it learned something
         assert math.isfinite(metrics[f"critic/value_loss/{name}"])
     assert {"advantage/spread/alice", "advantage/spread/bob"} <= set(metrics)
@@ -188,7 +188,7 @@ def test_resume_with_critics_equals_uninterrupted(tmp_path):
         assert a["critic/value_loss/alice"] == b["critic/value_loss/alice"]
         assert a["loss/bob"] == b["loss/bob"]
     for name in ("alice", "bob"):
-        ha, hb = straight.critics[name].head, resumed.critics[name].head
+        ha, hb = straight.credit.critics[name].head, resumed.credit.critics[name].head
         assert torch.equal(ha.weight, hb.weight) and torch.equal(ha.bias, hb.bias)
         pa = straight.team.policies[name].state_dict()
         pb = resumed.team.policies[name].state_dict()
@@ -268,8 +268,8 @@ def test_export_writes_the_value_heads_from_a_run_and_from_its_checkpoint(tmp_pa
         }
         for name in ("alice", "bob"):
             head = load_file(out / meta[name]["weights"])
-            assert torch.equal(head["weight"], tr.critics[name].head.weight.detach())
-            assert torch.equal(head["bias"], tr.critics[name].head.bias.detach())
+            assert torch.equal(head["weight"], tr.credit.critics[name].head.weight.detach())
+            assert torch.equal(head["bias"], tr.credit.critics[name].head.bias.detach())
 
 
 # --- value normalisation ----------------------------------------------------------------------

@@ -166,11 +166,11 @@ def test_critics_train_on_the_agent_turn_tree(tmp_path, monkeypatch, critic, lev
     tr = make(tmp_path, policies, **{"algorithm.critic": critic, "algorithm.critic_level": level})
     assert critic_gamma(tr.cfg) == 0.0  # AT-GRPO without a discount: the own reward
     names = ["alice", "bob"] if critic == "iac" else [CENTRAL]
-    assert sorted(tr.critics) == names
+    assert sorted(tr.credit.critics) == names
     result = tr.rollout(tr.data.next(1))
     assert [(n.turn, n.agent) for n in result.turn_nodes[0]] == [(0, "alice"), (0, "bob")]
     # fresh heads are 0: every advantage is the candidate's own reward (scale none)
-    batch, _ = critic_credit(tr.team, tr.critics, result, tr.cfg)
+    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg)
     for s in result.samples:
         assert s.advantage == pytest.approx(s.reward)
         if level == "token":
@@ -188,7 +188,7 @@ def test_critics_train_on_the_agent_turn_tree(tmp_path, monkeypatch, critic, lev
         assert not torch.equal(f[0], f[-1])  # so the two nodes' features differ
     metrics = tr.train_step()
     for name in names:
-        assert tr.critics[name].head.weight.abs().sum() > 0
+        assert tr.credit.critics[name].head.weight.abs().sum() > 0
         assert math.isfinite(metrics[f"critic/value_loss/{name}"])
 
 
@@ -207,7 +207,7 @@ def test_resume_with_critics_on_the_agent_turn_tree_equals_uninterrupted(tmp_pat
     resumed = Trainer(cfg, run_dir=first.run_dir)
     rest = resumed.train(resume=True)
     assert full[2]["critic/value_loss/central"] == rest[0]["critic/value_loss/central"]
-    ca, cb = straight.critics[CENTRAL], resumed.critics[CENTRAL]
+    ca, cb = straight.credit.critics[CENTRAL], resumed.credit.critics[CENTRAL]
     assert torch.equal(ca.head.weight, cb.head.weight) and torch.equal(ca.head.bias, cb.head.bias)
     assert ca.norm.state() == cb.norm.state()
     for name in ("alice", "bob"):

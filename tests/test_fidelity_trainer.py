@@ -11,7 +11,6 @@ import pytest
 import torch
 from helpers.runs import tiny_overrides
 
-import teamrl.trainer as trainer_mod
 import teamrl.update.policy as update_mod
 from teamrl.config import ConfigError, load_config
 from teamrl.trainer import Trainer
@@ -91,7 +90,7 @@ def test_the_shipped_tldr_sampling_turns_the_correction_on():
 def test_a_policy_without_samples_still_advances_its_schedule(tmp_path, monkeypatch):
     tr = make(tmp_path, "lora", steps=4, **{"train.lr_scheduler_type": "cosine"})
     monkeypatch.setattr(
-        trainer_mod, "drop_flat_groups", lambda s: [x for x in s if x.agent == "alice"]
+        "teamrl.credit.assign.drop_flat_groups", lambda s: [x for x in s if x.agent == "alice"]
     )
     tr.cfg.algorithm.filter_groups = True
     m = tr.train_step()
@@ -179,7 +178,7 @@ def test_filter_groups_resamples_until_the_batch_is_full(tmp_path, monkeypatch):
         first = samples[0].group
         return [s for s in samples if s.group == first]
 
-    monkeypatch.setattr(trainer_mod, "drop_flat_groups", every_other_round_flat)
+    monkeypatch.setattr("teamrl.credit.assign.drop_flat_groups", every_other_round_flat)
     monkeypatch.setattr("teamrl.credit.filtering.drop_flat_groups", every_other_round_flat)
     m = tr.train_step()
     # a digits rollout of one prompt has 2 groups (one per agent): round 0 keeps none, each

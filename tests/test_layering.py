@@ -210,3 +210,20 @@ def test_layering(layer, forbidden):
         if _under(m, forbidden)
     ]
     assert not bad, "imports that run back up the layers:\n" + "\n".join(bad)
+
+
+def test_the_trainer_composes_credit_without_knowing_its_kind():
+    # The credit seam (teamrl.credit.assign): the trainer imports no critic, advantage or
+    # filtering name and never asks which estimator it holds.
+    imported = GRAPH["teamrl.trainer"][2]
+    assert not imported & {
+        "teamrl.credit.critics",
+        "teamrl.credit.advantages",
+        "teamrl.credit.filtering",
+        "teamrl.credit.gae",
+        "teamrl.credit.critic_credit",
+    }, imported
+    source = MODULES["teamrl.trainer"].read_text()
+    names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)}
+    assert not {n for n in names if "critic" in n.lower() or "advantage" in n.lower()}, names

@@ -65,14 +65,14 @@ def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
     )
     try:
         gen = torch.Generator().manual_seed(0)
-        for name, c in local.critics.items():  # the same non-zero heads on both sides
+        for name, c in local.credit.critics.items():  # the same non-zero heads on both sides
             with torch.no_grad():
                 c.head.weight.copy_(torch.randn(c.head.weight.shape, generator=gen))
-                remote.critics[name].head.load_state_dict(c.head.state_dict())
+                remote.credit.critics[name].head.load_state_dict(c.head.state_dict())
         result = local.rollout(local.data.next(1))
-        want, _ = critic_credit(local.team, local.critics, result, local.cfg)
+        want, _ = critic_credit(local.team, local.credit.critics, result, local.cfg)
         want_adv = [s.advantage for s in result.samples]
-        got, _ = critic_credit(remote.team, remote.critics, result, remote.cfg)
+        got, _ = critic_credit(remote.team, remote.credit.critics, result, remote.cfg)
         assert sorted(got.features) == sorted(want.features)
         for name, f in want.features.items():
             # the same weights, tokens and kernels: equal up to the order of float sums
@@ -93,7 +93,9 @@ def test_a_ray_run_trains_and_checkpoints_its_critics(ray_cluster, tmp_path):  #
         history = tr.train()
     finally:
         shutdown_team(tr.team)
-    assert all(tr.critics[a].head.weight.abs().sum() > 0 for a in ("alice", "bob"))
+    assert all(tr.credit.critics[a].head.weight.abs().sum() > 0 for a in ("alice", "bob"))
     assert "critic/value_loss/alice" in history[-1]
     saved = torch.load(tr.run_dir / "checkpoints" / "step-2" / "critics.pt", weights_only=True)
-    assert torch.equal(saved["bob"]["head"]["weight"], tr.critics["bob"].head.weight.detach())
+    assert torch.equal(
+        saved["bob"]["head"]["weight"], tr.credit.critics["bob"].head.weight.detach()
+    )
