@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from helpers.rollout_turns import CounterEnv, ScriptedTeam, run
 
-from teamrl.algorithms.at_grpo_tree import select_branch, trajectory_rollout
+from teamrl.algorithms.at_grpo import select_branch, trajectory_rollout
 from teamrl.credit.advantages import compute_advantages
 from teamrl.generation import Generation
 

@@ -11,7 +11,7 @@ import yaml
 from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
 from helpers.runs import tiny_overrides
 
-from teamrl.algorithms.magrpo_tree import agent_credit, joint_rollout
+from teamrl.algorithms.magrpo import agent_credit, joint_rollout
 from teamrl.config import ConfigError, load_config
 from teamrl.credit.critic_credit import critic_advantages, scale_critic_advantages
 from teamrl.credit.critics import CENTRAL, critic_credit, joint_observation

@@ -11,7 +11,7 @@ import torch
 from helpers.rollout_turns import CounterEnv, run
 from helpers.runs import tiny_overrides
 
-from teamrl.algorithms.at_grpo_tree import TurnNode
+from teamrl.algorithms.at_grpo import TurnNode
 from teamrl.config import load_config
 from teamrl.credit.critic_credit import chain_critic_advantages
 from teamrl.credit.critics import CENTRAL, critic_credit, critic_gamma

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from teamrl.algorithms.magrpo_tree import joint_rollout
+from teamrl.algorithms.magrpo import joint_rollout
 from teamrl.envs.base import clone
 from teamrl.envs.functional import FunctionEnv, from_comlrl
 from teamrl.generation import Generation

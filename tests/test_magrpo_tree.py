@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
 
-from teamrl.algorithms.magrpo_tree import joint_rollout
+from teamrl.algorithms.magrpo import joint_rollout
 from teamrl.credit.advantages import (
     advantage_warnings,
     baseline_advantages,

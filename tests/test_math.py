@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import teamrl.tasks.math.equivalence as rmath
-from teamrl.algorithms.at_grpo_tree import agent_turn_rollout
+from teamrl.algorithms.at_grpo import agent_turn_rollout
 from teamrl.generation import Generation
 from teamrl.sandbox import ExecResult
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
@@ -676,7 +676,7 @@ def test_require_boxed_false_accepts_text_answers(completion):
 
 
 def test_pending_tool_step_lets_a_lookahead_pay_the_team_reward():
-    """The rollout's lookahead contract (teamrl.algorithms.at_grpo_tree._lookahead): a pending step is
+    """The rollout's lookahead contract (teamrl.algorithms.at_grpo._lookahead): a pending step is
     scored by finishing the turn on a copy; the tool candidate then earns alpha * (team reward
     of the closing step) + the closing step's local_rewards["tool"], as the reference pays
     the tool its own result plus "the reasoner is correct"."""

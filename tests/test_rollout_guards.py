@@ -108,7 +108,7 @@ import signal, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from teamrl.envs.functional import FunctionEnv
-from teamrl.algorithms.magrpo_tree import joint_rollout
+from teamrl.algorithms.magrpo import joint_rollout
 from tests.helpers.rollout_joint import ScriptedTeam
 
 first = threading.Lock()

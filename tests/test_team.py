@@ -40,7 +40,7 @@ def test_lora_agents_named_like_modules_keep_the_base_frozen(names):
 
 
 def test_response_prefix_ends_the_prompt_and_starts_the_reply_the_env_sees():
-    from teamrl.algorithms.magrpo_tree import joint_rollout
+    from teamrl.algorithms.magrpo import joint_rollout
     from teamrl.envs.base import Task
     from teamrl.envs.functional import FunctionEnv
 

@@ -4,7 +4,7 @@ episodes (``Sample.episode``)."""
 
 from __future__ import annotations
 
-from teamrl.algorithms.at_grpo_tree import trajectory_rollout
+from teamrl.algorithms.at_grpo import eval_rollout, trajectory_rollout
 from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import agent_turn_shape
 
@@ -17,13 +17,6 @@ def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_pa
     return trajectory_rollout(
         team, make_env, examples, **common_args(cfg, k, greedy), alpha=cfg.algorithm.alpha, seed=seed
     )  # fmt: skip
-
-
-def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
-    args = common_args(cfg, n, greedy)
-    return trajectory_rollout(
-        team, make_env, examples, **args, alpha=cfg.algorithm.alpha, seed=cfg.seed
-    )
 
 
 TRAJECTORY_GRPO = Recipe(

@@ -1,11 +1,345 @@
-"""MAGRPO: a joint-action tree per problem, simultaneous turns, groups (problem, node, agent)."""
+"""MAGRPO: a joint-action tree per problem, one team reward, groups (problem, slot, node, agent).
+
+Read top to bottom: the tree's node, the rollout that grows it, the returns computed on it
+(and the counterfactual baseline of the ``cross`` tree), the step's metrics, and the recipe the
+trainer and the evaluator call (``MAGRPO``). Credit (the group baselines, the critics) is
+``teamrl.credit``; the update ``teamrl.update``.
+
+The tree.
+
+Each node holds an env state and every agent's observation. All agents act at once
+(simultaneous turn): each samples G completions from its observation. Joint actions are
+
+    aligned: K = G joint actions, the j-th completion of every agent;
+    cross:   K = G^N joint actions, the Cartesian product.
+
+Every joint action is applied to its own copy of the node's env; the transition's reward is
+r_j and, unless the episode ends, its successor state becomes a child node (the next turn).
+Returns are computed bottom-up:
+
+    R_j = r_j + gamma * mean(R of the child's joint actions)      (R_j = r_j at a leaf)
+
+An agent's completion g is credited with R_g (aligned) or with the marginal mean of R over the
+joint actions that contain it (cross). With ``reward_per_agent`` the same recursion runs per
+agent on c^a_j = alpha * r_j + local^a_j (the step's ``local_rewards``) and agent a is credited
+from its own R^a; the team's R is still what metrics and evaluation report.
+Group key: (problem, slot, node, agent), where ``slot``
+is the example's position in the step's batch: an example drawn twice in one step (an epoch
+wrapping mid-step, or prompts_per_step > the dataset) grows two trees whose groups stay apart.
+
+Generation is one call per engine per turn, covering every node, agent and sample of the turn.
+"""
 
 from __future__ import annotations
 
-from teamrl.algorithms.magrpo_tree import joint_rollout
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
 from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import joint_tree_shape
+from teamrl.envs.base import Env, Step, clone
+from teamrl.rollout.common import EnvRunner, RolloutResult, check_observations
+from teamrl.rollout.summary import (
+    Outcome,
+    add_components,
+    episode_summary,
+    means,
+    sample_metrics,
+)
+from teamrl.sample import Sample
+from teamrl.team.policies import Team
 
+
+@dataclass
+class Node:
+    problem: int  # dataset index of the example
+    slot: int  # position of the example in this step's batch (an example may appear twice)
+    node_id: str  # path of joint-action indices from the root, e.g. "0/3"
+    turn: int
+    env: Env
+    observations: dict[str, str]
+    example: dict
+    joint: list[tuple[int, ...]] = field(default_factory=list)  # per joint action: index per agent
+    steps: list[Step] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    children: dict[int, Node] = field(default_factory=dict)
+    returns: list[float] = field(default_factory=list)  # team return per joint action
+    agent_returns: dict[str, list[float]] = field(default_factory=dict)  # what each agent learns
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+
+
+def joint_rollout(
+    team: Team,
+    make_env,
+    examples: list[tuple[int, dict]],
+    *,
+    num_generations: int,
+    max_turns: int,
+    joint_mode: str = "aligned",
+    discount: float = 1.0,
+    early_termination_threshold: float | None = None,
+    greedy: bool = False,
+    reward_workers: int = 1,
+    step_timeout: float = 0.0,
+    ignore_eos: bool = False,
+    alpha: float = 1.0,
+    reward_per_agent: bool = False,
+    counterfactual: bool = False,
+) -> RolloutResult:
+    """Grow one tree per example and return its samples with rewards and returns set.
+
+    Each agent's completions are credited with the team reward, or with ``reward_per_agent``
+    with ``alpha * team + local`` (the step's ``local_rewards`` term of that agent). With
+    ``counterfactual`` (cross mode) each sample also gets its counterfactual advantage
+    (``counterfactual_advantages``)."""
+    agents = list(team.agents)
+    g = 1 if greedy else num_generations
+    t_gen = t_env = 0.0
+    roots = []
+    for slot, (problem, example) in enumerate(examples):
+        env = make_env()
+        obs = env.reset(example)
+        check_observations(obs, agents, f"reset(example {problem})")
+        roots.append(Node(problem, slot, "root", 0, env, obs, example))
+
+    frontier = list(roots)
+    pool = EnvRunner(reward_workers, step_timeout)
+    n_tokens = 0
+    for turn in range(max_turns):
+        if not frontier:
+            break
+        # 1. One generate call per engine for every (node, agent) of this turn.
+        t0 = time.perf_counter()
+        jobs = []
+        for node in frontier:
+            for a in agents:
+                ids = team.encode_prompt(a, node.observations[a], node.example)
+                jobs.append((a, team.request(a, ids, g, greedy=greedy)))
+        outs = iter(team.generate(jobs, ignore_eos=ignore_eos))
+        for node in frontier:
+            for a in agents:
+                node.samples[a] = [
+                    Sample(
+                        agent=a,
+                        policy=team.policy_of[a],
+                        turn=turn,
+                        group=(node.problem, node.slot, node.node_id, a),
+                        prompt_ids=gen.prompt_ids,
+                        completion_ids=gen.completion_ids,
+                        sampler_logprobs=gen.logprobs,
+                        truncated=gen.truncated,
+                        temperature=team.agents[a].temperature if not greedy else 1.0,
+                        text=team.decode(a, gen.completion_ids),
+                    )
+                    for gen in next(outs)
+                ]
+                n_tokens += sum(len(s.completion_ids) for s in node.samples[a])
+        t_gen += time.perf_counter() - t0
+
+        # 2. Joint actions, each stepped on its own copy of the node's env.
+        t0 = time.perf_counter()
+        work = []
+        for node in frontier:
+            if joint_mode == "cross" and not greedy:
+                node.joint = list(itertools.product(range(g), repeat=len(agents)))
+            else:
+                node.joint = [(j,) * len(agents) for j in range(g)]
+            for j, idx in enumerate(node.joint):
+                actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
+                where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
+                work.append((node, clone(node.env), actions, where))
+        stepped = pool.map(lambda w: pool.step(w[1], w[2], w[3]), work)
+        t_env += time.perf_counter() - t0
+
+        # 3. Rewards, early termination, children.
+        next_frontier = []
+        per_node: dict[int, list] = {}
+        for (node, env, _, _), step in zip(work, stepped):
+            per_node.setdefault(id(node), []).append((env, step))
+        for node in frontier:
+            pairs = per_node[id(node)]
+            node.steps = [s for _, s in pairs]
+            node.rewards = [float(s.reward) for s in node.steps]
+            mean_r = sum(node.rewards) / len(node.rewards)
+            stop_early = early_termination_threshold is not None and (
+                mean_r > early_termination_threshold
+            )
+            if turn + 1 >= max_turns or stop_early:
+                continue
+            for j, (env, step) in enumerate(pairs):
+                if step.done:
+                    continue
+                check_observations(step.observations, agents, f"step (example {node.problem})")
+                child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
+                child = Node(
+                    node.problem,
+                    node.slot,
+                    child_id,
+                    turn + 1,
+                    env,
+                    step.observations,
+                    node.example,
+                )
+                node.children[j] = child
+                next_frontier.append(child)
+        frontier = next_frontier
+
+    samples: list[Sample] = []
+    for root in roots:
+        credit = agent_credit(reward_per_agent, alpha)
+        cross = joint_mode == "cross" and not greedy
+        _assign_returns(root, agents, discount, cross=cross, credit=credit)
+        if counterfactual and cross:
+            for node in walk(root):
+                counterfactual_advantages(node, agents)
+        samples.extend(_collect(root, agents))
+    stats = {
+        "time/generate": t_gen,
+        "time/reward": t_env,
+        "tokens/generated": float(n_tokens),
+    }
+    return RolloutResult(
+        samples=samples,
+        roots=roots,
+        stats=stats,
+        metrics={**rollout_metrics(roots, samples, agents), **pool.metrics()},
+        episodes=[path_summary(root) for root in roots] if g == 1 else [],
+    )
+
+
+def path_summary(root: Node) -> dict:
+    """Summary of a single-path episode (one sample per agent per turn): eval reports."""
+    node, outcome = root, Outcome()
+    while node is not None:
+        outcome.turns += 1
+        outcome.record(node.steps[0])
+        node = node.children.get(0)
+    return episode_summary(root.problem, outcome, root.returns[0], team_return=root.returns[0])
+
+
+def agent_credit(reward_per_agent: bool, alpha: float):
+    """What an agent is credited with for a joint action's step: the team reward, or with
+    ``reward_per_agent`` alpha * team + its local term."""
+    return _per_agent_credit(alpha) if reward_per_agent else _team_credit
+
+
+def _team_credit(step: Step, agent: str) -> float:
+    return float(step.reward)
+
+
+def _per_agent_credit(alpha: float):
+    def credit(step: Step, agent: str) -> float:
+        return alpha * float(step.reward) + float(step.local_rewards.get(agent, 0.0))
+
+    return credit
+
+
+def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool, credit) -> None:
+    """Post-order, per agent a: R^a_j = c^a_j + gamma * mean(child_j.agent_returns[a]), with
+    c^a_j = credit(step_j, a) (the team reward unless reward_per_agent); node.returns is the
+    same recursion on the team reward (what metrics and evaluation report). Then each of a's
+    completions gets the mean over the joint actions that contain it."""
+    immediate = {a: [credit(step, a) for step in node.steps] for a in agents}
+    team, own = list(node.rewards), {a: list(c) for a, c in immediate.items()}
+    for j, child in node.children.items():
+        _assign_returns(child, agents, gamma, cross, credit)
+        team[j] += gamma * sum(child.returns) / len(child.returns)
+        for a in agents:
+            below = child.agent_returns[a]
+            own[a][j] += gamma * sum(below) / len(below)
+    node.returns, node.agent_returns = team, own
+    for k, a in enumerate(agents):
+        for i, s in enumerate(node.samples[a]):
+            # the joint actions that contain completion i of agent a
+            js = [j for j, idx in enumerate(node.joint) if idx[k] == i]
+            s.reward = sum(immediate[a][j] for j in js) / len(js)
+            s.return_ = sum(own[a][j] for j in js) / len(js)
+            if not cross:
+                assert len(js) == 1
+
+
+def counterfactual_advantages(node: Node, agents: list[str]) -> None:
+    """COMA's counterfactual advantage (Foerster et al. 2018) of every completion at a node of
+    the cross product: for agent a and joint action j,
+
+        A^a(j) = R^a(j) - (1/G) * sum_i' R^a(j with a's completion replaced by i'),
+
+    the return minus what a's own alternatives would have scored with the partners' choices
+    fixed (R^a: the agent's credited return, the team's unless reward_per_agent). Completion i
+    of a acts in every joint action that holds it, so its advantage is the mean of A^a(j) over
+    those G^(N-1) joint actions, written to ``info["counterfactual_advantage"]``; the spread of
+    A^a(j) over them (how much a's credit depends on its partners) to ``info["partner_spread"]``.
+
+    Over the full product that mean equals MAGRPO-cross's marginal return minus the group's
+    mean: the baseline term averages every partner combination's mean over a's alternatives,
+    which is the mean over all joint actions (docs/algorithms/counterfactual.md)."""
+    where = {idx: j for j, idx in enumerate(node.joint)}
+    for k, a in enumerate(agents):
+        own = node.agent_returns[a]
+        g = len(node.samples[a])
+        per_completion: list[list[float]] = [[] for _ in range(g)]
+        for j, idx in enumerate(node.joint):
+            alternatives = [own[where[idx[:k] + (i,) + idx[k + 1 :]]] for i in range(g)]
+            per_completion[idx[k]].append(own[j] - sum(alternatives) / g)
+        for s, values in zip(node.samples[a], per_completion):
+            s.info["counterfactual_advantage"] = float(np.mean(values))
+            s.info["partner_spread"] = float(np.std(values))
+
+
+def _collect(node: Node, agents: list[str]) -> list[Sample]:
+    out = [s for a in agents for s in node.samples[a]]
+    for child in node.children.values():
+        out.extend(_collect(child, agents))
+    return out
+
+
+def walk(node):
+    """Every node of a tree, the root first."""
+    yield node
+    for child in node.children.values():
+        yield from walk(child)
+
+
+def rollout_metrics(
+    roots: list[Node], samples: list[Sample], agents: list[str]
+) -> dict[str, float]:
+    """Team reward (episode return at the root), per turn, per agent, components, lengths."""
+    m: dict[str, float] = {}
+    root_returns = [r for root in roots for r in root.returns]
+    m["reward/mean"] = float(np.mean(root_returns))
+    m["reward/std"] = float(np.std(root_returns))
+    per_turn: dict[int, list[float]] = {}
+    comps: dict[str, list[float]] = {}
+    local: dict[str, list[float]] = {}
+    done = 0
+    n_steps = 0
+    for root in roots:
+        for node in walk(root):
+            per_turn.setdefault(node.turn, []).extend(node.rewards)
+            for st in node.steps:
+                n_steps += 1
+                done += int(any(st.terminations.values()))
+                add_components(comps, st)
+                for a, v in st.local_rewards.items():
+                    local.setdefault(a, []).append(float(v))
+    m.update(means("reward/turn_", per_turn, "/mean"))
+    m.update(means("reward/components/", comps))
+    m.update(sample_metrics(samples, agents))
+    m.update(means("reward/local/", local, "/mean"))
+    # counterfactual baseline: how much each agent's credit depends on its partners' choices
+    spread: dict[str, list[float]] = {}
+    for s in samples:
+        if "partner_spread" in s.info:
+            spread.setdefault(s.agent, []).append(s.info["partner_spread"])
+    m.update(means("advantage/partner_spread/", spread))
+    m["terminated_fraction"] = done / max(1, n_steps)
+    return m
+
+
+# ------------------------------------------------------------------------------- the recipe
 DEFAULTS = {"discount": 1.0}  # CoMLRL 1.4.3 is undiscounted
 
 

@@ -1,10 +1,11 @@
-"""Algorithm recipes: for each ``algorithm.name``, the rollout shape, its group key and its
-defaults. The trainer and the evaluator both go through the recipe, so the mapping from config
-to rollout call is written once.
+"""The algorithms by ``algorithm.name``: one module each (``magrpo``, ``at_grpo``, ``grpo``),
+holding its rollout tree, its returns, its group key and its defaults, read top to bottom.
 
-A recipe sits above the episode builders (``teamrl.rollout``) and next to the trainer; the
-maths it feeds (advantages, losses, the update) lives in ``teamrl.algorithms`` and knows no
-env. A new algorithm that is a new rollout shape or group key is a new module here.
+A recipe (``teamrl.algorithms.recipe``) is what the trainer and the evaluator call: the
+training rollout, the evaluation episodes, the group key and the step's shape, so the mapping
+from config to rollout is written once. A new algorithm that is a new rollout shape or group
+key is a new module here and one entry below; what credit it gets is ``teamrl.credit``'s, and
+how a policy learns from it is ``teamrl.update``'s.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from teamrl.algorithms.at_grpo_tree import TurnNode
-from teamrl.algorithms.magrpo_tree import Node, walk
+from teamrl.algorithms.at_grpo import TurnNode
+from teamrl.algorithms.magrpo import Node, walk
 from teamrl.credit.gae import CreditNode, tree_gae, turn_token_gae
 from teamrl.envs.base import Step
 from teamrl.sample import Sample

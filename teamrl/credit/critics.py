@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from teamrl.algorithms.magrpo_tree import agent_credit, walk
+from teamrl.algorithms.magrpo import agent_credit, walk
 from teamrl.config import Config
 from teamrl.credit.critic_credit import (
     chain_critic_advantages,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from teamrl.algorithms.magrpo_tree import joint_rollout
+from teamrl.algorithms.magrpo import joint_rollout
 from teamrl.envs.functional import FunctionEnv
 from teamrl.generation import Generation
 

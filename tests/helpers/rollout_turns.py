@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from teamrl.algorithms.at_grpo_tree import agent_turn_rollout
+from teamrl.algorithms.at_grpo import agent_turn_rollout
 from teamrl.envs.base import Step
 from teamrl.envs.functional import FunctionEnv
 from teamrl.generation import Generation
