@@ -454,11 +454,10 @@ def shape_of(config: Any) -> dict[str, int]:
 # in eager float32 on CPU, where the norms, rotary embeddings, attention and SwiGLU each keep
 # several hidden-sized tensors (the textbook 4 * hidden + 3 * intermediate is a third of it).
 ACTIVATION_HIDDEN, ACTIVATION_INTER = 16, 4
-# fp32 vocab rows per completion token. Measured: about 6 while the scoring built the
-# log-softmax from autograd's composition (gather - logsumexp), about 4 since chosen_logprob
-# (2026-11-27: the completion-token slope of benchmarks/results/update_memory.md fell by 2.1
-# rows). Kept at 6 as headroom: an estimate that errs low lets a run start that then runs out
-# of memory, and the prompt-heavy LoRA points are already estimated at 0.79-0.86 of the peak.
+# fp32 vocab rows per completion token: about 4 with chosen_logprob's backward, 6 with
+# autograd's composition (gather - logsumexp); benchmarks/results/update_memory.md measures
+# the slope. Kept at 6 as headroom: an estimate that errs low lets a run start that then runs
+# out of memory, and the prompt-heavy LoRA points already sit close below the measured peak.
 LOGIT_ROWS = 6
 
 

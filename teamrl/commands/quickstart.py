@@ -20,9 +20,9 @@ import time
 from teamrl.team.models import quiet_hf
 
 HELD_OUT = "test"  # the split the demo reports on; its settings were chosen on "eval"
-# 16 of the split's 24 posts: the greedy pass costs about 2.5 s a post on 2 cores (the 220-token
-# prompts' prefill dominates), and the demo must fit in 10 minutes with its install; 16 is the
-# fewest the issue allows; one post moves their mean by at most 2.98 / 16 = 0.19, under a rise of 0.3.
+# 16 of the split's 24 posts: the greedy pass over a post is the demo's slowest part (the long
+# prompts' prefill dominates) and the demo must fit in 10 minutes with its install; with 16,
+# one post moves the mean by at most MAX_REWARD / 16 = 0.19, under the rise the demo reports.
 HELD_OUT_POSTS = 16
 LEVELS = ("structure", "length_ratio", "unique_words", "style")
 MAX_REWARD = 2.98  # the TLDR reward's true maximum (teamrl.tasks.writing.reward)

@@ -99,8 +99,7 @@ class AlgorithmConfig:
     )
     importance_sampling_cap: float = _f(
         2.0,
-        "C >= 1, the IS weight bound (TRL: vllm_importance_sampling_clip_max, named "
-        "vllm_importance_sampling_cap before TRL 1.6; TRL's default is 3.0).",
+        "C >= 1, the IS weight bound (TRL: vllm_importance_sampling_clip_max, default 3.0).",
     )
     truncated_scoring: bool = _f(
         False,
@@ -215,6 +214,5 @@ class AlgorithmConfig:
         False,
         "With kl_estimator='k3': multiply k3 by the (not detached) policy ratio pi / pi_old, so "
         "the term estimates KL(pi || ref) and its gradient is that of KL(pi || ref), not "
-        "KL(ref || pi) (TRL's use_bias_correction_kl, from DeepSeek-V3.2; on by default in "
-        "TRL 1.16).",
+        "KL(ref || pi) (TRL's use_bias_correction_kl, from DeepSeek-V3.2).",
     )

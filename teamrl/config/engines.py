@@ -25,7 +25,7 @@ class GenerationConfig:
         "auto",
         "hf backend only: while sampling on CPU in float32, multiply by copies of the large "
         "weights re-laid out in oneDNN's blocked format (trainable ones repacked every rollout, "
-        "frozen ones kept), about 1.5x faster decoding at small batches; costs one more copy of "
+        "frozen ones kept): faster decoding at small batches (docs/performance.md); costs one more copy of "
         "the float32 weights in memory. 'auto' = on wherever it applies; 'on' errors where it "
         "cannot (GPU, bf16).",
     )
@@ -108,8 +108,8 @@ class DistributedConfig:
         "CPU workers only: allocations of at least this many KiB get their own mmap from "
         "glibc, given back on free, instead of a place in its heap (0 .. 32768). None: 128 on "
         "the CPU workers of a sharded group, whose per-layer gather and reduce buffers "
-        "fragment glibc's heap (measured: memory grew every step and ended above an "
-        "unsharded worker's), glibc's adaptive threshold elsewhere. 0: glibc's adaptive "
+        "fragment glibc's heap (their memory grows every step otherwise; docs/distributed.md), "
+        "glibc's adaptive threshold elsewhere. 0: glibc's adaptive "
         "threshold everywhere. teamrl/scale/cpu_malloc.py.",
     )
     gpu_memory_gb: float | None = _f(

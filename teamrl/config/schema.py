@@ -151,7 +151,7 @@ class EnvConfig:
             "machine allows ('namespaces' as root, 'userns' otherwise, 'landlock' for root "
             "without CAP_SYS_ADMIN) and never a weak one; 'setuid' (root) and 'rlimits' (the "
             "program runs as your user) are weak opt-in modes that leave writes and the network "
-            "open, see the README's Sandbox section.",
+            "open, see docs/sandbox.md.",
         )
     )
 

@@ -160,8 +160,8 @@ def joint_observation(
     two agents' nodes of one turn can have returns of different scale (Plan-Path: a failed
     plan about -12, a correct tool call about +10). Without the tag both nodes end with the same
     observation, the head reads nearly the same last hidden state, and fits the mean of the two:
-    a baseline off by the same amount, with opposite signs, for both agents (measured:
-    docs/results.md, the Plan-Path credit table)."""
+    a baseline off by the same amount, with opposite signs, for both agents (docs/results.md,
+    the Plan-Path credit table)."""
     text = "\n\n".join(f"[{a}]\n{observations[a]}" for a in agents if a in observations)
     return text if acting is None else f"{text}\n\n[value for: {acting}]"
 

@@ -3,12 +3,10 @@
 Why. A decode step multiplies a handful of rows (the batch: a few samples per agent) by every
 weight matrix of the model, so on CPU it is bound by how fast the weights stream from memory,
 not by arithmetic. PyTorch's default CPU matmul reads the row-major ``(out, in)`` weight poorly
-at such small row counts: on the 2-core machine of ``benchmarks/results`` an 8-row product with
-SmolLM2's 49152 x 576 output layer took 22-31 ms, while one pass over the same 113 MB (a sum)
-took 3.8 ms. oneDNN's blocked layout for the same weight (``mkldnn._reorder_linear_weight``,
-what ``torch.compile`` uses on CPU with frozen weights) does the product in 9 ms, and the
-576 x 1536 MLP products in 0.19-0.22 ms instead of 0.31-0.34 ms. The whole decode step of
-SmolLM2-135M at 8 rows goes from ~145 ms to ~90 ms.
+at such small row counts: several times slower than one pass over the same bytes. oneDNN's
+blocked layout for the same weight (``mkldnn._reorder_linear_weight``, what ``torch.compile``
+uses on CPU with frozen weights) streams it close to that pass, so the whole decode step gets
+faster (docs/performance.md, "On CPU", has the measurements).
 
 What. ``prepacked(model)`` is a context manager: inside it, every plain ``nn.Linear`` with a
 float32 CPU weight of at least ``MIN_PACKED_ELEMENTS`` entries (LoRA base layers and the output
@@ -43,9 +41,9 @@ import torch.nn.functional as F
 
 # Row count the packed layout is tuned for (any row count works; decode batches are small).
 PACK_ROWS = 8
-# Only weights of at least this many elements are packed. Below it the oneDNN call costs more
-# than it saves: measured on 2 cores, 576 x 576 gained (0.10 vs 0.12 ms at 8 rows) but
-# 192 x 576 lost (0.065 vs 0.054 ms), and a whole 64-wide test model decoded 1.5x slower.
+# Only weights of at least this many elements are packed. Below it the oneDNN call's fixed cost
+# exceeds what the layout saves (small key/value projections and tiny test models lose;
+# docs/performance.md, "On CPU").
 MIN_PACKED_ELEMENTS = 1 << 18
 
 # module -> (weak reference to the weight, its storage pointer, its version, packed weight)

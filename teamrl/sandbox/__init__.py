@@ -73,7 +73,7 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     program can signal (or ptrace) the caller's processes (same uid), read and write
     wherever the caller can (its ``/proc/<pid>/environ`` and unix sockets included),
     escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
-    the uid. The README's sandbox section lists what the hostile corpus measured.
+    the uid. docs/sandbox.md lists what the hostile corpus measured.
 
 When no strong mode works and no weak one was asked for, ``isolation_mode`` raises a
 one-line RuntimeError saying what to enable or set.

@@ -10,8 +10,8 @@ builds this from three vocabulary-wide tensors: a zero tensor that ``gather``'s 
 scatters into, ``logsumexp``'s exp(z - lse) scaled by the incoming gradient, and their sum.
 On a CPU each of them is a fresh allocation of rows x V floats (50 MiB for 256 rows of a
 49152-entry vocabulary: above glibc's largest mmap threshold, so every one is mapped anew and
-page-faulted on first touch) and one pass over memory. Profiled on a SmolLM2-135M LoRA update
-those passes took about a tenth of the update (the zero fill alone 131 ms of 3 s a policy).
+page-faulted on first touch) and one pass over memory: on a small model's LoRA update a
+noticeable share of the update (docs/performance.md, "Memory", has the profile).
 
 Here the backward allocates the gradient once and fills it in row chunks small enough to stay
 in cache: exp(z - lse) times -g, then + g at column y (``scatter_add_``: the one-hot term).
