@@ -22,7 +22,7 @@ from teamrl.config import ConfigError, load_config
 from teamrl.sample import Sample
 from teamrl.team.policies import Engine, Policy
 from teamrl.trainer import Trainer
-from teamrl.update.losses import collate, policy_loss, score_tokens
+from teamrl.update.losses import Denominators, LossSettings, collate, policy_loss, score_tokens
 from teamrl.update.policy import update_policy
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
@@ -75,7 +75,7 @@ def test_a_pad_outside_the_nucleus_never_enters_the_loss():
     )
     out = policy_loss(
         scores.logp, scores.logp.detach(), batch.advantages, batch.completion_mask,
-        loss_type="dapo", epsilon=0.2, step_tokens=3.0,
+        LossSettings(loss_type="dapo", epsilon=0.2), denominators=Denominators(step_tokens=3.0),
     )  # fmt: skip
     # ratio 1 on the 3 real tokens: -(1 + 1 - 1) / 3
     assert out.loss.item() == pytest.approx(-1 / 3)
@@ -91,10 +91,11 @@ def test_a_pad_of_minus_inf_given_to_the_loss_stays_out():
     old = torch.tensor([[-1.0, float("-inf")]])
     mask = torch.tensor([[1.0, 0.0]])
     for level in ("token", "sequence"):
-        out = policy_loss(
-            logp, old, torch.tensor([2.0]), mask, loss_type="bnpo", epsilon=0.2,
-            importance_sampling_level=level, beta=0.1, ref_logp=old, kl_estimator="k3",
+        settings = LossSettings(
+            loss_type="bnpo", epsilon=0.2, importance_sampling_level=level, beta=0.1,
+            kl_estimator="k3",
         )  # fmt: skip
+        out = policy_loss(logp, old, torch.tensor([2.0]), mask, settings, ref_logp=old)
         assert out.loss.item() == pytest.approx(-2.0)  # -A * 1 + 0.1 * k3(0) on one token
         assert out.kl == 0.0
         (g,) = torch.autograd.grad(out.loss, logp)

@@ -26,9 +26,10 @@ Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of t
 samples and builds the same passes, minibatches and chunks; each rank then runs its share of
 each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
 sample's old log-probs is the one that uses them), and every loss denominator stays the one of
-the whole minibatch or chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
-gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
-a mean) gives it back: W ranks make the update one process makes, for every loss_type.
+the whole minibatch or chunk (``policy_loss``'s ``Denominators``: ``minibatch_size``,
+``step_tokens``, ``chunk_tokens``). The ranks' gradients are therefore partial sums of the
+one-process gradient, and an all-reduce SUM (not a mean) gives it back: W ranks make the update
+one process makes, for every loss_type.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from teamrl.sample import Sample
 from teamrl.update.importance import correction_on, importance_weights, mismatch_stats
 from teamrl.update.lora_linear import fused_lora
 from teamrl.update.losses import (
+    Denominators,
+    LossSettings,
     collate,
     drops_kv_cache,
     loss_mask,
@@ -281,23 +284,27 @@ def accumulate_gradients(
             old,
             batch.advantages,
             mask,
-            loss_type=a.loss_type,
-            epsilon=a.epsilon,
-            epsilon_high=a.epsilon_high,
+            LossSettings(
+                loss_type=a.loss_type,
+                epsilon=a.epsilon,
+                epsilon_high=a.epsilon_high,
+                beta=a.beta,
+                kl_estimator=a.kl_estimator,
+                delta=a.delta,
+                importance_sampling_level=a.importance_sampling_level,
+                use_bias_correction_kl=a.use_bias_correction_kl,
+            ),
             ref_logp=ref,
-            beta=a.beta,
-            kl_estimator=a.kl_estimator,
-            max_completion_length=max_len,
-            step_tokens=step_tokens,
-            chunk_size=len(chunk),
-            minibatch_size=len(mb),
-            chunk_tokens=whole[0],
-            chunk_rows=whole[1],
-            delta=a.delta,
-            importance_sampling_level=a.importance_sampling_level,
-            is_weights=weights,
             kl_logp=scores.full_logp,
-            use_bias_correction_kl=a.use_bias_correction_kl,
+            is_weights=weights,
+            denominators=Denominators(
+                max_completion_length=max_len,
+                step_tokens=step_tokens,
+                chunk_size=len(chunk),
+                minibatch_size=len(mb),
+                chunk_tokens=whole[0],
+                chunk_rows=whole[1],
+            ),
         )
         # 4. The NaN policy: an error, or no backward and the whole step skipped.
         if not torch.isfinite(out.loss):
