@@ -131,9 +131,10 @@ def test_truncated_scoring_updates_on_unequal_lengths(tmp_path):
     # step raised FloatingPointError (train.nan_policy=error).
     pol, cfg = policy_and_config(tmp_path)
     z0 = pol.model.z.detach().clone()
-    m, skipped = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                               max_completion_length=4)  # fmt: skip
-    assert skipped == 0
+    out = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
+                        max_completion_length=4)  # fmt: skip
+    m = out.metrics
+    assert out.skipped == 0 and out.stepped
     assert m["loss"] == pytest.approx(-1 / 3)
     # the sampler's entropy: -(0.625 ln 0.625 + 0.375 ln 0.375)
     assert m["entropy"] == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)))
@@ -149,8 +150,8 @@ def test_the_kl_is_zero_at_the_reference_under_truncated_scoring(tmp_path, bias_
     extra = {"algorithm.beta": "0.1", "algorithm.use_bias_correction_kl": bias_correction}
     pol, cfg = policy_and_config(tmp_path, **extra)
     z0 = pol.model.z.detach().clone()
-    m, _ = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                         max_completion_length=4)  # fmt: skip
+    m = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
+                      max_completion_length=4).metrics  # fmt: skip
     assert m["kl"] == 0.0
     assert m["loss"] == pytest.approx(-1 / 3)  # the policy-gradient term alone
     # the KL's gradient is 0 at the reference: the same step as with beta = 0
@@ -163,9 +164,10 @@ def test_a_token_outside_the_trainers_nucleus_has_weight_zero(tmp_path):
     # would make NaN) and is counted: 1 of the 4 real tokens.
     pol, cfg = policy_and_config(tmp_path)
     odd = Sample("alice", "p", 0, 0, [1, 2], [2], [math.log(0.1)], advantage=5.0)
-    m, skipped = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd], cfg, step=0,
-                               max_completion_length=4)  # fmt: skip
-    assert skipped == 0
+    out = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd], cfg, step=0,
+                        max_completion_length=4)  # fmt: skip
+    m = out.metrics
+    assert out.skipped == 0
     assert m["outside_nucleus_fraction"] == pytest.approx(1 / 4)
     # dapo's denominator still counts the 4 tokens: -(1 + 1 - 1 + 0) / 4
     assert m["loss"] == pytest.approx(-1 / 4)

@@ -84,9 +84,12 @@ class LocalExecution:
         max_completion_length: int,
         ctx: DistContext,
     ) -> tuple[dict[str, float], int]:
-        return update_policy(
+        out = update_policy(
             pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=ctx
         )
+        if out.stepped and pol.engine.backend is not None:  # the sampler reloads its copy
+            pol.engine.backend.weights_changed(pol.adapter)
+        return out.metrics, out.skipped
 
     def weights_updated(self, version: int) -> None:
         pass  # the sampler is the live model

@@ -117,13 +117,16 @@ class PolicyWorker:
 
     def update(self, policy: str, samples: list, cfg, step: int, max_completion_length: int):
         """One data-parallel update of ``policy`` (every rank gets all its samples; see
-        ``teamrl.update.policy``). ``cfg`` is the controller's config."""
+        ``teamrl.update.policy``) -> (metrics, NaN skips). ``cfg`` is the controller's config."""
         from teamrl.update.policy import update_policy
 
         pol = self.team.policies[policy]
-        return update_policy(
+        out = update_policy(
             pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=self.ctx
         )
+        if out.stepped and pol.engine.backend is not None:  # the sampler reloads its copy
+            pol.engine.backend.weights_changed(pol.adapter)
+        return out.metrics, out.skipped
 
     def hidden_at(self, policy: str, jobs: list) -> list:
         """(rank 0) The policy's last hidden states at the given positions, on the CPU: what

@@ -11,7 +11,11 @@ policy-gradient steps over its samples, read top to bottom:
                                          backward; a non-finite loss: error, or skip the step
                                          and count it (train.nan_policy)
         apply_step(...)                  all-reduce over ranks; clip the gradient norm; step
-    tell the generation backend the weights moved
+    -> UpdateResult(metrics, skipped, stepped)
+
+The execution that runs the update tells the generation backend when the weights moved
+(``stepped``): a sampler holding its own copy of them (vLLM) must reload it; the maths here
+never touches the backend.
 
 The LR scheduler is stepped by the trainer, once per trainer step for every policy (even one
 with no samples this step), so LR(step) depends on the trainer step alone.
@@ -141,6 +145,15 @@ class UpdateRun:
         return {k: (sum(v) / len(v) if v else float("nan")) for k, v in self.stats.items()}
 
 
+@dataclass(frozen=True)
+class UpdateResult:
+    metrics: dict[str, float]  # each statistic's mean over the update's chunks or steps
+    skipped: int  # optimizer steps skipped for a non-finite loss (train.nan_policy=skip)
+    # some optimizer step moved the weights: a generation backend holding its own copy of
+    # them must hear of it (``Backend.weights_changed``, which the execution calls)
+    stepped: bool
+
+
 def update_policy(
     pol: Policy,
     samples: list[Sample],
@@ -149,8 +162,8 @@ def update_policy(
     step: int,
     max_completion_length: int,
     ctx: DistContext | None = None,
-) -> tuple[dict[str, float], int]:
-    """Update ``pol`` on its samples; return its metrics and the number of skipped (NaN) steps.
+) -> UpdateResult:
+    """Update ``pol`` on its samples: its metrics, the skipped (NaN) steps, whether it stepped.
 
     ``step`` is the trainer step (it seeds the minibatch shuffle); ``max_completion_length`` is
     the largest budget among the samples' agents (dr_grpo's denominator).
@@ -170,9 +183,7 @@ def update_policy(
                     stepped = True
                 else:
                     skipped += 1
-    if stepped and pol.engine.backend is not None:
-        pol.engine.backend.weights_changed(pol.adapter)
-    return run.metrics(), skipped
+    return UpdateResult(run.metrics(), skipped, stepped)
 
 
 def prepare(pol: Policy, samples: list[Sample], cfg: Config, ctx: DistContext | None) -> UpdateRun:
