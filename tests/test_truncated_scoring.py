@@ -24,6 +24,7 @@ from teamrl.team.policies import Engine, Policy
 from teamrl.trainer import Trainer
 from teamrl.update.losses import Denominators, LossSettings, collate, policy_loss, score_tokens
 from teamrl.update.policy import update_policy
+from teamrl.update.settings import update_settings
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
 PAD, TOP_P = 3, 0.7
@@ -131,8 +132,8 @@ def test_truncated_scoring_updates_on_unequal_lengths(tmp_path):
     # step raised FloatingPointError (train.nan_policy=error).
     pol, cfg = policy_and_config(tmp_path)
     z0 = pol.model.z.detach().clone()
-    out = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                        max_completion_length=4)  # fmt: skip
+    out = update_policy(pol, [sample(*s) for s in SAMPLES], update_settings(cfg, pol.agents),
+                        step=0, max_completion_length=4)  # fmt: skip
     m = out.metrics
     assert out.skipped == 0 and out.stepped
     assert m["loss"] == pytest.approx(-1 / 3)
@@ -150,8 +151,8 @@ def test_the_kl_is_zero_at_the_reference_under_truncated_scoring(tmp_path, bias_
     extra = {"algorithm.beta": "0.1", "algorithm.use_bias_correction_kl": bias_correction}
     pol, cfg = policy_and_config(tmp_path, **extra)
     z0 = pol.model.z.detach().clone()
-    m = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                      max_completion_length=4).metrics  # fmt: skip
+    m = update_policy(pol, [sample(*s) for s in SAMPLES], update_settings(cfg, pol.agents),
+                      step=0, max_completion_length=4).metrics  # fmt: skip
     assert m["kl"] == 0.0
     assert m["loss"] == pytest.approx(-1 / 3)  # the policy-gradient term alone
     # the KL's gradient is 0 at the reference: the same step as with beta = 0
@@ -164,7 +165,8 @@ def test_a_token_outside_the_trainers_nucleus_has_weight_zero(tmp_path):
     # would make NaN) and is counted: 1 of the 4 real tokens.
     pol, cfg = policy_and_config(tmp_path)
     odd = Sample("alice", "p", 0, 0, [1, 2], [2], [math.log(0.1)], advantage=5.0)
-    out = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd], cfg, step=0,
+    out = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd],
+                        update_settings(cfg, pol.agents), step=0,
                         max_completion_length=4)  # fmt: skip
     m = out.metrics
     assert out.skipped == 0

@@ -1,7 +1,7 @@
 """One policy's update: ``num_iterations`` passes of ``num_mini_batches`` clipped
 policy-gradient steps over its samples, read top to bottom:
 
-    run      = prepare(...)              train mode, the IS switch, each sample's rank
+    run      = prepare(...)              train mode, the statistics to gather, each sample's rank
     passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
     with fused_lora(model):              LoRA linears as one autograd node each (lora_linear)
       take_old_logprobs(run, passes)     the log-probs *before the first optimizer step*
@@ -13,7 +13,9 @@ policy-gradient steps over its samples, read top to bottom:
         apply_step(...)                  all-reduce over ranks; clip the gradient norm; step
     -> UpdateResult(metrics, skipped, stepped)
 
-The execution that runs the update tells the generation backend when the weights moved
+What it reads is an ``UpdateSettings`` (``teamrl.update.settings``: the IS switch and the
+per-agent overrides resolved), built once per run and policy by the execution that runs the
+update. That execution also tells the generation backend when the weights moved
 (``stepped``): a sampler holding its own copy of them (vLLM) must reload it; the maths here
 never touches the backend.
 
@@ -46,14 +48,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from teamrl.config import Config, agent_setting
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
-from teamrl.update.importance import correction_on, importance_weights, mismatch_stats
+from teamrl.update.importance import importance_weights, mismatch_stats
 from teamrl.update.lora_linear import fused_lora
 from teamrl.update.losses import (
     Denominators,
-    LossSettings,
     collate,
     drops_kv_cache,
     loss_mask,
@@ -61,6 +61,7 @@ from teamrl.update.losses import (
     score_tokens,
 )
 from teamrl.update.micro_batches import micro_batches, oversized
+from teamrl.update.settings import UpdateSettings
 
 if TYPE_CHECKING:
     from teamrl.team.policies import Policy
@@ -81,12 +82,9 @@ class UpdateRun:
     works on which sample, the old log-probs taken so far, and the statistics gathered."""
 
     pol: Policy
-    cfg: Config
+    settings: UpdateSettings
     ctx: DistContext
     device: torch.device
-    correct: bool  # importance sampling for the sampler/trainer mismatch is on
-    top_p: dict[str, float]  # per agent: the sampler's nucleus and top-k (truncated scoring)
-    top_k: dict[str, int]
     rank_of: dict[int, int]  # id(sample) -> the rank that works on it
     stats: dict[str, list[float]]
     old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
@@ -96,9 +94,9 @@ class UpdateRun:
         """The minibatch's forward chunks (gradient accumulation): at most micro_batch_size
         samples and max_tokens_per_micro_batch forward tokens each (teamrl.algorithms.
         micro_batches). The same on every rank: each derives them from the same samples."""
-        t = self.cfg.train
-        budget, shares = t.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
-        chunks = micro_batches(mb, t.micro_batch_size, budget, shares)
+        u = self.settings
+        budget, shares = u.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
+        chunks = micro_batches(mb, u.micro_batch_size, budget, shares)
         over = oversized(chunks, budget, shares)
         if over is not None and not self.warned:
             self.warned = True
@@ -115,26 +113,27 @@ class UpdateRun:
 
     def counted(self, s: Sample) -> int:
         """Tokens of ``s`` that enter the loss."""
-        a = self.cfg.algorithm
-        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
+        masked = self.settings.mask_truncated_completions and s.truncated
+        return 0 if masked else len(s.completion_ids)
 
     def batch(self, chunk: Minibatch):
         """The padded batch, with each row's sampler truncation (truncated_scoring)."""
         batch = collate(chunk, self.pol.engine.pad_id)
-        batch.top_p = torch.tensor([self.top_p[s.agent] for s in chunk])
-        batch.top_k = torch.tensor([self.top_k[s.agent] for s in chunk], dtype=torch.long)
+        u = self.settings
+        batch.top_p = torch.tensor([u.top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([u.top_k[s.agent] for s in chunk], dtype=torch.long)
         return batch.to(self.device)
 
     def score(self, model, batch, with_entropy: bool = False):
         # Under truncated scoring the KL to the reference compares full softmaxes on both
         # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
-        a = self.cfg.algorithm
+        truncated = self.settings.truncated_scoring
         return score_tokens(
             model,
             batch,
             with_entropy=with_entropy,
-            truncate=a.truncated_scoring,
-            with_full=a.truncated_scoring and a.beta > 0,
+            truncate=truncated,
+            with_full=truncated and self.settings.loss.beta > 0,
         )
 
     def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
@@ -157,21 +156,21 @@ class UpdateResult:
 def update_policy(
     pol: Policy,
     samples: list[Sample],
-    cfg: Config,
+    settings: UpdateSettings,
     *,
     step: int,
     max_completion_length: int,
     ctx: DistContext | None = None,
 ) -> UpdateResult:
-    """Update ``pol`` on its samples: its metrics, the skipped (NaN) steps, whether it stepped.
+    """Update ``pol`` on its samples with its ``settings`` (``update_settings``).
 
     ``step`` is the trainer step (it seeds the minibatch shuffle); ``max_completion_length`` is
     the largest budget among the samples' agents (dr_grpo's denominator).
     """
-    run = prepare(pol, samples, cfg, ctx)
-    passes = plan_passes(samples, cfg, pol, step)
+    run = prepare(pol, samples, settings, ctx)
+    passes = plan_passes(samples, settings, step)
     # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
-    fuse = cfg.train.fused_lora and not pol.sharded
+    fuse = settings.fused_lora and not pol.sharded
     skipped, stepped = 0, False
     with fused_lora(pol.model) if fuse else nullcontext():
         take_old_logprobs(run, passes)
@@ -186,47 +185,42 @@ def update_policy(
     return UpdateResult(run.metrics(), skipped, stepped)
 
 
-def prepare(pol: Policy, samples: list[Sample], cfg: Config, ctx: DistContext | None) -> UpdateRun:
-    """0. Train mode (no dropout), the IS switch, the statistics to gather, each sample's rank."""
-    a = cfg.algorithm
+def prepare(
+    pol: Policy, samples: list[Sample], settings: UpdateSettings, ctx: DistContext | None
+) -> UpdateRun:
+    """0. Train mode (no dropout), the statistics to gather, each sample's rank."""
+    u = settings
     ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
     pol.activate()
-    if a.disable_dropout:
+    if u.disable_dropout:
         disable_dropout(pol.model)
     pol.model.train()
-    agents = {ag.name: ag for ag in cfg.team.agents}
-    top_p = {s.agent: agents[s.agent].top_p for s in samples}
-    top_k = {s.agent: agents[s.agent].top_k for s in samples}
-    correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
     keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
     keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
-    keys += ["is_weight", "is_clipped_fraction"] if correct else []
-    keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
-    keys += ["outside_nucleus_fraction"] if a.truncated_scoring else []
+    keys += ["is_weight", "is_clipped_fraction"] if u.importance_sampling_correction else []
+    keys += ["ratio_dev_first_pass"] + (["kl"] if u.loss.beta > 0 else [])  # none at beta 0
+    keys += ["outside_nucleus_fraction"] if u.truncated_scoring else []
     return UpdateRun(
         pol=pol,
-        cfg=cfg,
+        settings=settings,
         ctx=ctx,
         device=torch.device(ctx.device),
-        correct=correct,
-        top_p=top_p,
-        top_k=top_k,
         rank_of={id(s): i % ctx.world_size for i, s in enumerate(samples)},
         stats={k: [] for k in keys},
     )
 
 
 def plan_passes(
-    samples: list[Sample], cfg: Config, pol: Policy, step: int
+    samples: list[Sample], settings: UpdateSettings, step: int
 ) -> list[list[Minibatch]]:
     """1. Every pass's minibatches up front (a seeded shuffle per pass), so that pass 1's old
     log-probs can be taken before any step."""
-    t = cfg.train
+    n = settings.num_mini_batches
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
-    for it in range(agent_setting(cfg, pol.agents, "num_iterations", cfg.algorithm.num_iterations)):
-        random.Random(cfg.seed + 7919 * step + it).shuffle(order)
-        mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
+    for it in range(settings.num_iterations):
+        random.Random(settings.seed + 7919 * step + it).shuffle(order)
+        mbs = [order[i::n] for i in range(n)]
         passes.append([[samples[i] for i in mb] for mb in mbs if mb])
     return passes
 
@@ -252,7 +246,7 @@ def accumulate_gradients(
     """3. One optimizer step's gradients: forward, loss and backward per chunk of this rank's
     share. Returns False when a loss was not finite (train.nan_policy=skip: the step is
     skipped; 'error' raises)."""
-    a, stats = run.cfg.algorithm, run.stats
+    u, stats = run.settings, run.stats
     step_tokens = float(sum(run.counted(s) for s in mb))
     run.pol.optimizer.zero_grad(set_to_none=True)
     finite = True
@@ -273,7 +267,7 @@ def accumulate_gradients(
         old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
         for i, s in enumerate(chunk if not ghost else ()):
             old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
-        if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+        if u.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
             outside = (mask > 0) & ~torch.isfinite(old)
             if it == 0 and not ghost:
                 stats["outside_nucleus_fraction"].append(
@@ -285,9 +279,9 @@ def accumulate_gradients(
             run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost
         )
         # after the stats; tokens outside the nucleus stay out
-        mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
+        mask = torch.minimum(mask, loss_mask(batch, u.mask_truncated_completions))
         ref = None
-        if a.beta > 0:
+        if u.loss.beta > 0:
             with torch.no_grad(), run.pol.reference() as ref_model:
                 ref = score_tokens(ref_model, batch).logp  # full softmax
         out = policy_loss(
@@ -295,16 +289,7 @@ def accumulate_gradients(
             old,
             batch.advantages,
             mask,
-            LossSettings(
-                loss_type=a.loss_type,
-                epsilon=a.epsilon,
-                epsilon_high=a.epsilon_high,
-                beta=a.beta,
-                kl_estimator=a.kl_estimator,
-                delta=a.delta,
-                importance_sampling_level=a.importance_sampling_level,
-                use_bias_correction_kl=a.use_bias_correction_kl,
-            ),
+            u.loss,
             ref_logp=ref,
             kl_logp=scores.full_logp,
             is_weights=weights,
@@ -319,7 +304,7 @@ def accumulate_gradients(
         )
         # 4. The NaN policy: an error, or no backward and the whole step skipped.
         if not torch.isfinite(out.loss):
-            if run.cfg.train.nan_policy == "error":
+            if u.nan_policy == "error":
                 raise FloatingPointError(
                     f"non-finite loss for policy {run.pol.name!r} at step {step} "
                     f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
@@ -345,18 +330,18 @@ def accumulate_gradients(
 def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log: bool = True):
     """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
     on the first pass the mismatch statistics, before any masking of truncated completions."""
-    a, stats = run.cfg.algorithm, run.stats
+    u, stats = run.settings, run.stats
     q = batch.sampler_logprobs
     weights = capped = None
-    if run.correct:
+    if u.importance_sampling_correction:
         weights, capped = importance_weights(
-            old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
+            old, q, mask, u.importance_sampling_mode, u.importance_sampling_cap
         )
     if first_pass and log:
         for k, v in mismatch_stats(old, q, mask).items():
             stats[k].append(v)
         stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
-        if run.correct:
+        if u.importance_sampling_correction:
             n = mask.sum().clamp_min(1.0)
             stats["is_weight"].append(float((weights * mask).sum() / n))
             stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
@@ -376,7 +361,7 @@ def apply_step(run: UpdateRun, finite: bool) -> bool:
     params = pol.parameters()
     if ctx.world_size > 1 and not pol.sharded:  # FSDP has reduce-scattered them already
         all_reduce_grads(params, ctx)
-    max_norm = run.cfg.train.max_grad_norm
+    max_norm = run.settings.max_grad_norm
     if max_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     elif pol.sharded:  # the norm of sharded gradients, over every rank's shards
