@@ -13,7 +13,7 @@ from helpers.runs import tiny_overrides
 from teamrl.cli import main
 from teamrl.config import ConfigError, load_config
 from teamrl.scale.placement import format_plan, parse_cluster, placement_plan, simulate_nodes
-from teamrl.update.losses import policy_loss
+from teamrl.update.losses import Denominators, LossSettings, policy_loss
 
 SEVEN_B = [
     "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",
@@ -108,8 +108,8 @@ def test_rank_shares_of_a_chunk_add_up_to_the_one_process_loss(loss_type):
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0.0]])
     adv = torch.tensor([1.0, -0.5, 0.25, 2.0, -1.0])
     old = logp.detach() + 0.1 * torch.randn(5, 4, generator=g)
-    kw = dict(loss_type=loss_type, epsilon=0.2, max_completion_length=4, minibatch_size=5)
-    kw["step_tokens"] = float(mask.sum())
+    settings = LossSettings(loss_type=loss_type, epsilon=0.2)
+    kw = dict(max_completion_length=4, minibatch_size=5, step_tokens=float(mask.sum()))
     chunks = [[0, 1, 2], [3, 4]]
 
     def total(shares: bool) -> torch.Tensor:
@@ -117,12 +117,11 @@ def test_rank_shares_of_a_chunk_add_up_to_the_one_process_loss(loss_type):
         for rows in chunks:
             pieces = [rows[0::2], rows[1::2]] if shares else [rows]
             for p in pieces:
-                extra = dict(chunk_tokens=float(mask[rows].sum()), chunk_rows=len(rows))
+                whole = dict(chunk_tokens=float(mask[rows].sum()), chunk_rows=len(rows))
+                d = Denominators(chunk_size=len(p), **kw, **whole)
                 out = (
                     out
-                    + policy_loss(
-                        logp[p], old[p], adv[p], mask[p], chunk_size=len(p), **kw, **extra
-                    ).loss
+                    + policy_loss(logp[p], old[p], adv[p], mask[p], settings, denominators=d).loss
                 )
         return out
 

@@ -14,7 +14,7 @@ from teamrl.generation.hf import sample_tokens
 from teamrl.sample import Sample
 from teamrl.truncation import truncation_keep
 from teamrl.update.importance import importance_weights, mismatch_stats
-from teamrl.update.losses import collate, loss_mask, policy_loss
+from teamrl.update.losses import LossSettings, collate, loss_mask, policy_loss
 from teamrl.update.policy import disable_dropout
 
 # The shipped TLDR/arXiv sampling: T = 0.7, top_p = 0.9.
@@ -45,8 +45,8 @@ def expected_gradient(weights_for) -> torch.Tensor:
         logp = torch.log_softmax(z / T, -1)[y].reshape(1, 1)
         w = weights_for(logp.detach(), torch.log(q[y]).reshape(1, 1))
         out = policy_loss(
-            logp, logp.detach(), ADV[y : y + 1], torch.ones(1, 1), loss_type="bnpo",
-            epsilon=0.2, is_weights=w,
+            logp, logp.detach(), ADV[y : y + 1], torch.ones(1, 1),
+            LossSettings(loss_type="bnpo", epsilon=0.2), is_weights=w,
         )  # fmt: skip
         (grad,) = torch.autograd.grad(-out.loss, z)
         total += q[y] * grad
@@ -115,10 +115,13 @@ def expected_kl_gradient(estimator: str, bias_correction: bool = False) -> torch
     for y in range(len(Z)):
         z = Z.clone().requires_grad_(True)
         logp = torch.log_softmax(z, -1)[y].reshape(1, 1)
-        out = policy_loss(
-            logp, logp.detach(), torch.zeros(1), torch.ones(1, 1), loss_type="bnpo",
-            epsilon=0.2, beta=1.0, ref_logp=ref[y].reshape(1, 1), kl_estimator=estimator,
+        settings = LossSettings(
+            loss_type="bnpo", epsilon=0.2, beta=1.0, kl_estimator=estimator,
             use_bias_correction_kl=bias_correction,
+        )  # fmt: skip
+        out = policy_loss(
+            logp, logp.detach(), torch.zeros(1), torch.ones(1, 1), settings,
+            ref_logp=ref[y].reshape(1, 1),
         )  # fmt: skip
         (grad,) = torch.autograd.grad(out.loss, z)
         total += pi[y] * grad
@@ -150,11 +153,14 @@ def test_bias_corrected_k3_by_hand():
     logp = torch.tensor([[-1.0]], requires_grad=True)
     old = ref = torch.tensor([[-1.5]])
     k3 = math.exp(-0.5) + 0.5 - 1  # e^(ref - logp) - (ref - logp) - 1 = 0.10653
-    kw = dict(loss_type="bnpo", epsilon=0.2, beta=0.1, ref_logp=ref, kl_estimator="k3")
-    plain = policy_loss(logp, old, torch.zeros(1), torch.ones(1, 1), **kw)
+    kw = dict(loss_type="bnpo", epsilon=0.2, beta=0.1, kl_estimator="k3")
+    plain = policy_loss(
+        logp, old, torch.zeros(1), torch.ones(1, 1), LossSettings(**kw), ref_logp=ref
+    )
     assert plain.kl == pytest.approx(k3) and plain.loss.item() == pytest.approx(0.1 * k3)
+    bias_corrected = LossSettings(use_bias_correction_kl=True, **kw)
     corrected = policy_loss(
-        logp, old, torch.zeros(1), torch.ones(1, 1), use_bias_correction_kl=True, **kw
+        logp, old, torch.zeros(1), torch.ones(1, 1), bias_corrected, ref_logp=ref
     )
     assert corrected.kl == pytest.approx(math.exp(0.5) * k3)  # r * k3 = 0.17564
     assert corrected.loss.item() == pytest.approx(0.1 * math.exp(0.5) * k3)
@@ -171,12 +177,12 @@ def test_sequence_level_ratio_gspo_by_hand():
     old = torch.zeros(1, 2)
     kw = dict(loss_type="grpo", epsilon=0.2)
     seq = policy_loss(logp, old, torch.ones(1), torch.ones(1, 2),
-                      importance_sampling_level="sequence", **kw)  # fmt: skip
+                      LossSettings(importance_sampling_level="sequence", **kw))  # fmt: skip
     # one ratio exp(mean(0, 0.2)) = exp(0.1) = 1.10517 < 1.2 for both tokens
     assert seq.loss.item() == pytest.approx(-math.exp(0.1))
     (g,) = torch.autograd.grad(seq.loss, logp)
     assert g[0].tolist() == pytest.approx([-math.exp(0.1) / 2] * 2)
-    tok = policy_loss(logp, old, torch.ones(1), torch.ones(1, 2), **kw)
+    tok = policy_loss(logp, old, torch.ones(1), torch.ones(1, 2), LossSettings(**kw))
     # per token: ratio 1 and exp(0.2) = 1.2214 clipped to 1.2 -> -(1 + 1.2) / 2
     assert tok.loss.item() == pytest.approx(-1.1)
 
@@ -184,9 +190,10 @@ def test_sequence_level_ratio_gspo_by_hand():
 def test_delta_caps_the_loss_of_a_negative_advantage():
     logp, old = torch.ones(1, 1), torch.zeros(1, 1)  # ratio e = 2.718
     kw = dict(loss_type="bnpo", epsilon=0.2)
-    plain = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1), **kw)
+    plain = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1), LossSettings(**kw))
     assert plain.loss.item() == pytest.approx(math.e)
-    capped = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1), delta=2.0, **kw)
+    with_delta = LossSettings(delta=2.0, **kw)
+    capped = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 1), with_delta)
     assert capped.loss.item() == pytest.approx(2.0)  # -min(2 * -1, 1.2 * -1)
     assert capped.clip_fraction == 1.0
 
@@ -197,10 +204,10 @@ def test_truncated_completions_are_masked_from_the_loss():
 
     batch = collate([sample([5, 6], 1.0, False), sample([7, 8, 9], -1.0, True)], pad_id=0)
     logp = torch.zeros(2, 3)
-    kw = dict(loss_type="bnpo", epsilon=0.2)
-    both = policy_loss(logp, logp, batch.advantages, loss_mask(batch, False), **kw)
+    bnpo = LossSettings(loss_type="bnpo", epsilon=0.2)
+    both = policy_loss(logp, logp, batch.advantages, loss_mask(batch, False), bnpo)
     assert both.loss.item() == pytest.approx((-2 + 3) / 5)
-    only = policy_loss(logp, logp, batch.advantages, loss_mask(batch, True), **kw)
+    only = policy_loss(logp, logp, batch.advantages, loss_mask(batch, True), bnpo)
     assert only.loss.item() == pytest.approx(-1.0)  # the truncated row contributes nothing
 
 

@@ -10,7 +10,14 @@ import torch
 from teamrl.generation.hf import generate, sample_tokens
 from teamrl.generation.types import Request
 from teamrl.sample import Sample
-from teamrl.update.losses import collate, kl_penalty, policy_loss, token_logprobs
+from teamrl.update.losses import (
+    Denominators,
+    LossSettings,
+    collate,
+    kl_penalty,
+    policy_loss,
+    token_logprobs,
+)
 
 EOS, PAD = 2, 0
 
@@ -93,9 +100,8 @@ def test_collate_mask_covers_real_tokens_through_eos_only():
 def test_loss_never_scores_pads_and_always_scores_eos():
     logp = torch.zeros(2, 3, requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    out = policy_loss(
-        logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, loss_type="grpo", epsilon=0.2
-    )
+    grpo = LossSettings(loss_type="grpo", epsilon=0.2)
+    out = policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), mask, grpo)
     out.loss.backward()
     grad = logp.grad
     assert grad[0, 2] != 0  # the EOS position of row 0 is scored
@@ -205,8 +211,7 @@ def test_gradient_checkpointing_gives_the_same_logprobs_and_grads():
             logp.detach(),
             torch.tensor([1.0, -0.5, 2.0]),
             batch.completion_mask,
-            loss_type="grpo",
-            epsilon=0.2,
+            LossSettings(loss_type="grpo", epsilon=0.2),
         )
         out.loss.backward()
         results.append(
@@ -224,11 +229,12 @@ def test_ratio_is_one_on_first_pass_and_clipping_applies_later():
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     mask = torch.ones(1, 2)
     adv = torch.tensor([2.0])
-    first = policy_loss(logp, logp.detach(), adv, mask, loss_type="bnpo", epsilon=0.2)
+    bnpo = LossSettings(loss_type="bnpo", epsilon=0.2)
+    first = policy_loss(logp, logp.detach(), adv, mask, bnpo)
     assert first.ratio_mean == 1.0 and first.clip_fraction == 0.0
     # a later pass: the policy moved up by log(1.5) on token 0; ratio 1.5 > 1.2 is clipped
     old = torch.tensor([[-1.0 - torch.log(torch.tensor(1.5)).item(), -2.0]])
-    later = policy_loss(logp, old, adv, mask, loss_type="bnpo", epsilon=0.2)
+    later = policy_loss(logp, old, adv, mask, bnpo)
     assert later.clip_fraction == pytest.approx(0.5)
     # per token: -min(1.5 * 2, 1.2 * 2) = -2.4 and -min(1 * 2, 1 * 2) = -2 -> mean -2.2
     assert later.loss.item() == pytest.approx(-2.2, rel=1e-5)
@@ -241,18 +247,23 @@ def test_loss_types_by_hand():
     logp = torch.zeros(2, 3)
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     adv = torch.tensor([1.0, -1.0])
-    kw = dict(epsilon=0.2)
+
+    def settings(loss_type):
+        return LossSettings(loss_type=loss_type, epsilon=0.2)
+
     # per-token losses: row0 [-1], row1 [1, 1, 1]
-    grpo = policy_loss(logp, logp, adv, mask, loss_type="grpo", **kw).loss
+    grpo = policy_loss(logp, logp, adv, mask, settings("grpo")).loss
     assert grpo.item() == pytest.approx((-1 + 1) / 2)
-    bnpo = policy_loss(logp, logp, adv, mask, loss_type="bnpo", **kw).loss
+    bnpo = policy_loss(logp, logp, adv, mask, settings("bnpo")).loss
     assert bnpo.item() == pytest.approx((-1 + 3) / 4)
-    dr = policy_loss(logp, logp, adv, mask, loss_type="dr_grpo", max_completion_length=8, **kw).loss
+    by_budget = Denominators(max_completion_length=8)
+    dr = policy_loss(logp, logp, adv, mask, settings("dr_grpo"), denominators=by_budget).loss
     assert dr.item() == pytest.approx((-1 + 3) / (2 * 8))
-    dapo = policy_loss(logp, logp, adv, mask, loss_type="dapo", step_tokens=8.0, **kw).loss
+    by_step = Denominators(step_tokens=8.0)
+    dapo = policy_loss(logp, logp, adv, mask, settings("dapo"), denominators=by_step).loss
     assert dapo.item() == pytest.approx((-1 + 3) / 8)
     with pytest.raises(ValueError, match="loss_type"):
-        policy_loss(logp, logp, adv, mask, loss_type="nope", **kw)
+        policy_loss(logp, logp, adv, mask, settings("nope"))
 
 
 def test_kl_estimators():
@@ -268,17 +279,18 @@ def test_kl_estimators():
         logp[None],
         torch.tensor([0.0]),
         torch.ones(1, 2),
-        loss_type="bnpo",
-        epsilon=0.2,
+        LossSettings(loss_type="bnpo", epsilon=0.2, beta=0.1, kl_estimator="k1"),
         ref_logp=ref[None],
-        beta=0.1,
-        kl_estimator="k1",
     )
     assert out.kl == pytest.approx(0.25)
     assert out.loss.item() == pytest.approx(0.1 * 0.25)
     # beta == 0: no KL is computed, and none is reported (not a silent 0.0)
     off = policy_loss(
-        logp[None], logp[None], torch.tensor([0.0]), torch.ones(1, 2), loss_type="bnpo", epsilon=0.2
+        logp[None],
+        logp[None],
+        torch.tensor([0.0]),
+        torch.ones(1, 2),
+        LossSettings(loss_type="bnpo", epsilon=0.2),
     )
     assert off.kl is None
 

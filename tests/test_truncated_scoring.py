@@ -22,8 +22,9 @@ from teamrl.config import ConfigError, load_config
 from teamrl.sample import Sample
 from teamrl.team.policies import Engine, Policy
 from teamrl.trainer import Trainer
-from teamrl.update.losses import collate, policy_loss, score_tokens
+from teamrl.update.losses import Denominators, LossSettings, collate, policy_loss, score_tokens
 from teamrl.update.policy import update_policy
+from teamrl.update.settings import update_settings
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
 PAD, TOP_P = 3, 0.7
@@ -75,7 +76,7 @@ def test_a_pad_outside_the_nucleus_never_enters_the_loss():
     )
     out = policy_loss(
         scores.logp, scores.logp.detach(), batch.advantages, batch.completion_mask,
-        loss_type="dapo", epsilon=0.2, step_tokens=3.0,
+        LossSettings(loss_type="dapo", epsilon=0.2), denominators=Denominators(step_tokens=3.0),
     )  # fmt: skip
     # ratio 1 on the 3 real tokens: -(1 + 1 - 1) / 3
     assert out.loss.item() == pytest.approx(-1 / 3)
@@ -91,10 +92,11 @@ def test_a_pad_of_minus_inf_given_to_the_loss_stays_out():
     old = torch.tensor([[-1.0, float("-inf")]])
     mask = torch.tensor([[1.0, 0.0]])
     for level in ("token", "sequence"):
-        out = policy_loss(
-            logp, old, torch.tensor([2.0]), mask, loss_type="bnpo", epsilon=0.2,
-            importance_sampling_level=level, beta=0.1, ref_logp=old, kl_estimator="k3",
+        settings = LossSettings(
+            loss_type="bnpo", epsilon=0.2, importance_sampling_level=level, beta=0.1,
+            kl_estimator="k3",
         )  # fmt: skip
+        out = policy_loss(logp, old, torch.tensor([2.0]), mask, settings, ref_logp=old)
         assert out.loss.item() == pytest.approx(-2.0)  # -A * 1 + 0.1 * k3(0) on one token
         assert out.kl == 0.0
         (g,) = torch.autograd.grad(out.loss, logp)
@@ -130,9 +132,10 @@ def test_truncated_scoring_updates_on_unequal_lengths(tmp_path):
     # step raised FloatingPointError (train.nan_policy=error).
     pol, cfg = policy_and_config(tmp_path)
     z0 = pol.model.z.detach().clone()
-    m, skipped = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                               max_completion_length=4)  # fmt: skip
-    assert skipped == 0
+    out = update_policy(pol, [sample(*s) for s in SAMPLES], update_settings(cfg, pol.agents),
+                        step=0, max_completion_length=4)  # fmt: skip
+    m = out.metrics
+    assert out.skipped == 0 and out.stepped
     assert m["loss"] == pytest.approx(-1 / 3)
     # the sampler's entropy: -(0.625 ln 0.625 + 0.375 ln 0.375)
     assert m["entropy"] == pytest.approx(-(0.625 * math.log(0.625) + 0.375 * math.log(0.375)))
@@ -148,8 +151,8 @@ def test_the_kl_is_zero_at_the_reference_under_truncated_scoring(tmp_path, bias_
     extra = {"algorithm.beta": "0.1", "algorithm.use_bias_correction_kl": bias_correction}
     pol, cfg = policy_and_config(tmp_path, **extra)
     z0 = pol.model.z.detach().clone()
-    m, _ = update_policy(pol, [sample(*s) for s in SAMPLES], cfg, step=0,
-                         max_completion_length=4)  # fmt: skip
+    m = update_policy(pol, [sample(*s) for s in SAMPLES], update_settings(cfg, pol.agents),
+                      step=0, max_completion_length=4).metrics  # fmt: skip
     assert m["kl"] == 0.0
     assert m["loss"] == pytest.approx(-1 / 3)  # the policy-gradient term alone
     # the KL's gradient is 0 at the reference: the same step as with beta = 0
@@ -162,9 +165,11 @@ def test_a_token_outside_the_trainers_nucleus_has_weight_zero(tmp_path):
     # would make NaN) and is counted: 1 of the 4 real tokens.
     pol, cfg = policy_and_config(tmp_path)
     odd = Sample("alice", "p", 0, 0, [1, 2], [2], [math.log(0.1)], advantage=5.0)
-    m, skipped = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd], cfg, step=0,
-                               max_completion_length=4)  # fmt: skip
-    assert skipped == 0
+    out = update_policy(pol, [sample(*s) for s in SAMPLES] + [odd],
+                        update_settings(cfg, pol.agents), step=0,
+                        max_completion_length=4)  # fmt: skip
+    m = out.metrics
+    assert out.skipped == 0
     assert m["outside_nucleus_fraction"] == pytest.approx(1 / 4)
     # dapo's denominator still counts the 4 tokens: -(1 + 1 - 1 + 0) / 4
     assert m["loss"] == pytest.approx(-1 / 4)

@@ -1,8 +1,10 @@
-"""The update's old log-probs: taken before the first optimizer step, whatever the minibatching."""
+"""The update's old log-probs: taken before the first optimizer step, whatever the minibatching;
+and its settings, resolved once per policy."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from helpers.runs import tiny_overrides
 import teamrl.update.policy as update_mod
 from teamrl.config import load_config
 from teamrl.trainer import Trainer
+from teamrl.update.settings import update_settings
 
 
 def make(tmp_path, **extra):
@@ -106,3 +109,19 @@ def test_one_step_needs_no_extra_forward(tmp_path, monkeypatch, mini_batches, ex
     # one grad forward per minibatch, plus one no-grad forward per later minibatch of pass 1
     assert forwards.count(True) == mini_batches
     assert forwards.count(False) == extra_forwards
+
+
+def test_settings_resolve_each_policys_overrides_and_its_is_switch():
+    agents = (
+        "[{name: alice, max_completion_length: 8, num_iterations: 3, top_p: 0.9}, "
+        "{name: bob, max_completion_length: 8}]"
+    )
+    cfg = load_config(None, tiny_overrides("lora", 1, **{"team.agents": agents}))
+    alice, bob = update_settings(cfg, ["alice"]), update_settings(cfg, ["bob"])
+    assert (alice.num_iterations, bob.num_iterations) == (3, cfg.algorithm.num_iterations)
+    assert (alice.top_p, bob.top_p) == ({"alice": 0.9}, {"bob": 1.0})
+    # alice's sampler truncates its softmax, bob's does not (on the 'hf' backend)
+    assert alice.importance_sampling_correction and not bob.importance_sampling_correction
+    assert alice.loss.loss_type == cfg.algorithm.loss_type
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        alice.seed = 1

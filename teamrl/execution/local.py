@@ -40,6 +40,7 @@ from teamrl.sample import Sample
 from teamrl.team.optim import lr_lambda, make_optimizer
 from teamrl.team.policies import Policy, Team
 from teamrl.update.policy import update_policy
+from teamrl.update.settings import UpdateSettings, update_settings
 
 # rollout(team, examples, step) -> RolloutResult: the recipe's training rollout (the trainer's)
 RolloutFn = Callable[[Team, list, int], RolloutResult]
@@ -66,6 +67,7 @@ class LocalExecution:
         self, cfg: Config, role_prompts: dict | None, data: DataStream, rollout: RolloutFn
     ):
         self.cfg, self.data, self.rollout = cfg, data, rollout
+        self.settings: dict[str, UpdateSettings] = {}  # per policy, built at its first update
         self.team = Team(cfg, role_prompts)
         for pol in self.team.policies.values():
             make_optimizer(pol, cfg)
@@ -84,9 +86,19 @@ class LocalExecution:
         max_completion_length: int,
         ctx: DistContext,
     ) -> tuple[dict[str, float], int]:
-        return update_policy(
-            pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=ctx
+        if pol.name not in self.settings:  # once per run: the config does not change
+            self.settings[pol.name] = update_settings(cfg, pol.agents)
+        out = update_policy(
+            pol,
+            samples,
+            self.settings[pol.name],
+            step=step,
+            max_completion_length=max_completion_length,
+            ctx=ctx,
         )
+        if out.stepped and pol.engine.backend is not None:  # the sampler reloads its copy
+            pol.engine.backend.weights_changed(pol.adapter)
+        return out.metrics, out.skipped
 
     def weights_updated(self, version: int) -> None:
         pass  # the sampler is the live model

@@ -13,8 +13,8 @@ is what teamrl's own sampler records and what the importance-sampling correction
 pi.) Greedy rows get 0.0, the log-prob of the argmax under a deterministic policy, as in the
 ``hf`` backend.
 
-Weights: vLLM keeps its own copy, so the trainer calls ``weights_changed`` after each optimizer
-step. LoRA adapters are written as a PEFT folder (adapter_config.json +
+Weights: vLLM keeps its own copy, so the execution calls ``weights_changed`` after each policy
+update that stepped. LoRA adapters are written as a PEFT folder (adapter_config.json +
 adapter_model.safetensors, a few MB) and registered under a NEW adapter id and name: vLLM caches
 adapters and prefix-cache blocks by id/name/path, so reusing one would serve stale weights.
 Full weights are copied in memory through the worker's ``reload_weights(weights_iterator=...)``

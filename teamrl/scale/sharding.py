@@ -51,7 +51,7 @@ def shard_model(model: torch.nn.Module, world_size: int, device: str, param_dtyp
 
 class ReplicaBackend:
     """Generation from a plain replica of a sharded model; ``weights_changed`` (called on every
-    rank at the end of an update) gathers the trainable parameters into it."""
+    rank by the worker after an update) gathers the trainable parameters into it."""
 
     name = "hf"
 

@@ -24,6 +24,7 @@ class PolicyWorker:
         self.ctx = DistContext(rank=rank, world_size=world_size, device=device)
         self.team = None
         self.views: dict = {}  # sharding=fsdp: each policy's full replica
+        self.settings: dict = {}  # each policy's UpdateSettings, built at its first update
         self.mmap_threshold_kib = 0  # teamrl.scale.cpu_malloc; 0: glibc's adaptive one
 
     def configure(self, cfg_data: dict, agents: list[str]) -> None:
@@ -53,6 +54,7 @@ class PolicyWorker:
             self.mmap_threshold_kib = kib
         set_seed(cfg.seed)
         self.team = Team(self.cfg)
+        self.settings = {}  # a new config: each policy's settings are built again
         # sharding=fsdp: shard before the optimizers (they hold the shards); ``views`` are the
         # policies' full replicas, what reads weights without a collective
         self.views = {}
@@ -117,13 +119,25 @@ class PolicyWorker:
 
     def update(self, policy: str, samples: list, cfg, step: int, max_completion_length: int):
         """One data-parallel update of ``policy`` (every rank gets all its samples; see
-        ``teamrl.update.policy``). ``cfg`` is the controller's config."""
+        ``teamrl.update.policy``) -> (metrics, NaN skips). ``cfg`` is the controller's config,
+        read once per policy (``update_settings``)."""
         from teamrl.update.policy import update_policy
+        from teamrl.update.settings import update_settings
 
         pol = self.team.policies[policy]
-        return update_policy(
-            pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=self.ctx
+        if policy not in self.settings:  # once per run: the config does not change
+            self.settings[policy] = update_settings(cfg, pol.agents)
+        out = update_policy(
+            pol,
+            samples,
+            self.settings[policy],
+            step=step,
+            max_completion_length=max_completion_length,
+            ctx=self.ctx,
         )
+        if out.stepped and pol.engine.backend is not None:  # the sampler reloads its copy
+            pol.engine.backend.weights_changed(pol.adapter)
+        return out.metrics, out.skipped
 
     def hidden_at(self, policy: str, jobs: list) -> list:
         """(rank 0) The policy's last hidden states at the given positions, on the CPU: what

@@ -362,97 +362,117 @@ class LossOut:
     report_scale: float = 1
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's own settings, the same for every chunk of a run (TRL's names)."""
+
+    loss_type: str  # how token losses aggregate: grpo | dr_grpo | dapo | bnpo (module docstring)
+    epsilon: float  # lower clip range: how far below 1 the ratio moves before its gradient stops
+    epsilon_high: float | None = None  # upper clip range (None: epsilon); DAPO's clip-higher
+    beta: float = 0.0  # weight of the KL to the reference (0: no reference is scored)
+    kl_estimator: str = "k3"  # k1 | k2 | k3: which KL the penalty pulls down (kl_loss_term)
+    delta: float | None = None  # cap on the unclipped ratio: bounds a negative advantage's loss
+    importance_sampling_level: str = "token"  # a ratio per token, or one per sequence (GSPO)
+    use_bias_correction_kl: bool = False  # k3 times the ratio: the pull becomes KL(pi || ref)
+
+
+@dataclass(frozen=True)
+class Denominators:
+    """What one chunk's loss is divided and weighted by; the defaults give the chunk's own
+    loss. In data parallel each is the whole minibatch's or chunk's, over every rank."""
+
+    max_completion_length: int = 1  # dr_grpo: the largest budget among the samples' agents
+    step_tokens: float | None = None  # dapo: loss tokens of the optimizer step (None: chunk's)
+    chunk_size: int | None = None  # rows of this forward: its gradient-accumulation weight...
+    minibatch_size: int | None = None  # ...over the rows of the optimizer step's minibatch
+    chunk_tokens: float | None = None  # bnpo: loss tokens of the whole chunk (None: this one's)
+    chunk_rows: int | None = None  # bnpo: rows of the whole chunk, its accumulation weight
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    settings: LossSettings,
     *,
-    loss_type: str,
-    epsilon: float,
-    epsilon_high: float | None = None,
     ref_logp: torch.Tensor | None = None,
-    beta: float = 0.0,
-    kl_estimator: str = "k3",
-    max_completion_length: int = 1,
-    step_tokens: float | None = None,
-    chunk_size: int | None = None,
-    minibatch_size: int | None = None,
-    chunk_tokens: float | None = None,
-    chunk_rows: int | None = None,
-    delta: float | None = None,
-    importance_sampling_level: str = "token",
-    is_weights: torch.Tensor | None = None,
     kl_logp: torch.Tensor | None = None,
-    use_bias_correction_kl: bool = False,
+    is_weights: torch.Tensor | None = None,
+    denominators: Denominators | None = None,
 ) -> LossOut:
     """The clipped policy-gradient loss of one forward chunk, aggregated by ``loss_type``.
 
-    With ``chunk_size`` and ``minibatch_size`` the loss is weighted for gradient accumulation
-    over the minibatch's chunks (see the module docstring); without them it is the chunk's own.
-    ``kl_logp``: the policy's log-probs the KL compares with ``ref_logp`` (default ``logp``;
-    under truncated scoring the update passes the full softmax's, as the reference's are).
+    With ``denominators.chunk_size`` and ``minibatch_size`` the loss is weighted for gradient
+    accumulation over the minibatch's chunks (see the module docstring); without them it is the
+    chunk's own. ``is_weights``: the detached importance weights (``teamrl.update.importance``;
+    None: 1). ``kl_logp``: the policy's log-probs the KL compares with ``ref_logp`` (default
+    ``logp``; under truncated scoring the update passes the full softmax's, as the reference's
+    are).
 
     Only tokens with ``mask > 0`` enter the arithmetic: every input is first replaced by 0
     elsewhere (``torch.where``, not a product with the mask: a -inf log-prob there would give
     -inf - (-inf) = NaN, and 0 * NaN is NaN in the loss and in exp's backward alike).
     """
+    s, d = settings, denominators or Denominators()
     live = mask > 0
     logp, old_logp = _live(logp, live), _live(old_logp, live)
-    eps_high = epsilon if epsilon_high is None else epsilon_high
+    eps_high = s.epsilon if s.epsilon_high is None else s.epsilon_high
     log_ratio = logp - old_logp
-    if importance_sampling_level == "sequence":  # GSPO: one length-normalised ratio per sample
+    if s.importance_sampling_level == "sequence":  # GSPO: one length-normalised ratio per sample
         log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp_min(1.0))[:, None]
         log_ratio = log_ratio.expand_as(logp)
-    elif importance_sampling_level != "token":
+    elif s.importance_sampling_level != "token":
         raise ValueError(
             "algorithm.importance_sampling_level: expected token|sequence, "
-            f"got {importance_sampling_level!r}"
+            f"got {s.importance_sampling_level!r}"
         )
     ratio = torch.exp(log_ratio)
     # one advantage per sample, broadcast over its tokens, or one per token (0 off the mask)
     adv = advantages[:, None] if advantages.ndim == 1 else _live(advantages, live)
-    capped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    capped = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
     unclipped = capped * adv
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
+    clipped = torch.clamp(ratio, 1 - s.epsilon, 1 + eps_high) * adv
     per_token = -torch.min(unclipped, clipped)
     if is_weights is not None:
         per_token = per_token * _live(is_weights.detach(), live)
     kl_tok = None
-    if beta > 0:
+    if s.beta > 0:
         if ref_logp is None:
             raise ValueError("policy_loss: beta > 0 needs ref_logp")
         kl_logp = logp if kl_logp is None else _live(kl_logp, live)
         kl_term, kl_tok = kl_loss_term(
             kl_logp,
             _live(ref_logp, live),
-            torch.exp(logp - old_logp) if kl_estimator == "k1" else ratio,
-            kl_estimator,
-            bias_correction=use_bias_correction_kl,
+            torch.exp(logp - old_logp) if s.kl_estimator == "k1" else ratio,
+            s.kl_estimator,
+            bias_correction=s.use_bias_correction_kl,
         )
-        per_token = per_token + beta * kl_term
+        per_token = per_token + s.beta * kl_term
 
     tokens = mask.sum().clamp_min(1.0)
-    if loss_type == "grpo":
+    if s.loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
-    elif loss_type == "dr_grpo":
-        loss = (per_token * mask).sum() / (mask.shape[0] * max_completion_length)
-    elif loss_type == "dapo":
-        loss = (per_token * mask).sum() / (step_tokens if step_tokens else tokens)
-    elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / (max(chunk_tokens, 1.0) if chunk_tokens else tokens)
+    elif s.loss_type == "dr_grpo":
+        loss = (per_token * mask).sum() / (mask.shape[0] * d.max_completion_length)
+    elif s.loss_type == "dapo":
+        loss = (per_token * mask).sum() / (d.step_tokens if d.step_tokens else tokens)
+    elif s.loss_type == "bnpo":
+        loss = (per_token * mask).sum() / (max(d.chunk_tokens, 1.0) if d.chunk_tokens else tokens)
     else:
-        raise ValueError(f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {loss_type!r}")
+        raise ValueError(
+            f"algorithm.loss_type: expected grpo|dr_grpo|dapo|bnpo, got {s.loss_type!r}"
+        )
     report_scale = 1
-    if chunk_size is not None and minibatch_size is not None and loss_type != "dapo":
-        rows = chunk_rows if loss_type == "bnpo" and chunk_rows else chunk_size
-        loss = loss * rows / minibatch_size  # a mean over the chunk: weight by its share
-        report_scale = minibatch_size / rows
+    if d.chunk_size is not None and d.minibatch_size is not None and s.loss_type != "dapo":
+        rows = d.chunk_rows if s.loss_type == "bnpo" and d.chunk_rows else d.chunk_size
+        loss = loss * rows / d.minibatch_size  # a mean over the chunk: weight by its share
+        report_scale = d.minibatch_size / rows
 
     with torch.no_grad():
-        is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
-        if delta is not None:
-            is_clipped |= (ratio > delta) & (adv < 0)
+        is_clipped = ((ratio < 1 - s.epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
+        if s.delta is not None:
+            is_clipped |= (ratio > s.delta) & (adv < 0)
         clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
         ratio_mean = float((ratio * mask).sum() / tokens)
         ratio_max_dev = float(((ratio - 1).abs() * mask).max())

@@ -1,7 +1,7 @@
 """One policy's update: ``num_iterations`` passes of ``num_mini_batches`` clipped
 policy-gradient steps over its samples, read top to bottom:
 
-    run      = prepare(...)              train mode, the IS switch, each sample's rank
+    run      = prepare(...)              train mode, the statistics to gather, each sample's rank
     passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
     with fused_lora(model):              LoRA linears as one autograd node each (lora_linear)
       take_old_logprobs(run, passes)     the log-probs *before the first optimizer step*
@@ -11,7 +11,13 @@ policy-gradient steps over its samples, read top to bottom:
                                          backward; a non-finite loss: error, or skip the step
                                          and count it (train.nan_policy)
         apply_step(...)                  all-reduce over ranks; clip the gradient norm; step
-    tell the generation backend the weights moved
+    -> UpdateResult(metrics, skipped, stepped)
+
+What it reads is an ``UpdateSettings`` (``teamrl.update.settings``: the IS switch and the
+per-agent overrides resolved), built once per run and policy by the execution that runs the
+update. That execution also tells the generation backend when the weights moved
+(``stepped``): a sampler holding its own copy of them (vLLM) must reload it; the maths here
+never touches the backend.
 
 The LR scheduler is stepped by the trainer, once per trainer step for every policy (even one
 with no samples this step), so LR(step) depends on the trainer step alone.
@@ -26,9 +32,10 @@ Data parallel (several ranks, ``ctx.world_size > 1``): every rank holds all of t
 samples and builds the same passes, minibatches and chunks; each rank then runs its share of
 each chunk (sample i belongs to rank i % world_size in every pass, so the rank that took a
 sample's old log-probs is the one that uses them), and every loss denominator stays the one of
-the whole minibatch or chunk (``policy_loss``'s ``minibatch_size``, ``step_tokens``, ``chunk_tokens``). The ranks'
-gradients are therefore partial sums of the one-process gradient, and an all-reduce SUM (not
-a mean) gives it back: W ranks make the update one process makes, for every loss_type.
+the whole minibatch or chunk (``policy_loss``'s ``Denominators``: ``minibatch_size``,
+``step_tokens``, ``chunk_tokens``). The ranks' gradients are therefore partial sums of the
+one-process gradient, and an all-reduce SUM (not a mean) gives it back: W ranks make the update
+one process makes, for every loss_type.
 """
 
 from __future__ import annotations
@@ -41,12 +48,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from teamrl.config import Config, agent_setting
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
-from teamrl.update.importance import correction_on, importance_weights, mismatch_stats
+from teamrl.update.importance import importance_weights, mismatch_stats
 from teamrl.update.lora_linear import fused_lora
 from teamrl.update.losses import (
+    Denominators,
     collate,
     drops_kv_cache,
     loss_mask,
@@ -54,6 +61,7 @@ from teamrl.update.losses import (
     score_tokens,
 )
 from teamrl.update.micro_batches import micro_batches, oversized
+from teamrl.update.settings import UpdateSettings
 
 if TYPE_CHECKING:
     from teamrl.team.policies import Policy
@@ -74,12 +82,9 @@ class UpdateRun:
     works on which sample, the old log-probs taken so far, and the statistics gathered."""
 
     pol: Policy
-    cfg: Config
+    settings: UpdateSettings
     ctx: DistContext
     device: torch.device
-    correct: bool  # importance sampling for the sampler/trainer mismatch is on
-    top_p: dict[str, float]  # per agent: the sampler's nucleus and top-k (truncated scoring)
-    top_k: dict[str, int]
     rank_of: dict[int, int]  # id(sample) -> the rank that works on it
     stats: dict[str, list[float]]
     old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
@@ -89,9 +94,9 @@ class UpdateRun:
         """The minibatch's forward chunks (gradient accumulation): at most micro_batch_size
         samples and max_tokens_per_micro_batch forward tokens each (teamrl.algorithms.
         micro_batches). The same on every rank: each derives them from the same samples."""
-        t = self.cfg.train
-        budget, shares = t.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
-        chunks = micro_batches(mb, t.micro_batch_size, budget, shares)
+        u = self.settings
+        budget, shares = u.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
+        chunks = micro_batches(mb, u.micro_batch_size, budget, shares)
         over = oversized(chunks, budget, shares)
         if over is not None and not self.warned:
             self.warned = True
@@ -108,26 +113,27 @@ class UpdateRun:
 
     def counted(self, s: Sample) -> int:
         """Tokens of ``s`` that enter the loss."""
-        a = self.cfg.algorithm
-        return 0 if a.mask_truncated_completions and s.truncated else len(s.completion_ids)
+        masked = self.settings.mask_truncated_completions and s.truncated
+        return 0 if masked else len(s.completion_ids)
 
     def batch(self, chunk: Minibatch):
         """The padded batch, with each row's sampler truncation (truncated_scoring)."""
         batch = collate(chunk, self.pol.engine.pad_id)
-        batch.top_p = torch.tensor([self.top_p[s.agent] for s in chunk])
-        batch.top_k = torch.tensor([self.top_k[s.agent] for s in chunk], dtype=torch.long)
+        u = self.settings
+        batch.top_p = torch.tensor([u.top_p[s.agent] for s in chunk])
+        batch.top_k = torch.tensor([u.top_k[s.agent] for s in chunk], dtype=torch.long)
         return batch.to(self.device)
 
     def score(self, model, batch, with_entropy: bool = False):
         # Under truncated scoring the KL to the reference compares full softmaxes on both
         # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
-        a = self.cfg.algorithm
+        truncated = self.settings.truncated_scoring
         return score_tokens(
             model,
             batch,
             with_entropy=with_entropy,
-            truncate=a.truncated_scoring,
-            with_full=a.truncated_scoring and a.beta > 0,
+            truncate=truncated,
+            with_full=truncated and self.settings.loss.beta > 0,
         )
 
     def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
@@ -138,24 +144,33 @@ class UpdateRun:
         return {k: (sum(v) / len(v) if v else float("nan")) for k, v in self.stats.items()}
 
 
+@dataclass(frozen=True)
+class UpdateResult:
+    metrics: dict[str, float]  # each statistic's mean over the update's chunks or steps
+    skipped: int  # optimizer steps skipped for a non-finite loss (train.nan_policy=skip)
+    # some optimizer step moved the weights: a generation backend holding its own copy of
+    # them must hear of it (``Backend.weights_changed``, which the execution calls)
+    stepped: bool
+
+
 def update_policy(
     pol: Policy,
     samples: list[Sample],
-    cfg: Config,
+    settings: UpdateSettings,
     *,
     step: int,
     max_completion_length: int,
     ctx: DistContext | None = None,
-) -> tuple[dict[str, float], int]:
-    """Update ``pol`` on its samples; return its metrics and the number of skipped (NaN) steps.
+) -> UpdateResult:
+    """Update ``pol`` on its samples with its ``settings`` (``update_settings``).
 
     ``step`` is the trainer step (it seeds the minibatch shuffle); ``max_completion_length`` is
     the largest budget among the samples' agents (dr_grpo's denominator).
     """
-    run = prepare(pol, samples, cfg, ctx)
-    passes = plan_passes(samples, cfg, pol, step)
+    run = prepare(pol, samples, settings, ctx)
+    passes = plan_passes(samples, settings, step)
     # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
-    fuse = cfg.train.fused_lora and not pol.sharded
+    fuse = settings.fused_lora and not pol.sharded
     skipped, stepped = 0, False
     with fused_lora(pol.model) if fuse else nullcontext():
         take_old_logprobs(run, passes)
@@ -167,52 +182,45 @@ def update_policy(
                     stepped = True
                 else:
                     skipped += 1
-    if stepped and pol.engine.backend is not None:
-        pol.engine.backend.weights_changed(pol.adapter)
-    return run.metrics(), skipped
+    return UpdateResult(run.metrics(), skipped, stepped)
 
 
-def prepare(pol: Policy, samples: list[Sample], cfg: Config, ctx: DistContext | None) -> UpdateRun:
-    """0. Train mode (no dropout), the IS switch, the statistics to gather, each sample's rank."""
-    a = cfg.algorithm
+def prepare(
+    pol: Policy, samples: list[Sample], settings: UpdateSettings, ctx: DistContext | None
+) -> UpdateRun:
+    """0. Train mode (no dropout), the statistics to gather, each sample's rank."""
+    u = settings
     ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
     pol.activate()
-    if a.disable_dropout:
+    if u.disable_dropout:
         disable_dropout(pol.model)
     pol.model.train()
-    agents = {ag.name: ag for ag in cfg.team.agents}
-    top_p = {s.agent: agents[s.agent].top_p for s in samples}
-    top_k = {s.agent: agents[s.agent].top_k for s in samples}
-    correct = correction_on(a, list(top_p.values()), list(top_k.values()), cfg.generation.backend)
     keys = ["loss", "clip_fraction", "entropy", "grad_norm", "ratio", "logp_diff"]
     keys += ["kl_sampler_k1", "kl_sampler_k3"]  # the mismatch, logged always
-    keys += ["is_weight", "is_clipped_fraction"] if correct else []
-    keys += ["ratio_dev_first_pass"] + (["kl"] if a.beta > 0 else [])  # no KL when beta == 0
-    keys += ["outside_nucleus_fraction"] if a.truncated_scoring else []
+    keys += ["is_weight", "is_clipped_fraction"] if u.importance_sampling_correction else []
+    keys += ["ratio_dev_first_pass"] + (["kl"] if u.loss.beta > 0 else [])  # none at beta 0
+    keys += ["outside_nucleus_fraction"] if u.truncated_scoring else []
     return UpdateRun(
         pol=pol,
-        cfg=cfg,
+        settings=settings,
         ctx=ctx,
         device=torch.device(ctx.device),
-        correct=correct,
-        top_p=top_p,
-        top_k=top_k,
         rank_of={id(s): i % ctx.world_size for i, s in enumerate(samples)},
         stats={k: [] for k in keys},
     )
 
 
 def plan_passes(
-    samples: list[Sample], cfg: Config, pol: Policy, step: int
+    samples: list[Sample], settings: UpdateSettings, step: int
 ) -> list[list[Minibatch]]:
     """1. Every pass's minibatches up front (a seeded shuffle per pass), so that pass 1's old
     log-probs can be taken before any step."""
-    t = cfg.train
+    n = settings.num_mini_batches
     passes: list[list[Minibatch]] = []
     order = list(range(len(samples)))
-    for it in range(agent_setting(cfg, pol.agents, "num_iterations", cfg.algorithm.num_iterations)):
-        random.Random(cfg.seed + 7919 * step + it).shuffle(order)
-        mbs = [order[i :: t.num_mini_batches] for i in range(t.num_mini_batches)]
+    for it in range(settings.num_iterations):
+        random.Random(settings.seed + 7919 * step + it).shuffle(order)
+        mbs = [order[i::n] for i in range(n)]
         passes.append([[samples[i] for i in mb] for mb in mbs if mb])
     return passes
 
@@ -238,7 +246,7 @@ def accumulate_gradients(
     """3. One optimizer step's gradients: forward, loss and backward per chunk of this rank's
     share. Returns False when a loss was not finite (train.nan_policy=skip: the step is
     skipped; 'error' raises)."""
-    a, stats = run.cfg.algorithm, run.stats
+    u, stats = run.settings, run.stats
     step_tokens = float(sum(run.counted(s) for s in mb))
     run.pol.optimizer.zero_grad(set_to_none=True)
     finite = True
@@ -259,7 +267,7 @@ def accumulate_gradients(
         old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
         for i, s in enumerate(chunk if not ghost else ()):
             old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
-        if a.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+        if u.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
             outside = (mask > 0) & ~torch.isfinite(old)
             if it == 0 and not ghost:
                 stats["outside_nucleus_fraction"].append(
@@ -271,9 +279,9 @@ def accumulate_gradients(
             run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost
         )
         # after the stats; tokens outside the nucleus stay out
-        mask = torch.minimum(mask, loss_mask(batch, a.mask_truncated_completions))
+        mask = torch.minimum(mask, loss_mask(batch, u.mask_truncated_completions))
         ref = None
-        if a.beta > 0:
+        if u.loss.beta > 0:
             with torch.no_grad(), run.pol.reference() as ref_model:
                 ref = score_tokens(ref_model, batch).logp  # full softmax
         out = policy_loss(
@@ -281,27 +289,22 @@ def accumulate_gradients(
             old,
             batch.advantages,
             mask,
-            loss_type=a.loss_type,
-            epsilon=a.epsilon,
-            epsilon_high=a.epsilon_high,
+            u.loss,
             ref_logp=ref,
-            beta=a.beta,
-            kl_estimator=a.kl_estimator,
-            max_completion_length=max_len,
-            step_tokens=step_tokens,
-            chunk_size=len(chunk),
-            minibatch_size=len(mb),
-            chunk_tokens=whole[0],
-            chunk_rows=whole[1],
-            delta=a.delta,
-            importance_sampling_level=a.importance_sampling_level,
-            is_weights=weights,
             kl_logp=scores.full_logp,
-            use_bias_correction_kl=a.use_bias_correction_kl,
+            is_weights=weights,
+            denominators=Denominators(
+                max_completion_length=max_len,
+                step_tokens=step_tokens,
+                chunk_size=len(chunk),
+                minibatch_size=len(mb),
+                chunk_tokens=whole[0],
+                chunk_rows=whole[1],
+            ),
         )
         # 4. The NaN policy: an error, or no backward and the whole step skipped.
         if not torch.isfinite(out.loss):
-            if run.cfg.train.nan_policy == "error":
+            if u.nan_policy == "error":
                 raise FloatingPointError(
                     f"non-finite loss for policy {run.pol.name!r} at step {step} "
                     f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
@@ -327,18 +330,18 @@ def accumulate_gradients(
 def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log: bool = True):
     """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
     on the first pass the mismatch statistics, before any masking of truncated completions."""
-    a, stats = run.cfg.algorithm, run.stats
+    u, stats = run.settings, run.stats
     q = batch.sampler_logprobs
     weights = capped = None
-    if run.correct:
+    if u.importance_sampling_correction:
         weights, capped = importance_weights(
-            old, q, mask, a.importance_sampling_mode, a.importance_sampling_cap
+            old, q, mask, u.importance_sampling_mode, u.importance_sampling_cap
         )
     if first_pass and log:
         for k, v in mismatch_stats(old, q, mask).items():
             stats[k].append(v)
         stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
-        if run.correct:
+        if u.importance_sampling_correction:
             n = mask.sum().clamp_min(1.0)
             stats["is_weight"].append(float((weights * mask).sum() / n))
             stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
@@ -358,7 +361,7 @@ def apply_step(run: UpdateRun, finite: bool) -> bool:
     params = pol.parameters()
     if ctx.world_size > 1 and not pol.sharded:  # FSDP has reduce-scattered them already
         all_reduce_grads(params, ctx)
-    max_norm = run.cfg.train.max_grad_norm
+    max_norm = run.settings.max_grad_norm
     if max_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     elif pol.sharded:  # the norm of sharded gradients, over every rank's shards
