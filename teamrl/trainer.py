@@ -37,6 +37,7 @@ from teamrl.distributed import DistContext
 from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
 from teamrl.execution.choose import make_execution
+from teamrl.execution.protocol import Execution
 from teamrl.preflight import preflight as run_preflight
 from teamrl.rollout.common import RolloutResult
 from teamrl.run import checkpoints
@@ -48,7 +49,8 @@ from teamrl.run.logging import RunLogger, sample_rows
 from teamrl.run.seeding import set_seed
 from teamrl.sample import Sample
 from teamrl.tasks.registry import task_from_config
-from teamrl.team.policies import Policy, Team, resolve_device
+from teamrl.tasks.run_program import set_isolation
+from teamrl.team.policies import Policy, resolve_device
 from teamrl.team.weights import base_record
 
 
@@ -64,13 +66,14 @@ class Trainer:
     ):
         """``preflight``: run every check that needs no model (teamrl.preflight) before loading
         one; the CLI runs them itself and passes False. ``execution``: a factory
-        (cfg, role_prompts, data, rollout) -> Execution instead of ``make_execution``'s
-        choice (tests run the asynchronous machinery at max_staleness 0 this way)."""
+        (cfg, task, data, recipe) -> Execution instead of ``make_execution``'s choice (tests run the asynchronous machinery at max_staleness 0 this way)."""
         # A Config built in code gets the checks load_config makes (ranges, field pairs,
         # prompt templates that may only name fields).
         self.cfg = cfg.validate()
         self.recipe = recipe_for(cfg.algorithm.name)
         set_seed(cfg.seed)
+        # every model-written program this process runs from now on, whatever built the task
+        set_isolation(cfg.env.sandbox_isolation)
         self.task = task or task_from_config(cfg.env)
         if cfg.env.turn_order:
             inner = self.task.make_env
@@ -90,8 +93,8 @@ class Trainer:
         self.ctx = ctx or DistContext(device=str(resolve_device(cfg.model.device)))
         self.data = DataStream(self.task.train, cfg.seed, cfg.train.shuffle, self.ctx)
         # who samples, where the policies live, how they update (teamrl.execution.local)
-        self.execution = (execution or make_execution)(
-            cfg, self.task.agents, self.data, self._training_rollout
+        self.execution: Execution = (execution or make_execution)(
+            cfg, self.task, self.data, self.recipe
         )
         self.team = self.execution.team
         # advantages and which samples train: group baselines or learned critics (teamrl.credit)
@@ -118,11 +121,6 @@ class Trainer:
         return metrics
 
     # --- one step -----------------------------------------------------------------------------
-
-    def _training_rollout(self, team: Team, examples, step: int) -> RolloutResult:
-        """The recipe's training rollout on ``team`` (the learner's, or the asynchronous
-        generator's copy): what ``execution.next_batch`` runs."""
-        return self.recipe.rollout(team, self.task.make_env, examples, self.cfg, step=step)
 
     def rollout(self, examples, greedy: bool = False, single_path: bool = False) -> RolloutResult:
         """The recipe's rollout: joint tree (MAGRPO), agent-turn tree, or independent episodes.

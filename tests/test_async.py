@@ -15,6 +15,7 @@ from helpers.runs import kill_at_checkpoint, tiny_overrides, train_in_subprocess
 from teamrl.config import ConfigError, dump_config, load_config
 from teamrl.execution.asynchronous import AsyncExecution
 from teamrl.execution.local import LocalExecution
+from teamrl.execution.protocol import TrainingRollout
 from teamrl.rollout.common import RolloutResult
 from teamrl.run.data_stream import DataStream
 from teamrl.tasks.registry import task_from_config
@@ -23,9 +24,9 @@ from teamrl.trainer import Trainer
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
 
 
-def async_factory(cfg, role_prompts, data, rollout):
+def async_factory(cfg, task, data, recipe):
     """The asynchronous machinery whatever max_staleness says (0 here: synchronous)."""
-    return AsyncExecution(LocalExecution(cfg, role_prompts, data, rollout), cfg, role_prompts)
+    return AsyncExecution(LocalExecution(cfg, TrainingRollout(recipe, task, cfg), data), cfg)
 
 
 def run(tmp_path, name, steps=3, execution=None, **extra):
@@ -70,7 +71,10 @@ def test_the_generator_must_receive_the_weights(tmp_path, monkeypatch):
 
 class Scripted:
     """A generator whose rollout for step k waits until the test releases it and records the
-    version of the weights it sampled with (what the sampler held when it started)."""
+    version of the weights it sampled with (what the sampler held when it started). It stands
+    where the execution's ``TrainingRollout`` stands: called on a team, naming role prompts."""
+
+    role_prompts = None  # the config's system prompts alone
 
     def __init__(self):
         self.release: dict[int, threading.Event] = {}
@@ -79,7 +83,7 @@ class Scripted:
     def event(self, table, k):
         return table.setdefault(k, threading.Event())
 
-    def rollout(self, team, examples, step):
+    def __call__(self, team, examples, step):
         self.event(self.started, step).set()
         assert self.event(self.release, step).wait(30), f"step {step} never released"
         return RolloutResult(samples=[], stats={"time/generate": 0.0})
@@ -89,8 +93,8 @@ def scripted_execution(staleness: int):
     cfg = load_config(None, tiny_overrides("lora", 6, **{"algorithm.max_staleness": staleness}))
     data = DataStream(task_from_config(cfg.env).train, cfg.seed, cfg.train.shuffle)
     script = Scripted()
-    learner = LocalExecution(cfg, None, data, script.rollout)
-    return AsyncExecution(learner, cfg, None), script
+    learner = LocalExecution(cfg, script, data)
+    return AsyncExecution(learner, cfg), script
 
 
 def started(script, k, timeout=0.3) -> bool:

@@ -151,15 +151,29 @@ def test_ctrl_c_ends_a_two_worker_run_with_a_hung_reward():
     assert err.strip() == "interrupted: the reward was still running"
 
 
-def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch):
+def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch, tmp_path):
+    from helpers.runs import tiny_overrides
+
     from teamrl.config import EnvConfig, load_config
+    from teamrl.envs.base import Task
+    from teamrl.envs.functional import FunctionEnv
     from teamrl.tasks import run_program as rp
     from teamrl.tasks.registry import task_from_config
+    from teamrl.trainer import Trainer
 
     seen = {}
     monkeypatch.setattr("teamrl.sandbox.run_python", lambda code, **kw: seen.update(kw))
     try:
+        # looking a task up has no side effect on the sandbox ...
         task_from_config(EnvConfig(name="digits", sandbox_isolation="userns"))
+        rp.run_program("print(1)")
+        assert seen["isolation"] == "auto"
+        # ... the run sets it, explicitly, also for a task built in Python
+        task = Task(
+            "mine", lambda: FunctionEnv(["alice", "bob"], lambda c, ex: 0.0), [{"prompt": "p"}]
+        )
+        cfg = load_config(None, tiny_overrides(**{"env.sandbox_isolation": "userns"}))
+        Trainer(cfg, task=task, run_dir=tmp_path)
         rp.run_program("print(1)")
         assert seen["isolation"] == "userns" and rp._pool.cache_info().currsize == 0
     finally:

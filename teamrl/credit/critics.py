@@ -42,10 +42,9 @@ from teamrl.credit.critic_credit import (
 )
 from teamrl.credit.gae import explained_variance, value_loss
 from teamrl.rollout.common import RolloutResult
-from teamrl.team.policies import Policy, Team
+from teamrl.team.policies import Team
 
 CENTRAL = "central"  # the MAAC critic's name
-CHUNK = 16  # sequences per feature forward
 
 
 VAR_FLOOR = 1e-2  # the normalisation's variance never goes below (MAPPO's floor): std >= 0.1
@@ -166,41 +165,6 @@ def joint_observation(
     return text if acting is None else f"{text}\n\n[value for: {acting}]"
 
 
-@torch.no_grad()
-def hidden_at(
-    pol: Policy, jobs: list[tuple[list[int], list[int]]], device: torch.device
-) -> list[torch.Tensor]:
-    """For each (token ids, positions): the policy's last hidden state at those positions,
-    (len(positions), H) float32. Right-padded batches: a causal model's real positions never
-    see the pads after them."""
-    pol.activate()
-    model, pad = pol.model, pol.engine.pad_id
-    was_training = model.training
-    model.eval()  # no dropout in the features
-    out: list[torch.Tensor] = []
-    try:
-        for i in range(0, len(jobs), CHUNK):
-            part = jobs[i : i + CHUNK]
-            width = max(len(ids) for ids, _ in part)
-            ids = torch.full((len(part), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(part), width), dtype=torch.long)
-            for r, (seq, _) in enumerate(part):
-                ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-                mask[r, : len(seq)] = 1
-            res = model(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                output_hidden_states=True,
-                use_cache=False,
-                logits_to_keep=1,  # the values need no vocabulary projection
-            )
-            h = res.hidden_states[-1].float()
-            out.extend(h[r, pos] for r, (_, pos) in enumerate(part))
-    finally:
-        model.train(was_training)
-    return out
-
-
 def critic_credit(
     team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config
 ) -> tuple[CriticBatch, dict[str, float]]:
@@ -247,8 +211,7 @@ def critic_credit(
     for name, c in critics.items():
         keys = list(jobs[name])
         pol, todo = team.policies[c.policy], [jobs[name][k] for k in keys]
-        remote = getattr(pol, "hidden_at", None)  # a Ray policy: rank 0 of its worker group
-        feats = remote(todo, team.device) if remote else hidden_at(pol, todo, team.device)
+        feats = pol.hidden_at(todo, team.device)  # a Ray policy: rank 0 of its worker group
         with torch.no_grad():
             for k, f in zip(keys, feats):
                 out = c.outputs(f)

@@ -49,7 +49,7 @@ from contextlib import contextmanager
 import torch
 
 from teamrl.config import Config
-from teamrl.execution.local import RolloutBatch
+from teamrl.execution.protocol import Learner, RolloutBatch
 from teamrl.team.policies import Team
 
 
@@ -58,13 +58,13 @@ class AsyncExecution:
     with its own copy of the models, which the learner makes (``sampler_team``: a ``Team`` in
     this process, or generation-only worker groups on Ray)."""
 
-    def __init__(self, learner, cfg: Config, role_prompts: dict | None):
+    def __init__(self, learner: Learner, cfg: Config):
         self.learner, self.cfg = learner, cfg
         self.team, self.data, self.rollout = learner.team, learner.data, learner.rollout
         self.max_staleness = cfg.algorithm.max_staleness
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=cuda):  # building the copy must not move the run's RNG
-            self.sampler = learner.sampler_team(role_prompts)
+            self.sampler = learner.sampler_team()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._ready: dict[int, RolloutBatch] = {}

@@ -22,18 +22,18 @@ Three implementations:
   makes the copy (``sampler_team``: a ``Team`` here, more worker groups on Ray).
 
 ``teamrl.execution.choose.make_execution`` picks one from the config; it is the only place that
-knows the choice.
+knows the choice. ``teamrl.execution.protocol`` holds the seam's types: ``Execution`` (the calls
+above), ``Learner`` (what ``AsyncExecution`` wraps), ``TrainingRollout`` (the algorithm's recipe
+on the task's envs, which every execution receives) and ``RolloutBatch``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from teamrl.config import Config
 from teamrl.distributed import DistContext
-from teamrl.rollout.common import RolloutResult
+from teamrl.execution.protocol import RolloutBatch, TrainingRollout
 from teamrl.run import checkpoints
 from teamrl.run.data_stream import DataStream
 from teamrl.sample import Sample
@@ -42,33 +42,14 @@ from teamrl.team.policies import Policy, Team
 from teamrl.update.policy import update_policy
 from teamrl.update.settings import UpdateSettings, update_settings
 
-# rollout(team, examples, step) -> RolloutResult: the recipe's training rollout (the trainer's)
-RolloutFn = Callable[[Team, list, int], RolloutResult]
-
-
-@dataclass
-class RolloutBatch:
-    """One step's rollout as the learner receives it."""
-
-    step: int  # the trainer step it feeds (0-based)
-    result: RolloutResult
-    version: int  # learner updates applied to the weights that sampled it
-    # the data stream's position right after this batch's examples were drawn (what a
-    # checkpoint after this step records); None: the stream's own position is it (synchronous)
-    data_state: dict | None = None
-    wait_seconds: float = 0.0  # how long the learner waited for it
-    stats: dict[str, float] = field(default_factory=dict)  # the generator's own timings
-
 
 class LocalExecution:
     """Sample from the live models and update them, in this process, one after the other."""
 
-    def __init__(
-        self, cfg: Config, role_prompts: dict | None, data: DataStream, rollout: RolloutFn
-    ):
+    def __init__(self, cfg: Config, rollout: TrainingRollout, data: DataStream):
         self.cfg, self.data, self.rollout = cfg, data, rollout
         self.settings: dict[str, UpdateSettings] = {}  # per policy, built at its first update
-        self.team = Team(cfg, role_prompts)
+        self.team = Team(cfg, rollout.role_prompts)
         for pol in self.team.policies.values():
             make_optimizer(pol, cfg)
 
@@ -113,6 +94,6 @@ class LocalExecution:
     def stop(self) -> None:
         pass
 
-    def sampler_team(self, role_prompts: dict | None) -> Team:
+    def sampler_team(self) -> Team:
         """A second copy of the models to sample from while these update (``AsyncExecution``)."""
-        return Team(self.cfg, role_prompts)
+        return Team(self.cfg, self.rollout.role_prompts)

@@ -8,7 +8,7 @@ import dataclasses
 from contextlib import contextmanager
 
 from teamrl.config import Config
-from teamrl.execution.local import RolloutBatch, RolloutFn
+from teamrl.execution.protocol import RolloutBatch, TrainingRollout
 from teamrl.run.data_stream import DataStream
 from teamrl.scale.group import ray_team
 
@@ -16,11 +16,9 @@ from teamrl.scale.group import ray_team
 class RayExecution:
     """Synchronous, as ``LocalExecution``, with the models and optimizers on worker groups."""
 
-    def __init__(
-        self, cfg: Config, role_prompts: dict | None, data: DataStream, rollout: RolloutFn
-    ):
+    def __init__(self, cfg: Config, rollout: TrainingRollout, data: DataStream):
         self.cfg, self.data, self.rollout = cfg, data, rollout
-        self.team = ray_team(cfg, role_prompts)  # optimizers live on the workers
+        self.team = ray_team(cfg, rollout.role_prompts)  # optimizers live on the workers
 
     def next_batch(self, step: int) -> RolloutBatch:
         examples = self.data.next(self.cfg.train.prompts_per_step)
@@ -44,13 +42,13 @@ class RayExecution:
     def stop(self) -> None:
         pass  # the groups outlive a train() call (export reads their weights); shutdown_team
 
-    def sampler_team(self, role_prompts: dict | None):
+    def sampler_team(self):
         """Generation-only worker groups, one per learner group, for ``AsyncExecution``: the
         generator thread samples on them while the learner's groups update. They never step
         an optimizer and always hold plain replicas (sharding=none: they only generate, from
         the weights the learner publishes). Listed among the learner team's worker groups, so
         ``shutdown_team`` ends them too."""
         d = dataclasses.replace(self.cfg.distributed, sharding="none")
-        sampler = ray_team(dataclasses.replace(self.cfg, distributed=d), role_prompts)
+        sampler = ray_team(dataclasses.replace(self.cfg, distributed=d), self.rollout.role_prompts)
         self.team.worker_groups.extend(sampler.worker_groups)
         return sampler

@@ -322,9 +322,8 @@ def load_optimizer_state(pol, folder: Path) -> None:
     torch.distributed.checkpoint), into any policy: a sharded group re-cuts the shards to its
     own worker count, one process loads them whole."""
     if (folder / "optimizer").is_dir():
-        on_workers = getattr(pol.optimizer, "load_sharded", None)  # a Ray group, any size
-        if on_workers is not None:
-            on_workers(folder / "optimizer")
+        if pol.on_workers:  # a Ray group, any size: its workers re-cut the shards
+            pol.optimizer.load_sharded(folder / "optimizer")
         else:
             load_optimizer(pol.model, pol.optimizer, str(folder / "optimizer"))
         return

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -31,6 +33,7 @@ from teamrl.scale.requires import require_ray
 from teamrl.scale.worker import PolicyWorker
 from teamrl.team.models import resolve
 from teamrl.team.policies import Team
+from teamrl.team.weights import ADAPTER_FILES, FULL_FILES
 
 # Settings a worker process takes from the controller (an offline hub, the builtin model cache).
 _ENV_KEYS = ("HF_HUB_OFFLINE", "TEAMRL_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM")
@@ -250,6 +253,7 @@ class RemotePolicy:
     group: WorkerGroup
     optimizer: RemoteState = field(init=False)
     scheduler: RemoteState = field(init=False)
+    on_workers: ClassVar[bool] = True  # the weights and the optimizer live on ``group``
 
     def __post_init__(self):
         self.optimizer = RemoteState(self.group, self.name, "optimizer")
@@ -283,15 +287,18 @@ class RemotePolicy:
         feats = self.group._call("hidden_at", self.name, ray.put(jobs), ranks=[0])[0]
         return [f.to(device) for f in feats]
 
-    def weight_files(self) -> dict[str, bytes]:
-        """Rank 0's weights as the files ``save_policy`` writes in one process (a PEFT adapter
-        or a save_pretrained model), so checkpoints and exports of a Ray run hold the same
+    def save_weights(self, folder: Path) -> None:
+        """Rank 0's weights as the files a policy in one process writes (a PEFT adapter or a
+        save_pretrained model), so checkpoints and exports of a Ray run hold the same
         standard formats."""
-        return self.group._call("weight_files", self.name, ranks=[0])[0]
+        for name, data in self.group._call("weight_files", self.name, ranks=[0])[0].items():
+            (Path(folder) / name).write_bytes(data)
 
-    def load_weight_files(self, files: dict[str, bytes]) -> None:
+    def load_weights(self, folder: Path) -> None:
         """Load such files into every rank (a resume)."""
         ray = require_ray()
+        names = (*ADAPTER_FILES, *FULL_FILES)
+        files = {n: (Path(folder) / n).read_bytes() for n in names if (Path(folder) / n).exists()}
         self.group._call("load_weight_files", self.name, ray.put(files))
 
 

@@ -141,12 +141,10 @@ class PolicyWorker:
 
     def hidden_at(self, policy: str, jobs: list) -> list:
         """(rank 0) The policy's last hidden states at the given positions, on the CPU: what
-        the controller's critics read (``teamrl.credit.critics.hidden_at``; every rank holds the
-        same weights, so one answers)."""
-        from teamrl.credit.critics import hidden_at
-
+        the controller's critics read (``Policy.hidden_at``; every rank holds the same weights,
+        so one answers)."""
         pol = self.views.get(policy) or self.team.policies[policy]  # sharded: the replica
-        return [h.cpu() for h in hidden_at(pol, jobs, pol.model.device)]
+        return [h.cpu() for h in pol.hidden_at(jobs, pol.model.device)]
 
     def state(self, policy: str, part: str):
         """'weights' | 'optimizer' | 'scheduler' of ``policy``, on the CPU. Sharded: the

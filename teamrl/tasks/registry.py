@@ -13,7 +13,6 @@ from typing import Any
 
 from teamrl.config import ConfigError, EnvConfig, check_max_turns
 from teamrl.envs.base import Task, registered_builders
-from teamrl.tasks.run_program import set_isolation
 
 
 def registered_tasks() -> dict[str, str]:
@@ -40,7 +39,6 @@ def task_from_config(env: EnvConfig) -> Task:
     """
 
     check_max_turns(env)
-    set_isolation(env.sandbox_isolation)  # every model-written program of this run
     kwargs = dict(env.kwargs)
     if "max_turns" in inspect.signature(_builder(env.name)).parameters:
         kwargs["max_turns"] = env.max_turns

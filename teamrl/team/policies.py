@@ -16,12 +16,15 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from teamrl.config import AgentConfig, Config, ConfigError
 from teamrl.generation import Backend, EngineSpec, Generation, Request, make_backend
 from teamrl.team.models import load_model, load_tokenizer, resolve
+
+FEATURE_CHUNK = 16  # sequences per forward of ``Policy.hidden_at``
 
 
 @dataclass
@@ -44,6 +47,9 @@ class Policy:
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     agents: list[str] = field(default_factory=list)
     sharded: bool = False  # FSDP2 over its Ray worker group (teamrl.scale.sharding)
+    # False: the weights and the optimizer live in this process. A Ray policy
+    # (teamrl.scale.group.RemotePolicy) has the same fields and methods with True.
+    on_workers: ClassVar[bool] = False
 
     @property
     def model(self) -> torch.nn.Module:
@@ -85,6 +91,52 @@ class Policy:
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
+
+    @torch.no_grad()
+    def hidden_at(
+        self, jobs: list[tuple[list[int], list[int]]], device: torch.device
+    ) -> list[torch.Tensor]:
+        """For each (token ids, positions): the policy's last hidden state at those positions,
+        (len(positions), H) float32: what the critics' value heads read (teamrl.credit.critics).
+        Right-padded batches: a causal model's real positions never see the pads after them."""
+        self.activate()
+        model, pad = self.model, self.engine.pad_id
+        was_training = model.training
+        model.eval()  # no dropout in the features
+        out: list[torch.Tensor] = []
+        try:
+            for i in range(0, len(jobs), FEATURE_CHUNK):
+                part = jobs[i : i + FEATURE_CHUNK]
+                width = max(len(ids) for ids, _ in part)
+                ids = torch.full((len(part), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(part), width), dtype=torch.long)
+                for r, (seq, _) in enumerate(part):
+                    ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+                    mask[r, : len(seq)] = 1
+                res = model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    output_hidden_states=True,
+                    use_cache=False,
+                    logits_to_keep=1,  # the values need no vocabulary projection
+                )
+                h = res.hidden_states[-1].float()
+                out.extend(h[r, pos] for r, (_, pos) in enumerate(part))
+        finally:
+            model.train(was_training)
+        return out
+
+    def save_weights(self, folder) -> None:
+        """Its trainable weights as standard files (a PEFT adapter or a save_pretrained model)."""
+        from teamrl.team.weights import save_local_weights
+
+        save_local_weights(self, folder)
+
+    def load_weights(self, folder) -> None:
+        """Load what ``save_weights`` wrote."""
+        from teamrl.team.weights import load_local_weights
+
+        load_local_weights(self, folder)
 
 
 class Team:

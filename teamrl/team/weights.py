@@ -25,14 +25,19 @@ FULL_FILES = ("config.json", "model.safetensors")
 
 
 def save_policy(pol, folder: Path, tokenizer: bool = True) -> None:
-    """Write ``pol``'s trainable weights (and its tokenizer) into ``folder``."""
+    """Write ``pol``'s trainable weights (and its tokenizer) into ``folder``: the policy writes
+    its own (a Ray policy's rank 0 writes them with ``save_local_weights``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pol.save_weights(folder)
+    if tokenizer:
+        pol.engine.tokenizer.save_pretrained(str(folder))
+
+
+def save_local_weights(pol, folder: Path) -> None:
+    """A policy in this process: its adapter (PEFT's files) or its whole model."""
     from safetensors.torch import save_file
 
-    folder.mkdir(parents=True, exist_ok=True)
-    if getattr(pol, "model", None) is None:  # a RemotePolicy (teamrl.scale): rank 0 writes
-        for name, data in pol.weight_files().items():  # these files with this function
-            (folder / name).write_bytes(data)
-    elif pol.adapter is not None:
+    if pol.adapter is not None:
         state = {k: v.detach().cpu().contiguous() for k, v in pol.state_dict().items()}
         save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
         config = copy.copy(pol.model.peft_config[pol.adapter])
@@ -42,23 +47,20 @@ def save_policy(pol, folder: Path, tokenizer: bool = True) -> None:
     else:
         # one file (no shards): the manifest and the loader below read exactly these names
         pol.model.save_pretrained(str(folder), max_shard_size="10000GB")
-    if tokenizer:
-        pol.engine.tokenizer.save_pretrained(str(folder))
 
 
 def load_policy(pol, folder: Path) -> None:
     """Load weights written by ``save_policy`` (or a legacy ``weights.pt``) into ``pol``."""
-    from safetensors.torch import load_file
-
     if (folder / "weights.pt").exists():  # checkpoints written before the standard formats
         pol.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
         return
-    if getattr(pol, "model", None) is None:  # a RemotePolicy: every rank loads these files
-        names = (*ADAPTER_FILES, *FULL_FILES)
-        pol.load_weight_files(
-            {n: (folder / n).read_bytes() for n in names if (folder / n).exists()}
-        )
-        return
+    pol.load_weights(folder)  # a Ray policy: every rank loads these files
+
+
+def load_local_weights(pol, folder: Path) -> None:
+    """Into a policy in this process: what ``save_local_weights`` wrote."""
+    from safetensors.torch import load_file
+
     if pol.adapter is not None:
         pol.load_state_dict(load_file(str(folder / "adapter_model.safetensors")))
         return

@@ -15,6 +15,7 @@ from ray_cluster import ray_cluster  # noqa: E402, F401
 from ray_helpers import ray_cfg  # noqa: E402
 
 from teamrl.execution.asynchronous import AsyncExecution  # noqa: E402
+from teamrl.execution.protocol import TrainingRollout  # noqa: E402
 from teamrl.execution.remote import RayExecution  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
@@ -22,9 +23,9 @@ from teamrl.trainer import Trainer  # noqa: E402
 AT_GRPO = {"algorithm.name": "at_grpo", "env.kwargs": "{sequential: true}"}
 
 
-def async_factory(cfg, role_prompts, data, rollout):
+def async_factory(cfg, task, data, recipe):
     """The asynchronous machinery on Ray whatever max_staleness says (0 here: synchronous)."""
-    return AsyncExecution(RayExecution(cfg, role_prompts, data, rollout), cfg, role_prompts)
+    return AsyncExecution(RayExecution(cfg, TrainingRollout(recipe, task, cfg), data), cfg)
 
 
 def train(cfg, run_dir, execution=None):
