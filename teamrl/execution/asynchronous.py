@@ -15,7 +15,7 @@ different processes (and, on a cluster, different devices).
 Version v = the learner updates applied (trainer steps done). Batch k is sampled by weights of
 version w_k >= k - S and feeds update k + 1, so its staleness k - w_k is at most S, and at most
 S + 1 batches are ever sampled ahead. S = 0 makes the generator wait for every update: the
-synchronous schedule, through this same machinery (``tests/test_async.py`` checks it equals the
+synchronous schedule, through this same machinery (``tests/execution/test_async.py`` checks it equals the
 synchronous trainer).
 
 Stale samples: the update's first pass scores the samples under the learner's current weights

@@ -18,7 +18,7 @@ from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, WEAK_MODES, 
 ISOLATION_ENV = "TEAMRL_SANDBOX_ISOLATION"
 logger = logging.getLogger("teamrl.sandbox")
 
-# What each mode leaves open, as the hostile corpus in tests/test_sandbox.py measures it.
+# What each mode leaves open, as the hostile corpus in tests/sandbox/test_sandbox.py measures it.
 RESIDUAL_RISKS = {
     "namespaces": "reads world-readable files; sees host processes in /proc (not their "
     "environment); memory and CPU are bounded per process",

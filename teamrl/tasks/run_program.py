@@ -33,7 +33,7 @@ Runner = Callable[..., list[Any]]
 in order (``report`` is passed only when the caller reads the report channel)."""
 
 # "auto" and teamrl.sandbox.ISOLATION_MODES, spelt out so that this module imports no sandbox
-# code (tests/test_rollout_guards.py checks the two agree)
+# code (tests/rollout/test_rollout_guards.py checks the two agree)
 ISOLATION_CHOICES = ("auto", "namespaces", "userns", "landlock", "setuid", "rlimits")
 _isolation = {"mode": "auto"}
 

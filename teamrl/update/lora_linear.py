@@ -17,7 +17,7 @@ layer). ``fused_lora`` computes the same function as one node:
                 dL/dB = g^T low                 d_out x r
 
 which are the products PEFT makes, and no pass over an (N x d) tensor besides the products' own
-writes. The maths is the chain rule of the line above it; ``tests/test_lora_linear.py`` checks
+writes. The maths is the chain rule of the line above it; ``tests/update/test_lora_linear.py`` checks
 it by hand, with ``gradcheck`` in float64, and against PEFT on a whole model. On this 2-core CPU
 it made SmolLM2-135M's LoRA update about 6 % faster (``benchmarks/README.md``: the skinny
 products themselves, not the passes, are LoRA's cost there).

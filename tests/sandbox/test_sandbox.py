@@ -45,7 +45,7 @@ LIMITS = Limits(
     open_files=64,
 )
 SLACK = 1.0  # seconds allowed past the wall limit: kill, reap, drain, a loaded machine
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Every corpus program first reports its uid and its path, and tags its environment (which
 # exec'd children inherit), so the test can look for processes it left behind.
 PRELUDE = (

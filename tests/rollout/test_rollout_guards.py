@@ -27,7 +27,7 @@ from helpers.rollout_turns import _turns
 from teamrl.envs.base import Step
 from teamrl.rollout.common import EnvRunner, RewardError, as_reward
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 BAD = {

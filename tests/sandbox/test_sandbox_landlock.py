@@ -31,7 +31,7 @@ from teamrl.sandbox import (
     seccomp,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROOT = os.geteuid() == 0
 ABI = landlock.abi()
 HAS_LANDLOCK = ABI >= landlock.MIN_ABI and seccomp.machine() in seccomp.ARCHES

@@ -24,7 +24,7 @@ from teamrl.run.interrupt import StopRequest
 from teamrl.run.logging import RunLogger
 from teamrl.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("step", "reward/mean", "loss/shared", "lr/shared", "completion_length/alice")
 EXTRA = {"train.prompts_per_step": 2, "log.save_steps": 100}
 
