@@ -165,117 +165,182 @@ def joint_observation(
     return text if acting is None else f"{text}\n\n[value for: {acting}]"
 
 
+@dataclass(frozen=True)
+class Job:
+    """What a critic reads for one regression key: token ids and the positions whose last
+    hidden state it values (one position for a state, one per token at token level)."""
+
+    ids: list[int]
+    positions: list[int]
+
+
+@dataclass
+class Read:
+    """What the critics read for one regression key (a state, or one token of a sample)."""
+
+    critic: str
+    feature: torch.Tensor  # the policy's last hidden state there
+    output: float  # the head's raw output (normalised units under value normalisation)
+    value: float  # V, in return units
+
+
+class CreditKeys:
+    """The regression keys of a step's states: one per (critic, state). On an agent-turn tree a
+    (turn, agent) node is one state, its agent's (IAC) or the team's before that agent acted
+    (MAAC); on a joint tree a node is one state per agent (IAC) or one for the team (MAAC)."""
+
+    def __init__(self, cfg: Config, on_chains: bool):
+        self.cfg, self.on_chains = cfg, on_chains
+
+    def state(self, agent: str, node) -> Hashable:
+        if self.on_chains:
+            return ("state", critic_name(self.cfg, node.agent), node.slot, node.turn, node.agent)
+        return ("state", critic_name(self.cfg, agent), node.slot, node.node_id)
+
+
 def critic_credit(
     team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config
 ) -> tuple[CriticBatch, dict[str, float]]:
     """Every sample's advantage from the critics (written in place) and the regression data,
     on the step's joint trees (MAGRPO, ``result.roots``) or agent-turn trees (AT-GRPO,
-    ``result.turn_nodes``)."""
-    a = cfg.algorithm
+    ``result.turn_nodes``), in four phases:
+
+        jobs    = what each critic reads: every state (and at token level every token)
+        reads   = features, outputs and values: one batched no-grad pass per critic
+        targets = GAE on the trees (advantages written into the samples), then the scaling
+        batch   = the regression rows: one per (state or token, target)
+    """
     agents = list(team.agents)
-    token = a.critic_level == "token"
     on_chains = bool(result.turn_nodes)  # AT-GRPO's rollout; MAGRPO's fills result.roots
-
-    def state_key(agent: str, node) -> Hashable:
-        if on_chains:  # a (turn, agent) node is one state: its agent's, or the team's (MAAC)
-            return ("state", critic_name(cfg, node.agent), node.slot, node.turn, node.agent)
-        return ("state", critic_name(cfg, agent), node.slot, node.node_id)
-
-    # 1. What each critic reads: every state (and at token level every token) of the trees.
-    jobs: dict[str, dict[Hashable, tuple[list[int], list[int]]]] = {n: {} for n in critics}
-    owner: dict[Hashable, str] = {}  # regression key -> critic
-    for ag, node, samples in _states(result, agents, on_chains):
-        name = critic_name(cfg, ag)
-        key = state_key(ag, node)
-        if key in jobs[name]:
-            continue  # MAAC on a joint tree: one state for every agent
-        if name == CENTRAL:
-            tok = team.policies[critics[name].policy].engine.tokenizer
-            # on a chain, the node's value is its acting agent's credit: name the agent
-            text = joint_observation(node.observations, agents, node.agent if on_chains else None)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-        else:
-            ids = list(samples[0].prompt_ids)  # a node's samples share it
-        jobs[name][key] = (ids, [len(ids) - 1])
-        if token:
-            for s in samples:
-                seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
-                first = len(s.prompt_ids) - 1
-                positions = list(range(first, first + len(s.completion_ids)))
-                jobs[name][("tokens", id(s))] = (seq, positions)
-
-    # 2. Features and values, one batched no-grad pass per critic.
-    features: dict[Hashable, torch.Tensor] = {}
-    values: dict[Hashable, float] = {}
-    outputs: dict[Hashable, float] = {}
-    for name, c in critics.items():
-        keys = list(jobs[name])
-        pol, todo = team.policies[c.policy], [jobs[name][k] for k in keys]
-        feats = pol.hidden_at(todo, team.device)  # a Ray policy: rank 0 of its worker group
-        with torch.no_grad():
-            for k, f in zip(keys, feats):
-                out = c.outputs(f)
-                o, v = out.tolist(), c.values(out).tolist()
-                if k[0] == "tokens":  # one row per token: ("token", id(sample), t)
-                    for t in range(len(f)):
-                        row = ("token", k[1], t)
-                        features[row], values[row], owner[row] = f[t], v[t], name
-                        outputs[row] = o[t]
-                else:
-                    features[k], values[k], owner[k], outputs[k] = f[0], v[0], name, o[0]
-
-    # 3. GAE on the trees, then the scaling.
+    keys = CreditKeys(cfg, on_chains)
+    jobs = _critic_jobs(team, critics, result, cfg, keys)
+    reads = _read(team, critics, jobs)
     samples = [s for _, _, mine in _states(result, agents, on_chains) for s in mine]
-    gamma = critic_gamma(cfg)
-
-    def token_values(s):
-        return [values[("token", id(s), t)] for t in range(len(s.completion_ids))]
-
-    if on_chains:
-        targets = chain_critic_advantages(
-            result.turn_nodes,
-            state_value=lambda node: values[state_key(node.agent, node)],
-            state_key=lambda node: state_key(node.agent, node),
-            gamma=gamma,
-            lam=a.lam,
-            level=a.critic_level,
-            token_values=token_values,
-        )
-    else:
-        targets = critic_advantages(
-            result.roots,
-            agents,
-            state_value=lambda ag, node: values[state_key(ag, node)],
-            state_key=state_key,
-            credit=agent_credit(a.reward_per_agent, a.alpha),
-            gamma=gamma,
-            lam=a.lam,
-            level=a.critic_level,
-            token_values=token_values,
-        )
-    scale_critic_advantages(samples, a.scale_rewards)
-
-    # 4. Regression rows: one per (state or token, target).
-    rows: dict[str, tuple[list, list, list, list]] = {n: ([], [], [], []) for n in critics}
-    for key, tgts in targets.items():
-        f, g, v, o = rows[owner[key]]
-        for target in tgts:
-            f.append(features[key])
-            g.append(target)
-            v.append(values[key])
-            o.append(outputs[key])
-    batch = CriticBatch()
-    for name, (f, g, v, o) in rows.items():
-        if f:
-            batch.features[name] = torch.stack(f)
-            batch.targets[name] = torch.tensor(g, dtype=torch.float32, device=team.device)
-            batch.old_values[name] = torch.tensor(v, dtype=torch.float32, device=team.device)
-            batch.old_outputs[name] = torch.tensor(o, dtype=torch.float32, device=team.device)
+    targets = _gae_targets(result, agents, cfg, keys, reads)
+    scale_critic_advantages(samples, cfg.algorithm.scale_rewards)
+    batch = _regression_batch(critics, targets, reads, team.device)
     metrics = {}
     for ag in agents:
         adv = [s.advantage for s in samples if s.agent == ag]
         metrics[f"advantage/spread/{ag}"] = float(np.std(adv)) if adv else 0.0
     return batch, metrics
+
+
+def _critic_jobs(
+    team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config, keys: CreditKeys
+) -> dict[str, dict[Hashable, Job]]:
+    """Per critic, {regression key: what it reads}; a state shared by several agents (MAAC on
+    a joint tree) is read once."""
+    agents = list(team.agents)
+    token = cfg.algorithm.critic_level == "token"
+    jobs: dict[str, dict[Hashable, Job]] = {n: {} for n in critics}
+    for ag, node, samples in _states(result, agents, keys.on_chains):
+        name = critic_name(cfg, ag)
+        key = keys.state(ag, node)
+        if key in jobs[name]:
+            continue  # MAAC on a joint tree: one state for every agent
+        if name == CENTRAL:
+            tok = team.policies[critics[name].policy].engine.tokenizer
+            # on a chain, the node's value is its acting agent's credit: name the agent
+            acting = node.agent if keys.on_chains else None
+            text = joint_observation(node.observations, agents, acting)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = list(samples[0].prompt_ids)  # a node's samples share it
+        jobs[name][key] = Job(ids, [len(ids) - 1])
+        if token:
+            for s in samples:
+                seq = list(s.prompt_ids) + list(s.completion_ids[:-1])
+                first = len(s.prompt_ids) - 1
+                positions = list(range(first, first + len(s.completion_ids)))
+                jobs[name][("tokens", id(s))] = Job(seq, positions)
+    return jobs
+
+
+def _read(
+    team: Team, critics: dict[str, Critic], jobs: dict[str, dict[Hashable, Job]]
+) -> dict[Hashable, Read]:
+    """Features, outputs and values of every job, one batched no-grad pass per critic; a
+    token job becomes one read per token: ("token", id(sample), t)."""
+    reads: dict[Hashable, Read] = {}
+    for name, c in critics.items():
+        keys = list(jobs[name])
+        pol = team.policies[c.policy]
+        todo = [(jobs[name][k].ids, jobs[name][k].positions) for k in keys]
+        feats = pol.hidden_at(todo, team.device)  # a Ray policy: rank 0 of its worker group
+        with torch.no_grad():
+            for k, f in zip(keys, feats):
+                out = c.outputs(f)
+                o, v = out.tolist(), c.values(out).tolist()
+                if k[0] == "tokens":
+                    for t in range(len(f)):
+                        reads[("token", k[1], t)] = Read(name, f[t], o[t], v[t])
+                else:
+                    reads[k] = Read(name, f[0], o[0], v[0])
+    return reads
+
+
+def _gae_targets(
+    result: RolloutResult,
+    agents: list[str],
+    cfg: Config,
+    keys: CreditKeys,
+    reads: dict[Hashable, Read],
+) -> dict[Hashable, list[float]]:
+    """GAE on the step's trees (``teamrl.credit.critic_credit``): every sample's advantage,
+    written in place, and each regression key's value targets."""
+    a = cfg.algorithm
+
+    def token_values(s):
+        return [reads[("token", id(s), t)].value for t in range(len(s.completion_ids))]
+
+    if keys.on_chains:
+        return chain_critic_advantages(
+            result.turn_nodes,
+            state_value=lambda node: reads[keys.state(node.agent, node)].value,
+            state_key=lambda node: keys.state(node.agent, node),
+            gamma=critic_gamma(cfg),
+            lam=a.lam,
+            level=a.critic_level,
+            token_values=token_values,
+        )
+    return critic_advantages(
+        result.roots,
+        agents,
+        state_value=lambda ag, node: reads[keys.state(ag, node)].value,
+        state_key=keys.state,
+        credit=agent_credit(a.reward_per_agent, a.alpha),
+        gamma=critic_gamma(cfg),
+        lam=a.lam,
+        level=a.critic_level,
+        token_values=token_values,
+    )
+
+
+def _regression_batch(
+    critics: dict[str, Critic],
+    targets: dict[Hashable, list[float]],
+    reads: dict[Hashable, Read],
+    device: torch.device,
+) -> CriticBatch:
+    """One regression row per (state or token, target), grouped by critic."""
+    rows: dict[str, tuple[list, list, list, list]] = {n: ([], [], [], []) for n in critics}
+    for key, tgts in targets.items():
+        r = reads[key]
+        f, g, v, o = rows[r.critic]
+        for target in tgts:
+            f.append(r.feature)
+            g.append(target)
+            v.append(r.value)
+            o.append(r.output)
+    batch = CriticBatch()
+    for name, (f, g, v, o) in rows.items():
+        if f:
+            batch.features[name] = torch.stack(f)
+            batch.targets[name] = torch.tensor(g, dtype=torch.float32, device=device)
+            batch.old_values[name] = torch.tensor(v, dtype=torch.float32, device=device)
+            batch.old_outputs[name] = torch.tensor(o, dtype=torch.float32, device=device)
+    return batch
 
 
 def critic_gamma(cfg: Config) -> float:
