@@ -1,9 +1,9 @@
 """MAGRPO: a joint-action tree per problem, one team reward, groups (problem, slot, node, agent).
 
-Read top to bottom: the tree's node, the rollout that grows it, the returns computed on it
-(and the counterfactual baseline of the ``cross`` tree), the step's metrics, and the recipe the
-trainer and the evaluator call (``MAGRPO``). Credit (the group baselines, the critics) is
-``teamrl.credit``; the update ``teamrl.update``.
+Read top to bottom: the tree's node, the rollout that grows it (``joint_rollout``) and its
+phases in order, the returns computed on it (and the counterfactual baseline of the ``cross``
+tree), the step's metrics, and the recipe the trainer and the evaluator call (``MAGRPO``).
+Credit (the group baselines, the critics) is ``teamrl.credit``; the update ``teamrl.update``.
 
 The tree.
 
@@ -23,9 +23,9 @@ An agent's completion g is credited with R_g (aligned) or with the marginal mean
 joint actions that contain it (cross). With ``reward_per_agent`` the same recursion runs per
 agent on c^a_j = alpha * r_j + local^a_j (the step's ``local_rewards``) and agent a is credited
 from its own R^a; the team's R is still what metrics and evaluation report.
-Group key: (problem, slot, node, agent), where ``slot``
-is the example's position in the step's batch: an example drawn twice in one step (an epoch
-wrapping mid-step, or prompts_per_step > the dataset) grows two trees whose groups stay apart.
+Group key: (problem, slot, node, agent), where ``slot`` is the example's position in the step's
+batch: an example drawn twice in one step (an epoch wrapping mid-step, or prompts_per_step >
+the dataset) grows two trees whose groups stay apart.
 
 The rollout (``joint_rollout``), each line a phase:
 
