@@ -2,22 +2,28 @@
 groups (problem, slot, turn, agent); and the independent episodes that trajectory GRPO trains on
 and every sequential team is evaluated on.
 
-Read top to bottom: the tree's nodes and episodes, branch selection, the lookahead that scores a
-candidate on its own successor, the rollout (``sequential_rollout``: branching for AT-GRPO, not
-for trajectory GRPO), the returns, the metrics, and the recipe (``AT_GRPO``). Evaluation never
+Read top to bottom: branch selection, the tree's nodes and episodes and the values the phases
+pass on (``Candidate``, ``Branch``, ``MixedReward``), the rollout (``sequential_rollout``:
+branching for AT-GRPO, not for trajectory GRPO) and its phases in order (the lookahead that
+scores a pending candidate among them), the returns, the metrics, and the recipe (``AT_GRPO``). Evaluation never
 branches (a branch chosen by its reward would be an oracle at test time): ``eval_rollout`` runs
 independent episodes.
 
-Agent-turn tree (one state per problem; K branches per (turn, agent) node):
+Agent-turn tree (one state per problem; K branches per (turn, agent) node), each line with the
+phase of ``sequential_rollout`` that does it:
 
+    episodes <- a fresh env reset to each example                                 _start_episodes
     for t in turns:
-        for agent i in turn_order:                   # i sees what agents < i did this turn
-            K candidates a_k ~ pi_i(. | o_i)          # one generate call for all problems
-            out_k = env_k.step({i: a_k}), env_k = clone(env)   # each on its OWN successor
+        for agent i in turn_order:        # i sees what agents < i did this turn
+            K candidates a_k ~ pi_i(. | o_i)   # one generate call, all problems  _generate
+            env_k = clone(env)                 # each on its OWN successor        _candidates
+            out_k = env_k.step({i: a_k})
+            pending out_k: scored on its turn, finished on a copy                 _lookahead
             r_k = alpha * team(out_k) + local_i(out_k)
-            group (problem, t, i) <- K samples        # recorded before termination is checked
-            k* = select(r)   (greedy | sample ~ softmax(r / tau) | random)
-            env = env_{k*};  stop the problem if out_{k*} ended the episode
+            group (problem, t, i) <- K samples # before termination is checked    _record_group
+            k* = select(r)   (greedy | sample ~ softmax(r / tau) | random)        select_branch
+            env = env_{k*}; stop the problem if out_{k*} ended the episode        _follow
+    returns (below), then the metrics                                             _assign_returns
 
 Optional ``discount`` (None = off: R_k = r_k): a candidate's return adds the discounted later
 rewards of the same agent along the chosen path, R_k = r_k + sum_{t' > t} gamma^(t' - t)
@@ -37,17 +43,19 @@ and group keys never merge problems.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
-import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import agent_turn_shape
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import EnvRunner, RolloutResult
+from teamrl.generation import Generation
+from teamrl.rollout.common import EnvRunner, RolloutClock, RolloutResult
 from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
 from teamrl.sample import Sample
 from teamrl.team.policies import Team
@@ -91,6 +99,14 @@ class TurnNode:
     observations: dict[str, str]  # every agent's observation before it acted (MAAC reads them)
 
 
+class PathStep(NamedTuple):
+    """One node of an episode's chosen path: the agent that acted and the reward the chosen
+    candidate was credited with (alpha * team + local)."""
+
+    agent: str
+    reward: float
+
+
 @dataclass
 class Episode:
     problem: int  # dataset index of the example
@@ -101,66 +117,50 @@ class Episode:
     index: int = 0  # episode number within its problem (trajectory GRPO)
     done: bool = False
     outcome: Outcome = field(default_factory=Outcome)  # success, turns, team return, components
-    path: list[tuple[str, float]] = field(default_factory=list)  # (agent, mixed reward) chosen
+    path: list[PathStep] = field(default_factory=list)  # the chosen candidate of every node
     samples: list[Sample] = field(default_factory=list)
     nodes: list[TurnNode] = field(default_factory=list)  # branching only, chronological
 
+    @property
+    def path_return(self) -> float:
+        """The sum of the chosen rewards along the path: the episode's return."""
+        return sum(step.reward for step in self.path)
 
-def _mixed(step: Step, agent: str, alpha: float) -> tuple[float, float, float]:
+
+class Candidate(NamedTuple):
+    """Candidate ``index`` of ``agent`` in ``episode``, before its step: its generation, its
+    text, the env it is stepped on (its own copy when branching, else the episode's env) and
+    ``where`` (the example, turn, agent and candidate, for error messages)."""
+
+    episode: Episode
+    index: int
+    agent: str
+    gen: Generation
+    text: str
+    env: Env
+    where: str
+
+
+class Branch(NamedTuple):
+    """A stepped candidate: the candidate and the step its action returned (scored on the
+    completed turn when the step was pending and the lookahead ran)."""
+
+    candidate: Candidate
+    step: Step
+
+
+class MixedReward(NamedTuple):
+    """A candidate's credit from its step: ``reward`` = alpha * ``team`` + ``local`` (the
+    acting agent's ``local_rewards`` term, 0 when the step gave none)."""
+
+    reward: float
+    team: float
+    local: float
+
+
+def _mixed(step: Step, agent: str, alpha: float) -> MixedReward:
     local = float(step.local_rewards.get(agent, 0.0))
-    return alpha * float(step.reward) + local, float(step.reward), local
-
-
-def _lookahead(
-    team: Team,
-    work: list,
-    steps: list[Step],
-    later: list[str],
-    greedy: bool,
-    turn: int,
-    ignore_eos: bool,
-    pool: EnvRunner,
-) -> float:
-    """Score pending candidates by finishing the turn on a copy: one sample per later agent.
-
-    Replaces each pending step's reward (and the acting agent's local reward) with those of
-    the completed turn; the branch's own env stays pending, so the real later agents still act
-    on it. Returns the seconds spent generating.
-    """
-    idx = [i for i, st in enumerate(steps) if st.pending]
-    envs = {i: clone(work[i][4]) for i in idx}
-    obs = {i: steps[i].observations for i in idx}
-    final: dict[int, Step] = {}
-    t_gen = 0.0
-    for agent in later:
-        t0 = time.perf_counter()
-        jobs = []
-        for i in idx:
-            ids = team.encode_prompt(agent, obs[i][agent], work[i][0].example)
-            jobs.append((agent, team.request(agent, ids, 1, greedy=greedy)))
-        gens = team.generate(jobs, ignore_eos=ignore_eos)
-        t_gen += time.perf_counter() - t0
-        for i, gen in zip(idx, gens):
-            text = team.decode(agent, gen[0].completion_ids)
-            where = f"example {work[i][0].problem}, turn {turn}, lookahead {agent}"
-            final[i] = pool.step(envs[i], {agent: text}, where)
-            obs[i] = final[i].observations
-    for i in idx:
-        acting = next(iter(work[i][6]))
-        own, done = steps[i], final[i]
-        # The candidate's team reward is the completed turn's; its local reward is the one the
-        # closing step assigns to it, else the one its own step gave.
-        local = done.local_rewards.get(acting, own.local_rewards.get(acting, 0.0))
-        steps[i] = dataclasses.replace(
-            own,
-            reward=done.reward,
-            terminations={},
-            truncations={},
-            local_rewards={acting: local},
-            infos=dict(own.infos),
-            lookahead=True,
-        )
-    return t_gen
+    return MixedReward(alpha * float(step.reward) + local, float(step.reward), local)
 
 
 def agent_turn_rollout(team: Team, make_env, examples: list[tuple[int, dict]], **options):
@@ -197,113 +197,251 @@ def sequential_rollout(
     """``branching``: K candidates per node, each on its own copy, one continues (AT-GRPO).
     Otherwise K independent episodes per problem, one candidate per node (trajectory GRPO)."""
     k_branches = 1 if greedy else num_generations
-    rng = random.Random(seed)
-    pool = EnvRunner(reward_workers, step_timeout)
-    copies = 1 if (branching or greedy) else num_generations
+    copies = 1 if (branching or greedy) else num_generations  # episodes per problem
+    n = k_branches if branching else 1  # candidates drawn per episode per node
+    rng = random.Random(seed)  # the selection's draws, in episode order at every node
+    choose = functools.partial(
+        select_branch, rule=selection, temperature=selection_temperature, rng=rng
+    )
+    clock, pool = RolloutClock(), EnvRunner(reward_workers, step_timeout)
+    episodes = _start_episodes(make_env, examples, copies)
+    order = turn_order(episodes[0].env)
+    for turn in range(max_turns):
+        for agent in order:
+            live = [ep for ep in episodes if not ep.done]
+            if not live:
+                break
+            with clock.generating():
+                gens = _generate(team, live, agent, turn, n, greedy, ignore_eos)
+            with clock.stepping():
+                candidates = _candidates(team, live, gens, agent, turn, branching)
+                steps = pool.map(lambda c: pool.step(c.env, {c.agent: c.text}, c.where), candidates)
+            clock.tokens += sum(len(c.gen.completion_ids) for c in candidates)
+            if branching and k_branches > 1 and any(st.pending for st in steps):
+                later = order[order.index(agent) + 1 :]
+                _lookahead(team, candidates, steps, later, greedy, turn, ignore_eos, pool, clock)
+            for ep, branches in zip(live, _by_episode(live, candidates, steps)):
+                group = _record_group(team, ep, branches, agent, turn, alpha, branching, greedy)
+                pick = choose([s.reward for s in group]) if branching else 0  # k* from r_k
+                _follow(ep, branches[pick], group, pick, agent, turn, branching)
+    _assign_returns(episodes, branching, discount)
+    samples = [s for ep in episodes for s in ep.samples]
+    _check_groups(samples, k_branches if branching else copies, branching)
+    return RolloutResult(
+        samples=samples,
+        stats=clock.stats(),
+        metrics={**episode_metrics(episodes, samples, order), **pool.metrics()},
+        episodes=[
+            episode_summary(ep.problem, ep.outcome, ep.path_return, episode=ep.index)
+            for ep in episodes
+        ],
+        turn_nodes=[ep.nodes for ep in episodes] if branching else [],
+    )
+
+
+def _start_episodes(make_env, examples: list[tuple[int, dict]], copies: int) -> list[Episode]:
+    """``copies`` episodes per example, in the batch's order, each on a fresh env reset to it."""
     episodes = []
     for slot, (problem, example) in enumerate(examples):
         for c in range(copies):
             env = make_env()
             obs = env.reset(example)
             episodes.append(Episode(problem, slot, example, env, obs, index=c))
-    order = turn_order(episodes[0].env)
-    n = k_branches if branching else 1  # samples drawn per episode per node
-    t_gen = t_env = 0.0
-    n_tokens = 0
-    for turn in range(max_turns):
-        for agent in order:
-            live = [ep for ep in episodes if not ep.done]
-            if not live:
-                break
-            # 1. One generate call per engine: every live episode, n candidates each.
-            t0 = time.perf_counter()
-            jobs = []
-            for ep in live:
-                if agent not in ep.observations:
-                    raise ValueError(
-                        f"example {ep.problem}, turn {turn}: env gave no observation for {agent!r}"
-                    )
-                ids = team.encode_prompt(agent, ep.observations[agent], ep.example)
-                jobs.append((agent, team.request(agent, ids, n, greedy=greedy)))
-            gens = team.generate(jobs, ignore_eos=ignore_eos)
-            t_gen += time.perf_counter() - t0
+    return episodes
 
-            # 2. Every candidate on its own copy of the state.
-            t0 = time.perf_counter()
-            work = []
-            for ep, cands in zip(live, gens):
-                for k, gen in enumerate(cands):
-                    text = team.decode(agent, gen.completion_ids)
-                    where = f"example {ep.problem}, turn {turn}, agent {agent}, candidate {k}"
-                    env = clone(ep.env) if branching else ep.env
-                    work.append((ep, k, gen, text, env, where, {agent: text}))
-                    n_tokens += len(gen.completion_ids)
-            steps = pool.map(lambda w: pool.step(w[4], w[6], w[5]), work)
-            t_env += time.perf_counter() - t0
-            if branching and k_branches > 1 and any(st.pending for st in steps):
-                later = order[order.index(agent) + 1 :]
-                t_gen += _lookahead(team, work, steps, later, greedy, turn, ignore_eos, pool)
 
-            # 3. Record the group, then select the branch that continues.
-            by_ep: dict[int, list] = {}
-            for w, st in zip(work, steps):
-                by_ep.setdefault(id(w[0]), []).append((w, st))
-            for ep in live:
-                branch = by_ep[id(ep)]
-                mixed = [_mixed(st, agent, alpha) for _, st in branch]
-                # (problem, turn, agent); the batch slot keeps a repeated example's trees apart
-                group = (ep.problem, ep.slot, turn, agent) if branching else (ep.problem, ep.slot)
-                new = []
-                for ((_, _, gen, text, *_), _), (r, team_r, local) in zip(branch, mixed):
-                    new.append(
-                        Sample(
-                            agent=agent,
-                            policy=team.policy_of[agent],
-                            turn=turn,
-                            group=group,
-                            prompt_ids=gen.prompt_ids,
-                            completion_ids=gen.completion_ids,
-                            sampler_logprobs=gen.logprobs,
-                            truncated=gen.truncated,
-                            temperature=1.0 if greedy else team.agents[agent].temperature,
-                            reward=r,
-                            text=text,
-                            episode=None if branching else (ep.problem, ep.slot, ep.index),
-                            team_reward=team_r,
-                            local_reward=local,
-                        )
-                    )
-                ep.samples.extend(new)
-                pick = (
-                    select_branch([m[0] for m in mixed], selection, selection_temperature, rng)
-                    if branching
-                    else 0
-                )
-                ep.outcome.turns = turn + 1
-                if branching:
-                    ep.nodes.append(TurnNode(ep.slot, turn, agent, new, pick, ep.observations))
-                (w, st) = branch[pick]
-                ep.env, ep.observations = w[4], st.observations
-                ep.path.append((agent, mixed[pick][0]))
-                ep.outcome.record(st)
-                if st.done:
-                    ep.done = True
-    _assign_returns(episodes, branching, discount)
-    samples = [s for ep in episodes for s in ep.samples]
-    _check_groups(samples, k_branches if branching else copies, branching)
-    stats = {"time/generate": t_gen, "time/reward": t_env, "tokens/generated": float(n_tokens)}
-    metrics = {**episode_metrics(episodes, samples, order), **pool.metrics()}
-    summaries = [
-        episode_summary(ep.problem, ep.outcome, sum(r for _, r in ep.path), episode=ep.index)
-        for ep in episodes
-    ]
-    return RolloutResult(
-        samples=samples,
-        stats=stats,
-        metrics=metrics,
-        episodes=summaries,
-        turn_nodes=[ep.nodes for ep in episodes] if branching else [],
+def _generate(
+    team: Team,
+    live: list[Episode],
+    agent: str,
+    turn: int,
+    n: int,
+    greedy: bool,
+    ignore_eos: bool,
+) -> list[list[Generation]]:
+    """``n`` generations of ``agent`` per live episode, from its observation: one generate
+    call per engine for every problem."""
+    jobs = []
+    for ep in live:
+        if agent not in ep.observations:
+            raise ValueError(
+                f"example {ep.problem}, turn {turn}: env gave no observation for {agent!r}"
+            )
+        ids = team.encode_prompt(agent, ep.observations[agent], ep.example)
+        jobs.append((agent, team.request(agent, ids, n, greedy=greedy)))
+    return team.generate(jobs, ignore_eos=ignore_eos)
+
+
+def _candidates(
+    team: Team,
+    live: list[Episode],
+    gens: list[list[Generation]],
+    agent: str,
+    turn: int,
+    branching: bool,
+) -> list[Candidate]:
+    """Every generation as a candidate, episode by episode: each on its own copy of the
+    episode's env when branching (a candidate is scored on its OWN successor), else on the
+    episode's env itself (one candidate, nothing to copy)."""
+    out = []
+    for ep, cands in zip(live, gens):
+        for k, gen in enumerate(cands):
+            text = team.decode(agent, gen.completion_ids)
+            where = f"example {ep.problem}, turn {turn}, agent {agent}, candidate {k}"
+            env = clone(ep.env) if branching else ep.env
+            out.append(Candidate(ep, k, agent, gen, text, env, where))
+    return out
+
+
+def _lookahead(
+    team: Team,
+    candidates: list[Candidate],
+    steps: list[Step],
+    later: list[str],
+    greedy: bool,
+    turn: int,
+    ignore_eos: bool,
+    pool: EnvRunner,
+    clock: RolloutClock,
+) -> None:
+    """Score pending candidates by finishing the turn on a copy: one sample per later agent.
+
+    Replaces each pending step's reward (and the acting agent's local reward) with those of
+    the completed turn (``_scored_on_turn``); the branch's own env stays pending, so the real
+    later agents still act on it. The generation time goes to ``clock``.
+    """
+    pending = [i for i, st in enumerate(steps) if st.pending]
+    final = _finish_turn(
+        team, candidates, steps, pending, later, greedy, turn, ignore_eos, pool, clock
     )
+    for i in pending:
+        steps[i] = _scored_on_turn(steps[i], final[i], candidates[i].agent)
+
+
+def _finish_turn(
+    team: Team,
+    candidates: list[Candidate],
+    steps: list[Step],
+    pending: list[int],
+    later: list[str],
+    greedy: bool,
+    turn: int,
+    ignore_eos: bool,
+    pool: EnvRunner,
+    clock: RolloutClock,
+) -> dict[int, Step]:
+    """The closing step of the turn for each pending candidate ``i``: on a copy of its env,
+    every later agent acts once (one generate call per engine per agent), seeing what the
+    agents before it did. Returns candidate index -> the last later agent's step."""
+    envs = {i: clone(candidates[i].env) for i in pending}
+    obs = {i: steps[i].observations for i in pending}
+    final: dict[int, Step] = {}
+    for agent in later:
+        with clock.generating():
+            jobs = []
+            for i in pending:
+                ids = team.encode_prompt(agent, obs[i][agent], candidates[i].episode.example)
+                jobs.append((agent, team.request(agent, ids, 1, greedy=greedy)))
+            gens = team.generate(jobs, ignore_eos=ignore_eos)
+        for i, outs in zip(pending, gens):  # one generation each
+            text = team.decode(agent, outs[0].completion_ids)
+            where = f"example {candidates[i].episode.problem}, turn {turn}, lookahead {agent}"
+            final[i] = pool.step(envs[i], {agent: text}, where)
+            obs[i] = final[i].observations
+    return final
+
+
+def _scored_on_turn(own: Step, closing: Step, acting: str) -> Step:
+    """The pending step ``own`` of agent ``acting``, scored by the turn's ``closing`` step.
+
+    The candidate's team reward is the completed turn's; its local reward is the one the
+    closing step assigns to it, else the one its own step gave. It ends nothing (the real turn
+    goes on from ``own``'s env) and is marked ``lookahead``: the episode's outcome does not
+    count its reward as real (``Outcome.record``).
+    """
+    local = closing.local_rewards.get(acting, own.local_rewards.get(acting, 0.0))
+    return dataclasses.replace(
+        own,
+        reward=closing.reward,
+        terminations={},
+        truncations={},
+        local_rewards={acting: local},
+        infos=dict(own.infos),
+        lookahead=True,
+    )
+
+
+def _by_episode(
+    live: list[Episode], candidates: list[Candidate], steps: list[Step]
+) -> list[list[Branch]]:
+    """The stepped candidates of each live episode, in the order of ``live``."""
+    branches: dict[int, list[Branch]] = {}
+    for c, st in zip(candidates, steps):
+        branches.setdefault(id(c.episode), []).append(Branch(c, st))
+    return [branches[id(ep)] for ep in live]
+
+
+def _record_group(
+    team: Team,
+    ep: Episode,
+    branches: list[Branch],
+    agent: str,
+    turn: int,
+    alpha: float,
+    branching: bool,
+    greedy: bool,
+) -> list[Sample]:
+    """The node's candidates as samples of one group, appended to the episode's samples and
+    returned. Candidate k is credited with r_k = alpha * team + local of its own step;
+    recorded before termination is checked, so an episode's last node is kept too."""
+    # (problem, turn, agent); the batch slot keeps a repeated example's trees apart
+    group = (ep.problem, ep.slot, turn, agent) if branching else (ep.problem, ep.slot)
+    new = []
+    for b in branches:
+        r = _mixed(b.step, agent, alpha)
+        gen = b.candidate.gen
+        new.append(
+            Sample(
+                agent=agent,
+                policy=team.policy_of[agent],
+                turn=turn,
+                group=group,
+                prompt_ids=gen.prompt_ids,
+                completion_ids=gen.completion_ids,
+                sampler_logprobs=gen.logprobs,
+                truncated=gen.truncated,
+                temperature=1.0 if greedy else team.agents[agent].temperature,
+                reward=r.reward,
+                text=b.candidate.text,
+                episode=None if branching else (ep.problem, ep.slot, ep.index),
+                team_reward=r.team,
+                local_reward=r.local,
+            )
+        )
+    ep.samples.extend(new)
+    return new
+
+
+def _follow(
+    ep: Episode,
+    chosen: Branch,
+    group: list[Sample],
+    pick: int,
+    agent: str,
+    turn: int,
+    branching: bool,
+) -> None:
+    """Continue ``ep`` from its ``chosen`` branch (candidate ``pick`` of ``group``): record the
+    node (branching), take the branch's env and observations, extend the path and the outcome,
+    and end the episode if the branch's step ended it."""
+    ep.outcome.turns = turn + 1
+    if branching:  # the observations before the agent acted: what MAAC's central value reads
+        ep.nodes.append(TurnNode(ep.slot, turn, agent, group, pick, ep.observations))
+    ep.env, ep.observations = chosen.candidate.env, chosen.step.observations
+    ep.path.append(PathStep(agent, group[pick].reward))
+    ep.outcome.record(chosen.step)
+    if chosen.step.done:
+        ep.done = True
 
 
 def _check_groups(samples: list[Sample], expected: int, branching: bool) -> None:
@@ -320,7 +458,7 @@ def _check_groups(samples: list[Sample], expected: int, branching: bool) -> None
 def _assign_returns(episodes: list[Episode], branching: bool, gamma: float | None) -> None:
     for ep in episodes:
         if not branching:  # trajectory GRPO: every sample carries its episode's return
-            total = sum(r for _, r in ep.path)
+            total = ep.path_return
             for s in ep.samples:
                 s.return_ = total
             continue
@@ -333,17 +471,17 @@ def _assign_returns(episodes: list[Episode], branching: bool, gamma: float | Non
         for smp in ep.samples:  # chronological; ep.path holds the chosen reward of each node
             nodes.setdefault((smp.turn, smp.agent), []).append(smp)
         future: dict[str, float] = {}
-        for ((_, agent), group), (_, chosen) in reversed(list(zip(nodes.items(), ep.path))):
+        for ((_, agent), group), chosen in reversed(list(zip(nodes.items(), ep.path))):
             f = future.get(agent, 0.0)
             for smp in group:
                 smp.return_ = smp.reward + gamma * f
-            future[agent] = chosen + gamma * f
+            future[agent] = chosen.reward + gamma * f
 
 
 def episode_metrics(episodes: list[Episode], samples: list[Sample], agents: list[str]) -> dict:
     m: dict[str, float] = {}
-    m["reward/mean"] = float(np.mean([sum(r for _, r in ep.path) for ep in episodes]))
-    m["reward/std"] = float(np.std([sum(r for _, r in ep.path) for ep in episodes]))
+    m["reward/mean"] = float(np.mean([ep.path_return for ep in episodes]))
+    m["reward/std"] = float(np.std([ep.path_return for ep in episodes]))
     m["reward/team/mean"] = float(np.mean([ep.outcome.team_return for ep in episodes]))
     succ = [ep.outcome.success for ep in episodes if ep.outcome.success is not None]
     if succ:

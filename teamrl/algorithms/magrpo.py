@@ -1,9 +1,9 @@
 """MAGRPO: a joint-action tree per problem, one team reward, groups (problem, slot, node, agent).
 
-Read top to bottom: the tree's node, the rollout that grows it, the returns computed on it
-(and the counterfactual baseline of the ``cross`` tree), the step's metrics, and the recipe the
-trainer and the evaluator call (``MAGRPO``). Credit (the group baselines, the critics) is
-``teamrl.credit``; the update ``teamrl.update``.
+Read top to bottom: the tree's node, the rollout that grows it (``joint_rollout``) and its
+phases in order, the returns computed on it (and the counterfactual baseline of the ``cross``
+tree), the step's metrics, and the recipe the trainer and the evaluator call (``MAGRPO``).
+Credit (the group baselines, the critics) is ``teamrl.credit``; the update ``teamrl.update``.
 
 The tree.
 
@@ -23,25 +23,34 @@ An agent's completion g is credited with R_g (aligned) or with the marginal mean
 joint actions that contain it (cross). With ``reward_per_agent`` the same recursion runs per
 agent on c^a_j = alpha * r_j + local^a_j (the step's ``local_rewards``) and agent a is credited
 from its own R^a; the team's R is still what metrics and evaluation report.
-Group key: (problem, slot, node, agent), where ``slot``
-is the example's position in the step's batch: an example drawn twice in one step (an epoch
-wrapping mid-step, or prompts_per_step > the dataset) grows two trees whose groups stay apart.
+Group key: (problem, slot, node, agent), where ``slot`` is the example's position in the step's
+batch: an example drawn twice in one step (an epoch wrapping mid-step, or prompts_per_step >
+the dataset) grows two trees whose groups stay apart.
 
-Generation is one call per engine per turn, covering every node, agent and sample of the turn.
+The rollout (``joint_rollout``), each line a phase:
+
+    roots <- a fresh env reset to each example                        _reset_roots
+    for t in turns, while the frontier holds nodes:
+        G completions per (node, agent), one generate call per engine  _sample_completions
+        every joint action stepped on its own copy of its node's env   _step_joint_actions
+        successors that go on become the next frontier                 _grow_children
+            (none on the last turn, none under a node whose mean r_j > threshold)
+    R bottom-up, each completion's credit, the counterfactual (cross)  _credit_trees
 """
 
 from __future__ import annotations
 
 import itertools
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import joint_tree_shape
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import EnvRunner, RolloutResult, check_observations
+from teamrl.rollout.common import EnvRunner, RolloutClock, RolloutResult, check_observations
 from teamrl.rollout.summary import (
     Outcome,
     add_components,
@@ -97,117 +106,195 @@ def joint_rollout(
     (``counterfactual_advantages``)."""
     agents = list(team.agents)
     g = 1 if greedy else num_generations
-    t_gen = t_env = 0.0
+    cross = joint_mode == "cross" and not greedy  # one sample per agent has one joint action
+    clock, pool = RolloutClock(), EnvRunner(reward_workers, step_timeout)
+    roots = _reset_roots(make_env, examples, agents)
+    frontier = list(roots)
+    for turn in range(max_turns):
+        if not frontier:
+            break
+        with clock.generating():
+            clock.tokens += _sample_completions(team, frontier, agents, turn, g, greedy, ignore_eos)
+        with clock.stepping():
+            stepped = _step_joint_actions(frontier, agents, turn, g, cross, pool)
+        last = turn + 1 >= max_turns
+        frontier = _grow_children(
+            frontier, stepped, agents, turn, last, early_termination_threshold
+        )
+    credit = agent_credit(reward_per_agent, alpha)
+    samples = _credit_trees(roots, agents, discount, cross, credit, counterfactual)
+    return RolloutResult(
+        samples=samples,
+        roots=roots,
+        stats=clock.stats(),
+        metrics={**rollout_metrics(roots, samples, agents), **pool.metrics()},
+        episodes=[path_summary(root) for root in roots] if g == 1 else [],
+    )
+
+
+class JointAction(NamedTuple):
+    """A joint action of a node, before its step: the copy of the node's env it is stepped on,
+    every agent's action (its completion's text), and ``where`` (the example, turn, node and
+    joint action, for error messages)."""
+
+    env: Env
+    actions: dict[str, str]
+    where: str
+
+
+class Transition(NamedTuple):
+    """One joint action of a node, stepped: the env copy it was stepped on (from then on its
+    successor state, the child's env if the episode goes on) and the step it returned."""
+
+    env: Env
+    step: Step
+
+
+def _reset_roots(make_env, examples: list[tuple[int, dict]], agents: list[str]) -> list[Node]:
+    """A root per example, in the batch's order: a fresh env reset to the example."""
     roots = []
     for slot, (problem, example) in enumerate(examples):
         env = make_env()
         obs = env.reset(example)
         check_observations(obs, agents, f"reset(example {problem})")
-        roots.append(Node(problem, slot, "root", 0, env, obs, example))
+        roots.append(
+            Node(problem, slot, node_id="root", turn=0, env=env, observations=obs, example=example)
+        )
+    return roots
 
-    frontier = list(roots)
-    pool = EnvRunner(reward_workers, step_timeout)
-    n_tokens = 0
-    for turn in range(max_turns):
-        if not frontier:
-            break
-        # 1. One generate call per engine for every (node, agent) of this turn.
-        t0 = time.perf_counter()
-        jobs = []
-        for node in frontier:
-            for a in agents:
-                ids = team.encode_prompt(a, node.observations[a], node.example)
-                jobs.append((a, team.request(a, ids, g, greedy=greedy)))
-        outs = iter(team.generate(jobs, ignore_eos=ignore_eos))
-        for node in frontier:
-            for a in agents:
-                node.samples[a] = [
-                    Sample(
-                        agent=a,
-                        policy=team.policy_of[a],
-                        turn=turn,
-                        group=(node.problem, node.slot, node.node_id, a),
-                        prompt_ids=gen.prompt_ids,
-                        completion_ids=gen.completion_ids,
-                        sampler_logprobs=gen.logprobs,
-                        truncated=gen.truncated,
-                        temperature=team.agents[a].temperature if not greedy else 1.0,
-                        text=team.decode(a, gen.completion_ids),
-                    )
-                    for gen in next(outs)
-                ]
-                n_tokens += sum(len(s.completion_ids) for s in node.samples[a])
-        t_gen += time.perf_counter() - t0
 
-        # 2. Joint actions, each stepped on its own copy of the node's env.
-        t0 = time.perf_counter()
-        work = []
-        for node in frontier:
-            if joint_mode == "cross" and not greedy:
-                node.joint = list(itertools.product(range(g), repeat=len(agents)))
-            else:
-                node.joint = [(j,) * len(agents) for j in range(g)]
-            for j, idx in enumerate(node.joint):
-                actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
-                where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
-                work.append((node, clone(node.env), actions, where))
-        stepped = pool.map(lambda w: pool.step(w[1], w[2], w[3]), work)
-        t_env += time.perf_counter() - t0
-
-        # 3. Rewards, early termination, children.
-        next_frontier = []
-        per_node: dict[int, list] = {}
-        for (node, env, _, _), step in zip(work, stepped):
-            per_node.setdefault(id(node), []).append((env, step))
-        for node in frontier:
-            pairs = per_node[id(node)]
-            node.steps = [s for _, s in pairs]
-            node.rewards = [float(s.reward) for s in node.steps]
-            mean_r = sum(node.rewards) / len(node.rewards)
-            stop_early = early_termination_threshold is not None and (
-                mean_r > early_termination_threshold
-            )
-            if turn + 1 >= max_turns or stop_early:
-                continue
-            for j, (env, step) in enumerate(pairs):
-                if step.done:
-                    continue
-                check_observations(step.observations, agents, f"step (example {node.problem})")
-                child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
-                child = Node(
-                    node.problem,
-                    node.slot,
-                    child_id,
-                    turn + 1,
-                    env,
-                    step.observations,
-                    node.example,
+def _sample_completions(
+    team: Team,
+    frontier: list[Node],
+    agents: list[str],
+    turn: int,
+    g: int,
+    greedy: bool,
+    ignore_eos: bool,
+) -> int:
+    """G completions of every agent at every node of the turn, in one generate call per
+    engine, stored as the nodes' samples (group: problem, slot, node, agent). Returns the
+    tokens generated."""
+    jobs = []
+    for node in frontier:
+        for a in agents:
+            ids = team.encode_prompt(a, node.observations[a], node.example)
+            jobs.append((a, team.request(a, ids, g, greedy=greedy)))
+    outs = iter(team.generate(jobs, ignore_eos=ignore_eos))
+    tokens = 0
+    for node in frontier:
+        for a in agents:
+            node.samples[a] = [
+                Sample(
+                    agent=a,
+                    policy=team.policy_of[a],
+                    turn=turn,
+                    group=(node.problem, node.slot, node.node_id, a),
+                    prompt_ids=gen.prompt_ids,
+                    completion_ids=gen.completion_ids,
+                    sampler_logprobs=gen.logprobs,
+                    truncated=gen.truncated,
+                    temperature=team.agents[a].temperature if not greedy else 1.0,
+                    text=team.decode(a, gen.completion_ids),
                 )
-                node.children[j] = child
-                next_frontier.append(child)
-        frontier = next_frontier
+                for gen in next(outs)
+            ]
+            tokens += sum(len(s.completion_ids) for s in node.samples[a])
+    return tokens
 
+
+def joint_indices(g: int, n_agents: int, cross: bool) -> list[tuple[int, ...]]:
+    """Per joint action, the index of each agent's completion: the j-th of every agent
+    (aligned, G joint actions) or every combination (cross, G^N)."""
+    if cross:
+        return list(itertools.product(range(g), repeat=n_agents))
+    return [(j,) * n_agents for j in range(g)]
+
+
+def _step_joint_actions(
+    frontier: list[Node],
+    agents: list[str],
+    turn: int,
+    g: int,
+    cross: bool,
+    pool: EnvRunner,
+) -> list[list[Transition]]:
+    """Every joint action of every node (``node.joint``), each stepped on its own copy of its
+    node's env, all of the turn's steps in one ``pool.map``. Returns, per node of the
+    frontier, its joint actions' transitions in the order of ``node.joint``."""
+    work: list[list[JointAction]] = []  # per node of the frontier
+    for node in frontier:
+        node.joint = joint_indices(g, len(agents), cross)
+        mine = []
+        for j, idx in enumerate(node.joint):
+            actions = {a: node.samples[a][i].text for a, i in zip(agents, idx)}
+            where = f"example {node.problem}, turn {turn}, node {node.node_id}, joint {j}"
+            mine.append(JointAction(clone(node.env), actions, where))
+        work.append(mine)
+    flat = [p for mine in work for p in mine]
+    steps = iter(pool.map(lambda p: pool.step(p.env, p.actions, p.where), flat))
+    return [[Transition(p.env, next(steps)) for p in mine] for mine in work]
+
+
+def _grow_children(
+    frontier: list[Node],
+    stepped: list[list[Transition]],
+    agents: list[str],
+    turn: int,
+    last: bool,
+    early_termination_threshold: float | None,
+) -> list[Node]:
+    """Record each node's steps and rewards, and make the successor of every joint action
+    whose episode goes on a child node: none on the ``last`` turn, nor under a node that
+    stops early (its mean joint reward above the threshold). Returns the next frontier."""
+    next_frontier = []
+    for node, transitions in zip(frontier, stepped):
+        node.steps = [t.step for t in transitions]
+        node.rewards = [float(s.reward) for s in node.steps]
+        mean_r = sum(node.rewards) / len(node.rewards)
+        stop_early = early_termination_threshold is not None and (
+            mean_r > early_termination_threshold
+        )
+        if last or stop_early:
+            continue
+        for j, (env, step) in enumerate(transitions):
+            if step.done:
+                continue
+            check_observations(step.observations, agents, f"step (example {node.problem})")
+            child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
+            child = Node(
+                node.problem,
+                node.slot,
+                node_id=child_id,
+                turn=turn + 1,
+                env=env,
+                observations=step.observations,
+                example=node.example,
+            )
+            node.children[j] = child
+            next_frontier.append(child)
+    return next_frontier
+
+
+def _credit_trees(
+    roots: list[Node],
+    agents: list[str],
+    discount: float,
+    cross: bool,
+    credit: Callable[[Step, str], float],
+    counterfactual: bool,
+) -> list[Sample]:
+    """Returns bottom-up on every tree (``_assign_returns``), the counterfactual advantages
+    when asked (cross only: the aligned tree has no alternatives with the partners fixed),
+    then every sample, each tree's root first, each node's agents in order."""
     samples: list[Sample] = []
     for root in roots:
-        credit = agent_credit(reward_per_agent, alpha)
-        cross = joint_mode == "cross" and not greedy
         _assign_returns(root, agents, discount, cross=cross, credit=credit)
         if counterfactual and cross:
             for node in walk(root):
                 counterfactual_advantages(node, agents)
         samples.extend(_collect(root, agents))
-    stats = {
-        "time/generate": t_gen,
-        "time/reward": t_env,
-        "tokens/generated": float(n_tokens),
-    }
-    return RolloutResult(
-        samples=samples,
-        roots=roots,
-        stats=stats,
-        metrics={**rollout_metrics(roots, samples, agents), **pool.metrics()},
-        episodes=[path_summary(root) for root in roots] if g == 1 else [],
-    )
+    return samples
 
 
 def path_summary(root: Node) -> dict:

@@ -20,12 +20,18 @@ of the joint observation, the same for every agent) and, at token level, ``token
 (one per completion token, the first being the state's). What it returns is the regression data
 for the critics: the value target of every state (and token) it credited, keyed by
 ``state_key(agent, node)`` or ``("token", id(sample), k)``.
+
+Read top to bottom: the joint tree (``critic_advantages``, one agent's view of it
+``AgentView``, then its turn level and its token level), and the agent-turn chains
+(``chain_critic_advantages``, each node bootstrapping from its agent's ``Successor``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,79 +57,139 @@ def critic_advantages(
     token_values: Callable[[Sample], list[float]] | None = None,
 ) -> Targets:
     """Write every sample's advantage (and ``token_advantages`` at token level); return the
-    critics' value targets."""
+    critics' value targets. Tree by tree, agent by agent: each agent's GAE runs on its own
+    values and its own credit over the whole tree."""
+    _check_level(level, token_values, "critic_advantages")
     targets: Targets = defaultdict(list)
     for root in roots:
         for a in agents:
-            k = agents.index(a)  # the agent's place in each joint action's index tuple
+            view = AgentView(a, agents.index(a), state_value, state_key, credit)
             if level == "turn":
-                _turn_level(root, a, k, state_value, state_key, credit, gamma, lam, targets)
-            elif level == "token":
-                if token_values is None:
-                    raise ValueError("critic_advantages: level='token' needs token_values")
-                _token_level(root, a, k, state_value, token_values, credit, gamma, lam, targets)
+                _turn_level(root, view, gamma, lam, targets)
             else:
-                raise ValueError(f"algorithm.critic_level: expected turn|token, got {level!r}")
+                _token_level(root, view, token_values, gamma, lam, targets)
     return dict(targets)
 
 
-def _members(node: Node, agents_index: int, i: int) -> list[int]:
-    """The joint actions of ``node`` that hold completion ``i`` of the agent at
-    ``agents_index``."""
-    return [j for j, idx in enumerate(node.joint) if idx[agents_index] == i]
+def _check_level(level: str, token_values, who: str) -> None:
+    if level not in ("turn", "token"):
+        raise ValueError(f"algorithm.critic_level: expected turn|token, got {level!r}")
+    if level == "token" and token_values is None:
+        raise ValueError(f"{who}: level='token' needs token_values")
 
 
-def _turn_level(root, a, k, state_value, state_key, credit, gamma, lam, targets) -> None:
-    def mirror(node: Node) -> CreditNode:
-        return CreditNode(
-            value=float(state_value(a, node)),
-            rewards=[float(credit(step, a)) for step in node.steps],
-            children={j: mirror(child) for j, child in node.children.items()},
-        )
+@dataclass(frozen=True)
+class AgentView:
+    """One agent's view of a joint tree: the critic's value of a node, the node's key among
+    the value targets, and what the agent is credited with for a joint action's step."""
 
-    tree = mirror(root)
+    agent: str
+    index: int  # the agent's place in each joint action's index tuple (``Node.joint``)
+    state_value: Callable[[str, Node], float]
+    state_key: Callable[[str, Node], Hashable]
+    credit: Callable[[Step, str], float]
+
+    def value(self, node: Node) -> float:
+        return float(self.state_value(self.agent, node))
+
+    def key(self, node: Node) -> Hashable:
+        return self.state_key(self.agent, node)
+
+    def reward(self, node: Node, j: int) -> float:
+        """c^a_j: the agent's credit for joint action ``j`` of ``node``."""
+        return self.credit(node.steps[j], self.agent)
+
+    def members(self, node: Node, i: int) -> list[int]:
+        """The joint actions of ``node`` that hold the agent's completion ``i``."""
+        return [j for j, idx in enumerate(node.joint) if idx[self.index] == i]
+
+
+def _turn_level(root: Node, view: AgentView, gamma: float, lam: float, targets: Targets) -> None:
+    """Turn-level GAE of one agent on one tree: mirror the tree with the agent's values and
+    credits (``_mirror``), run ``tree_gae`` on the mirror, then write each completion's
+    advantage (the mean over its joint actions) and each state's targets (``_write_turn``)."""
+    tree = _mirror(root, view)
     tree_gae(tree, gamma, lam)
-
-    fresh = {state_key(a, node) for node in walk(root)} - set(targets)
-
-    def write(node: Node, credit_node: CreditNode) -> None:
-        key = state_key(a, node)
-        if key in fresh:  # one target per joint action; a state shared by the agents (MAAC's
-            targets[key].extend(credit_node.targets)  # team value) is fitted once
-
-        for i, s in enumerate(node.samples[a]):
-            js = _members(node, k, i)
-            s.advantage = float(np.mean([credit_node.advantages[j] for j in js]))
-            s.token_advantages = None
-        for j, child in node.children.items():
-            write(child, credit_node.children[j])
-
-    write(root, tree)
+    # a state already in ``targets`` was fitted for an earlier agent (MAAC's team value)
+    fresh = {view.key(node) for node in walk(root)} - set(targets)
+    _write_turn(root, tree, view, fresh, targets)
 
 
-def _token_level(root, a, k, state_value, token_values, credit, gamma, lam, targets) -> float:
-    """Post-order over the tree; returns the mean first-token advantage of ``a`` at ``root``
-    (what its parent's last tokens bootstrap from)."""
-    below = {j: _token_level(c, a, k, state_value, token_values, credit, gamma, lam, targets)
-             for j, c in root.children.items()}  # fmt: skip
+def _mirror(node: Node, view: AgentView) -> CreditNode:
+    """The tree as ``tree_gae`` reads it: V_a(n) and c^a_j at every node, pre-order."""
+    return CreditNode(
+        value=view.value(node),
+        rewards=[float(view.reward(node, j)) for j in range(len(node.steps))],
+        children={j: _mirror(child, view) for j, child in node.children.items()},
+    )
+
+
+def _write_turn(
+    node: Node, credit_node: CreditNode, view: AgentView, fresh: set, targets: Targets
+) -> None:
+    """Pre-order: the state's targets (one per joint action, a state shared by the agents
+    fitted once) and the mean advantage of each of the agent's completions."""
+    key = view.key(node)
+    if key in fresh:
+        targets[key].extend(credit_node.targets)
+    for i, s in enumerate(node.samples[view.agent]):
+        js = view.members(node, i)
+        s.advantage = float(np.mean([credit_node.advantages[j] for j in js]))
+        s.token_advantages = None
+    for j, child in node.children.items():
+        _write_turn(child, credit_node.children[j], view, fresh, targets)
+
+
+def _token_level(
+    node: Node,
+    view: AgentView,
+    token_values: Callable[[Sample], list[float]],
+    gamma: float,
+    lam: float,
+    targets: Targets,
+) -> float:
+    """Token-level GAE of one agent, post-order over the tree; returns the mean first-token
+    advantage of the agent's completions at ``node`` (what its parent's last tokens bootstrap
+    from). A completion's per-token advantages are the mean over its joint actions of
+    ``turn_token_gae``, each with its own successor's value and advantage."""
+    below = {j: _token_level(c, view, token_values, gamma, lam, targets)
+             for j, c in node.children.items()}  # fmt: skip
     firsts = []
-    for i, s in enumerate(root.samples[a]):
+    for i, s in enumerate(node.samples[view.agent]):
         values = _token_values(token_values, s)
-        per_joint = []
-        for j in _members(root, k, i):
-            child = root.children.get(j)
-            nxt = float(state_value(a, child)) if child is not None else 0.0
+        per_joint = []  # (per-token advantages, per-token targets) of each joint action
+        for j in view.members(node, i):
+            child = node.children.get(j)
+            nxt = view.value(child) if child is not None else 0.0
             per_joint.append(
-                turn_token_gae(credit(root.steps[j], a), values, nxt, below.get(j, 0.0), gamma, lam)
+                turn_token_gae(view.reward(node, j), values, nxt, below.get(j, 0.0), gamma, lam)
             )
-        adv = np.mean([p[0] for p in per_joint], axis=0)
-        s.token_advantages = [float(x) for x in adv]
-        s.advantage = s.token_advantages[0]
+        _write_tokens(s, np.mean([adv for adv, _ in per_joint], axis=0))
         firsts.append(s.advantage)
         for _, tgt in per_joint:
-            for t, value in enumerate(tgt):
-                targets[("token", id(s), t)].append(value)
+            _add_token_targets(s, tgt, targets)
     return float(np.mean(firsts))
+
+
+def _write_tokens(s: Sample, advantages) -> None:
+    """The sample's per-token advantages, its advantage the first token's."""
+    s.token_advantages = [float(x) for x in advantages]
+    s.advantage = s.token_advantages[0]
+
+
+def _add_token_targets(s: Sample, tgt: list[float], targets: Targets) -> None:
+    """Token t of ``s``'s value target, keyed as the critics read it: ("token", id(s), t)."""
+    for t, value in enumerate(tgt):
+        targets[("token", id(s), t)].append(value)
+
+
+class Successor(NamedTuple):
+    """What an agent-turn node's candidates bootstrap from: the agent's next node n' on the
+    chosen path, its value V_a(n') and its chosen candidate's (first-token) advantage
+    A_{k*}(n'); both 0 after the agent's last node."""
+
+    value: float
+    advantage: float
 
 
 def chain_critic_advantages(
@@ -151,32 +217,30 @@ def chain_critic_advantages(
     R_k = r_k + gamma * (the chosen path's return) does: only the chosen branch has a next
     node, and with lam = 1 the advantage is exactly R_k - V_a(n). AT-GRPO's default (no
     discount: a candidate is judged by its own reward) is gamma = 0, A_k = r_k - V_a(n).
+    The nodes are visited backwards, so each node's successor is known when it is reached.
     """
-    if level not in ("turn", "token"):
-        raise ValueError(f"algorithm.critic_level: expected turn|token, got {level!r}")
-    if level == "token" and token_values is None:
-        raise ValueError("chain_critic_advantages: level='token' needs token_values")
+    _check_level(level, token_values, "chain_critic_advantages")
     targets: Targets = defaultdict(list)
     for nodes in episodes:
-        later: dict[str, tuple[float, float]] = {}  # agent -> (V(n'), A_{k*}(n'))
+        later: dict[str, Successor] = {}  # agent -> its next node's V and A_{k*}
         for node in reversed(nodes):
             v = float(state_value(node))
-            nxt, below = later.get(node.agent, (0.0, 0.0))
+            nxt = later.get(node.agent, Successor(0.0, 0.0))
             firsts = []
             for s in node.samples:
                 if level == "turn":
-                    adv = float(s.reward) + gamma * nxt - v + gamma * lam * below
+                    adv = float(s.reward) + gamma * nxt.value - v + gamma * lam * nxt.advantage
                     s.advantage, s.token_advantages = adv, None
                     targets[state_key(node)].append(adv + v)
                 else:
                     values = _token_values(token_values, s)
-                    adv_t, tgt_t = turn_token_gae(s.reward, values, nxt, below, gamma, lam)
-                    s.token_advantages = [float(x) for x in adv_t]
-                    s.advantage = s.token_advantages[0]
-                    for t, value in enumerate(tgt_t):
-                        targets[("token", id(s), t)].append(value)
+                    adv_t, tgt_t = turn_token_gae(
+                        s.reward, values, nxt.value, nxt.advantage, gamma, lam
+                    )
+                    _write_tokens(s, adv_t)
+                    _add_token_targets(s, tgt_t, targets)
                 firsts.append(s.advantage)
-            later[node.agent] = (v, firsts[node.chosen])
+            later[node.agent] = Successor(v, firsts[node.chosen])
     return dict(targets)
 
 

@@ -1,4 +1,5 @@
-"""Pieces shared by the episode builders: the result type and guarded env steps.
+"""Pieces shared by the episode builders: the result type, the rollout's clock and guarded env
+steps.
 
 Every reward enters a rollout through ``EnvRunner.step``: the env's step runs under a time
 limit (``env.step_timeout``) on daemon threads (a hung reward can neither hang the run nor
@@ -13,7 +14,9 @@ import math
 import numbers
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,35 @@ class RolloutResult:
     stats: dict[str, float] = field(default_factory=dict)  # timings and token counts
     metrics: dict[str, float] = field(default_factory=dict)  # reward/..., completion_length/...
     episodes: list[dict] = field(default_factory=list)  # one summary per episode (eval, logs)
+
+
+@dataclass
+class RolloutClock:
+    """What one rollout spent: seconds generating and seconds stepping envs (rewards and
+    transitions), and the completion tokens generated; ``stats`` is ``RolloutResult.stats``."""
+
+    generate: float = 0.0
+    reward: float = 0.0
+    tokens: int = 0
+
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.generate += time.perf_counter() - t0
+
+    @contextmanager
+    def stepping(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.reward += time.perf_counter() - t0
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "time/generate": self.generate,
+            "time/reward": self.reward,
+            "tokens/generated": float(self.tokens),
+        }
 
 
 class RewardError(RuntimeError):
