@@ -35,6 +35,10 @@ from teamrl.team.models import resolve
 from teamrl.team.policies import Team
 from teamrl.team.weights import ADAPTER_FILES, FULL_FILES
 
+# How long a failed call waits for the other ranks' answers: a peer's death, which Ray reports
+# after a heartbeat or two, is the cause to name when a live rank's collective broke on it.
+DEATH_WAIT_S = 10.0
+
 # Settings a worker process takes from the controller (an offline hub, the builtin model cache).
 _ENV_KEYS = ("HF_HUB_OFFLINE", "TEAMRL_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM")
 PLACEMENT_TIMEOUT_S = 120.0
@@ -132,9 +136,29 @@ class WorkerGroup:
                 self.shutdown()
                 raise WorkerDiedError(self._died(rank, method, err)) from None
             except Exception:
+                # A live rank whose collective lost a dead peer can answer first; the death is
+                # the cause to report. Ray needs a moment to notice it: wait for the others.
+                dead = self._first_death(pending, refs, ranks)
                 self.shutdown()
+                if dead is not None:
+                    rank, err = dead
+                    raise WorkerDiedError(self._died(rank, method, err)) from None
                 raise
         return ray.get(refs)
+
+    def _first_death(self, pending: list, refs: list, ranks: list[int]):
+        """(rank, error) of a worker among ``pending`` that died, waiting up to
+        ``DEATH_WAIT_S`` for their answers; None when none died."""
+        ray = require_ray()
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_WAIT_S)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                return ranks[refs.index(ref)], err
+            except Exception:  # noqa: BLE001  (another rank's own failure: not a death)
+                continue
+        return None
 
     def _died(self, rank: int, method: str, err: Exception) -> str:
         p, info = self.plan, self.info[rank]
