@@ -23,13 +23,14 @@ def _prepare(args: argparse.Namespace):
     from teamrl.plugins import ensure_task, import_tasks
     from teamrl.preflight import preflight
     from teamrl.run.seeding import set_seed
-    from teamrl.tasks.registry import task_from_config
+    from teamrl.tasks.registry import bind_task, task_from_config
 
     import_tasks(args.imports)
     cfg = load_config(args.config, args.overrides)
     ensure_task(cfg.env.name)
     set_seed(cfg.seed)  # as the Trainer does before it builds a task itself
     task = task_from_config(cfg.env)
+    bind_task(cfg, task, list(task.make_env().agents))  # an empty team.agents: the task's
     preflight(cfg, task, check_memory=(args.command == "train"))
     run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.log.output_dir) / cfg.run_name
     return cfg, task, run_dir
@@ -68,13 +69,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args)
 
+    train_run_folder(args)
     cfg, task, run_dir = _prepare(args)
     check_run_folder(cfg, run_dir, args.resume)
     trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
     try:
         history = trainer.train(resume=args.resume)
     except TrainingInterrupted as stop:  # SIGTERM / Ctrl-C: checkpoint written, one line
-        print(f"teamrl: {stop}; resume with teamrl train {args.config} --resume", file=sys.stderr)
+        print(f"teamrl: {stop}", file=sys.stderr)  # its resume command works when pasted
         return 128 + stop.signum
     if history:
         first, last = history[0], history[-1]
@@ -119,10 +121,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_run_folder(args: argparse.Namespace) -> None:
+    """``teamrl train RUN_DIR --resume [key=value ...]``: the run's config.yaml, its folder and
+    what it imported (run.json); extra overrides still apply."""
+    from teamrl.config import ConfigError
+    from teamrl.plugins import restore_run_imports
+
+    run = Path(args.config)
+    if not run.is_dir():
+        return
+    if not (run / "config.yaml").exists():
+        raise ConfigError(f"{run}: not a run folder (no config.yaml)")
+    if not args.resume:
+        raise ConfigError(f"{run}: a run folder: pass --resume to continue it")
+    restore_run_imports(run, args.imports)
+    args.imports = []  # imported just now
+    args.config = str(run / "config.yaml")
+    args.run_dir = args.run_dir or str(run)
+
+
 def from_run_folder(args: argparse.Namespace) -> None:
     """``teamrl eval RUN_DIR [--step N]``: the run's config.yaml (extra overrides still apply)
     and its newest intact checkpoint (or step N); ``eval CONFIG --checkpoint DIR`` as before."""
     from teamrl.config import ConfigError
+    from teamrl.plugins import restore_run_imports
     from teamrl.run.checkpoints import resume_checkpoint
 
     run = Path(args.config)
@@ -132,6 +154,8 @@ def from_run_folder(args: argparse.Namespace) -> None:
         return
     if not (run / "config.yaml").exists():
         raise ConfigError(f"{run}: not a run folder (no config.yaml)")
+    restore_run_imports(run, args.imports)
+    args.imports = []  # imported just now
     args.config = str(run / "config.yaml")
     args.run_dir = args.run_dir or str(run)
     if not args.checkpoint:
@@ -140,7 +164,7 @@ def from_run_folder(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from teamrl.config import ConfigError, load_config
-    from teamrl.plugins import ensure_task, import_tasks
+    from teamrl.plugins import ensure_task, restore_run_imports
     from teamrl.run.checkpoints import resume_checkpoint
     from teamrl.run.export import push_to_hub, write_team_folder
     from teamrl.tasks.registry import task_from_config
@@ -149,7 +173,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not (run / "config.yaml").exists():
         raise ConfigError(f"{run}: not a run folder (no config.yaml)")
     ckpt = resume_checkpoint(run, args.step, move_aside=False)
-    import_tasks(args.imports)
+    restore_run_imports(run, args.imports)
     cfg = load_config(ckpt / "config.yaml")
     ensure_task(cfg.env.name)
     roles = task_from_config(cfg.env).agents  # the task's role prompts, when no system is set
@@ -384,6 +408,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from teamrl.run.origin import set_command
+
+    set_command(list(sys.argv[1:] if argv is None else argv))  # what run.json records
     from teamrl.team.models import quiet_hf  # here: `teamrl --help` loads no torch
 
     quiet_hf()
@@ -398,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         message = str(err).replace("\r", " ").replace("\n", " ")  # one line, always
         print(f"teamrl: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        set_command(None)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,67 @@ from teamrl.config import ConfigError
 GROUP = "teamrl.tasks"
 
 
+# What ``import_tasks`` imported in this process (a file as its absolute path): a run records
+# it (run.json), so the commands that read the run folder import the same again.
+_IMPORTED: list[str] = []
+
+
 def import_tasks(specs: list[str] | None) -> None:
     """Import each ``--import`` spec (module name or .py path) so its tasks register."""
     for spec in specs or []:
         if spec.endswith(".py") or "/" in spec or "\\" in spec:
             _import_file(spec)
+            spec = str(Path(spec).expanduser().resolve())
         else:
             _import_module(spec)
+        if spec not in _IMPORTED:
+            _IMPORTED.append(spec)
+
+
+def imported() -> list[str]:
+    """The ``--import`` specs this process imported, in order."""
+    return list(_IMPORTED)
+
+
+def task_imports(task_name: str) -> list[str]:
+    """What a run that trained ``task_name`` must import to find it again: this process's
+    ``--import`` specs, and the module of a user's registered builder imported another way (a
+    Python script's own import); builtin tasks need nothing."""
+    from teamrl.envs.base import registered_builders
+
+    specs = imported()
+    builder = registered_builders().get(task_name, (None, ""))[0]
+    module = getattr(builder, "__module__", "") or ""
+    if builder is not None and not module.startswith("teamrl."):
+        file = getattr(sys.modules.get(module), "__file__", None)
+        spec = str(Path(file).resolve()) if module.startswith("teamrl_user_") and file else module
+        if spec not in specs and module != "__main__":
+            specs.append(spec)
+    return specs
+
+
+def restore_run_imports(run_dir: Path, given: list[str] | None) -> None:
+    """Before a command reads a run folder: import what the run imported (``run.json``), from
+    the folder it ran in, then the ``--import`` given now; a task the run got as a Python
+    object that nothing registers is one line saying how to make it loadable."""
+    from teamrl.run.origin import read_origin
+    from teamrl.tasks.registry import registered_tasks
+
+    origin = read_origin(run_dir)
+    if origin is not None:
+        if origin.cwd and origin.cwd not in sys.path:
+            sys.path.append(origin.cwd)  # a module the run imported by name from its folder
+        import_tasks([s for s in origin.imports if s not in (given or [])])
+    import_tasks(given)
+    if origin is not None and origin.task_source == "python":
+        if origin.task not in registered_tasks():
+            where = f" (defined in {origin.task_file})" if origin.task_file else ""
+            raise ConfigError(
+                f"{run_dir}: trained on task {origin.task!r}, a Task object passed in "
+                f"Python{where} that no module registers: register its builder with "
+                "@register_task in a module and pass --import MODULE, or load the run in "
+                "Python with the task (teamrl.commands.play.load_run(run, task=...))"
+            )
 
 
 def _import_module(name: str) -> None:
@@ -124,9 +178,10 @@ def load_entry_point_tasks(only: str | None = None, strict: bool = True) -> list
     return broken
 
 
-def ensure_task(name: str) -> None:
-    """Make task ``name`` available: load its entry point if it is not registered yet."""
+def ensure_task(name: str | None) -> None:
+    """Make task ``name`` available: load its entry point if it is not registered yet (None:
+    no name; ``task_from_config`` says so in one line)."""
     from teamrl.tasks.registry import registered_tasks
 
-    if name not in registered_tasks():
+    if name is not None and name not in registered_tasks():
         load_entry_point_tasks(only=name, strict=True)

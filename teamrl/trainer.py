@@ -23,6 +23,7 @@ data order, logs).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import shutil
 import time
 import warnings
@@ -38,6 +39,7 @@ from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
 from teamrl.execution.choose import make_execution
 from teamrl.execution.protocol import Execution
+from teamrl.plugins import task_imports
 from teamrl.preflight import preflight as run_preflight
 from teamrl.rollout.common import RolloutResult
 from teamrl.run import checkpoints
@@ -46,9 +48,10 @@ from teamrl.run.export import write_team_folder
 from teamrl.run.files import RunLock, log_line, remove_orphans
 from teamrl.run.interrupt import StopRequest, TrainingInterrupted
 from teamrl.run.logging import RunLogger, sample_rows
+from teamrl.run.origin import RunOrigin, origin_of, write_origin
 from teamrl.run.seeding import set_seed
 from teamrl.sample import Sample
-from teamrl.tasks.registry import task_from_config
+from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
 from teamrl.tasks.run_program import set_isolation
 from teamrl.team.policies import Policy, resolve_device
 from teamrl.team.weights import base_record
@@ -82,6 +85,7 @@ class Trainer:
                 self.task, make_env=lambda: SequentialTurns(inner(), order)
             )
         env_agents = list(self.task.make_env().agents)
+        bind_task(cfg, self.task, env_agents)  # env.name and team.agents from the task if unset
         names = [a.name for a in cfg.team.agents]
         if names != env_agents:
             raise ConfigError(
@@ -259,6 +263,7 @@ class Trainer:
                 self.load_checkpoint(ckpt)
         if self.ctx.is_main:
             dump_config(cfg, self.run_dir / "config.yaml")
+            write_origin(self.run_dir, self._origin())
         self.logger = RunLogger(
             self.run_dir,
             cfg.log.tensorboard,
@@ -300,13 +305,25 @@ class Trainer:
                 if stop.signum is not None and self.step < cfg.train.max_steps:
                     # at a step boundary: nothing is half applied
                     saved = saved or self.save_checkpoint()
-                    raise TrainingInterrupted(self.step, saved, stop.signum)
+                    raise TrainingInterrupted(self.step, saved, stop.signum, self.run_dir)
         finally:
             self.execution.stop()
             if bar is not None:
                 bar.close()
             self.logger.close()
         return history
+
+    def _origin(self) -> RunOrigin:
+        """What the run folder records of where this run came from (``run.json``)."""
+        registered = self.cfg.env.name in registered_tasks()
+        task_file = None
+        if not registered:  # a Task object: the file that defined its env factory
+            try:
+                task_file = inspect.getsourcefile(self.task.make_env)
+            except TypeError:  # a builtin or a C callable: no file to name
+                task_file = None
+        imports = task_imports(self.cfg.env.name)
+        return origin_of(self.cfg.env.name, registered, imports, task_file)
 
     # --- checkpoints --------------------------------------------------------------------------
 

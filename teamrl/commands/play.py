@@ -41,20 +41,28 @@ class Episode:
     summary: dict = field(default_factory=dict)  # success, turns, return, team_return, components
 
 
-def load_run(run_dir: str | Path, step: int | None = None, imports: list[str] | None = None):
+def load_run(
+    run_dir: str | Path, step: int | None = None, imports: list[str] | None = None, task=None
+):
     """(trainer, checkpoint name): a Trainer built from ``RUN_DIR/config.yaml`` with the
-    weights of checkpoint ``step`` (the latest when None; ``0`` keeps the untrained weights)."""
+    weights of checkpoint ``step`` (the latest when None; ``0`` keeps the untrained weights).
+    What the run imported (its run.json) is imported again; ``task``: the Task object a run
+    started from Python trained on, when no module registers it."""
     from teamrl.config import load_config
-    from teamrl.plugins import ensure_task, import_tasks
+    from teamrl.plugins import ensure_task, import_tasks, restore_run_imports
     from teamrl.trainer import Trainer
 
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run}: not a run folder (no config.yaml)")
-    import_tasks(imports)
+    if task is None:
+        restore_run_imports(run, imports)
+    else:
+        import_tasks(imports)
     cfg = load_config(run / "config.yaml")
-    ensure_task(cfg.env.name)
-    trainer = Trainer(cfg, run_dir=run, preflight=False)
+    if task is None:
+        ensure_task(cfg.env.name)
+    trainer = Trainer(cfg, task=task, run_dir=run, preflight=False)
     return trainer, _load_weights(trainer, run, step)
 
 

@@ -24,8 +24,9 @@ def validate_config(self: Any) -> None:
         if value is not None or not want.endswith("or None"):
             _check(_safe(ok, value), path, value, want)
     _check_fidelity(self)  # delta, IS cap, resample rounds, per-agent overrides
+    # Empty team.agents: the task's agents, filled in when the task is known
+    # (teamrl.tasks.registry.bind_task), and checked again then.
     names = [ag.name for ag in self.team.agents]
-    _check(bool(names), "team.agents", self.team.agents, "at least one agent")
     _check(len(set(names)) == len(names), "team.agents", names, "unique agent names")
     for i, ag in enumerate(self.team.agents):
         for field_name, ok, want in AGENT_RULES:
@@ -47,7 +48,7 @@ def validate_config(self: Any) -> None:
                 f"got policies={self.team.policies!r}"
             )
     order = self.env.turn_order
-    if order is not None:
+    if order is not None and names:
         _check(
             sorted(order) == sorted(names),
             "env.turn_order",
@@ -137,7 +138,7 @@ RULES: list[tuple[str, Any, str]] = [
         "a non-empty list of module names",
     ),
     ("model.device", lambda v: _device_ok(v), "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
-    ("env.name", lambda v: bool(v.strip()), "a registered task name"),
+    ("env.name", lambda v: bool(v.strip()), "a registered task name, or None"),
     ("env.max_turns", _ge(1), ">= 1"),
     ("env.reward_workers", lambda v: 1 <= v <= 1024, "in [1, 1024]"),
     ("env.step_timeout", lambda v: 0 <= v < float("inf"), ">= 0 and finite (0: no limit)"),

@@ -115,7 +115,11 @@ class TeamConfig:
         "'shared': one model serves every role; 'lora': one frozen base with one LoRA adapter "
         "per agent, generated in one batched call; 'separate': one model per agent.",
     )
-    agents: list[AgentConfig] = _f([], "The team, in the env's agent order.")
+    agents: list[AgentConfig] = _f(
+        [],
+        "The team, in the env's agent order. Empty: one agent per agent of the task, with every "
+        "per-agent setting at its default.",
+    )
     chat_template: bool = _f(True, "Apply the tokenizer's chat template when it has one.")
     ignore_eos: bool = _f(
         False, "Always generate max_completion_length tokens (benchmarks with equal lengths)."
@@ -124,7 +128,11 @@ class TeamConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = _f("tldr", "Registered task name (see `teamrl envs`).")
+    name: str | None = _f(
+        None,
+        "Registered task name (see `teamrl envs`). None: the task object passed in Python "
+        "(Trainer(cfg, task=...)), whose name the run then records; the command line needs one.",
+    )
     kwargs: dict[str, Any] = _f({}, "Keyword arguments for the task builder.")
     max_turns: int = _f(
         1,

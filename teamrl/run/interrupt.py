@@ -21,10 +21,14 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class TrainingInterrupted(Exception):
     """Training stopped on a signal after writing a checkpoint."""
 
-    def __init__(self, step: int, checkpoint: Path | None, signum: int):
+    def __init__(
+        self, step: int, checkpoint: Path | None, signum: int, run_dir: Path | None = None
+    ):
         self.step, self.checkpoint, self.signum = step, checkpoint, signum
         where = f"checkpoint written to {checkpoint}" if checkpoint else "no checkpoint written"
-        super().__init__(f"interrupted at step {step}; {where}")
+        # the run folder alone is enough to continue (its run.json and config.yaml)
+        resume = f"; resume with: teamrl train {run_dir} --resume" if run_dir else ""
+        super().__init__(f"interrupted at step {step}; {where}{resume}")
 
 
 class StopRequest:

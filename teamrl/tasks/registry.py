@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from teamrl.config import ConfigError, EnvConfig, check_max_turns
+from teamrl.config import AgentConfig, Config, ConfigError, EnvConfig, check_max_turns
 from teamrl.envs.base import Task, registered_builders
 
 
@@ -30,6 +30,23 @@ def make_task(name: str, **kwargs: Any) -> Task:
         raise ConfigError(f"env.kwargs for task {name!r}: {err}") from err
 
 
+def bind_task(cfg: Config, task: Task, env_agents: list[str]) -> None:
+    """Make ``cfg`` say which task it trains: ``env.name`` unset takes the task's name (so the
+    run folder records the task it trained, never a default it did not use); a name that
+    disagrees is refused; an empty ``team.agents`` becomes the task's agents. Then the config's
+    rules run again, those on the agents included."""
+    if cfg.env.name is None:
+        cfg.env.name = task.name
+    elif cfg.env.name != task.name:
+        raise ConfigError(
+            f"env.name: {cfg.env.name!r}, but the task passed in is {task.name!r}: set "
+            f"env.name={task.name} (or leave env.name unset to take the task's)"
+        )
+    if not cfg.team.agents:
+        cfg.team.agents = [AgentConfig(name=a) for a in env_agents]
+    cfg.validate()
+
+
 def task_from_config(env: EnvConfig) -> Task:
     """The task a config's ``env`` section describes.
 
@@ -38,6 +55,11 @@ def task_from_config(env: EnvConfig) -> Task:
     rollout stops at.
     """
 
+    if env.name is None:
+        raise ConfigError(
+            "env.name: not set: name a registered task (`teamrl envs` lists them), or pass a "
+            "Task object in Python (Trainer(cfg, task=...))"
+        )
     check_max_turns(env)
     kwargs = dict(env.kwargs)
     if "max_turns" in inspect.signature(_builder(env.name)).parameters:

@@ -172,7 +172,9 @@ def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch, tmp_path):
         task = Task(
             "mine", lambda: FunctionEnv(["alice", "bob"], lambda c, ex: 0.0), [{"prompt": "p"}]
         )
-        cfg = load_config(None, tiny_overrides(**{"env.sandbox_isolation": "userns"}))
+        cfg = load_config(
+            None, tiny_overrides(**{"env.sandbox_isolation": "userns", "env.name": "mine"})
+        )
         Trainer(cfg, task=task, run_dir=tmp_path)
         rp.run_program("print(1)")
         assert seen["isolation"] == "userns" and rp._pool.cache_info().currsize == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -83,9 +84,11 @@ def test_signal_mid_run_checkpoints_and_resume_equals_uninterrupted(tmp_path, si
     ckpt = run / "checkpoints" / f"step-{done}"
     assert last == (
         f"teamrl: interrupted at step {done}; checkpoint written to {ckpt}; "
-        f"resume with teamrl train {cfg} --resume"
+        f"resume with: teamrl train {run} --resume"
     )
-    assert cli_main(["train", str(cfg), *over, "--resume"]) == 0
+    # the printed command works when pasted: no config, no overrides, the run folder alone
+    command = shlex.split(last.split("resume with: ", 1)[1])
+    assert command[0] == "teamrl" and cli_main(command[1:]) == 0
     assert rows(run) == rows(tmp_path / "ref")  # the metrics of every step, bit for bit
     assert weights(run, steps) == weights(tmp_path / "ref", steps)
 
