@@ -50,6 +50,7 @@ from teamrl.run.interrupt import StopRequest, TrainingInterrupted
 from teamrl.run.logging import RunLogger, sample_rows
 from teamrl.run.origin import RunOrigin, origin_of, write_origin
 from teamrl.run.seeding import set_seed
+from teamrl.run.watch import LearningWatch
 from teamrl.sample import Sample
 from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
 from teamrl.tasks.run_program import set_isolation
@@ -274,6 +275,7 @@ class Trainer:
             ctx=self.ctx,
         )
         self.logger.truncate_after(self.step if resume else -1)
+        watch = LearningWatch(cfg, self.logger)  # warns when a run is not learning
         history = []
         bar = None
         if cfg.log.progress_bar:
@@ -289,6 +291,7 @@ class Trainer:
                 metrics = self.train_step()
                 if cfg.eval.eval_steps and self.step % cfg.eval.eval_steps == 0:
                     metrics.update(self.evaluate())
+                watch.check(metrics)
                 self.logger.log(metrics)
                 history.append(metrics)
                 if bar is not None:

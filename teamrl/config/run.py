@@ -27,3 +27,11 @@ class LogConfig:
     tensorboard: bool = _f(False, "Also log to TensorBoard (needs `tensorboard`).")
     wandb: bool = _f(False, "Also log to Weights & Biases (needs `wandb`).")
     wandb_project: str = _f("teamrl", "wandb project.")
+    warn_after_steps: int = _f(
+        3,
+        "Warn (once each, naming the setting to change) when a run is not learning for this "
+        "many consecutive steps: every group's rewards identical, every completion of an agent "
+        "truncated, or a policy's gradient norm 0 (0 = never warn). 3: one such step happens "
+        "by chance (a small group, a hard example), three in a row seldom do, and the warning "
+        "still comes before much compute is spent.",
+    )

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from teamrl.errors import ConfigError
+
 
 @dataclass
 class Step:
@@ -62,6 +64,28 @@ class Env(Protocol):
     def reset(self, example: dict) -> dict[str, str]: ...
 
     def step(self, actions: dict[str, str]) -> Step: ...
+
+
+class ObservationError(ConfigError):
+    """An env gave an agent an observation (its prompt) that is not a str."""
+
+
+def check_observation(agent: str, value: Any, source: str, fix: str = "") -> str:
+    """``value`` if it is a str, else an ObservationError in one line: ``source`` (who made
+    it), the agent, the value and its type, and ``fix``. Nothing may turn a prompt function's
+    ``None`` into the prompt text ``"None"``."""
+    if isinstance(value, str):
+        return value
+    try:
+        shown = repr(value)
+    except Exception:  # a value whose __repr__ fails is named by its type alone
+        shown = "<unprintable>"
+    shown = shown if len(shown) <= 80 else shown[:80] + "..."
+    fix = fix or "an env's reset and step must give every agent its prompt as a str"
+    raise ObservationError(
+        f"{source} gave agent {agent!r} the observation {shown} of type "
+        f"{type(value).__name__}, not a str: {fix}"
+    )
 
 
 def clone(env: Env) -> Env:

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from teamrl.envs.base import Step
+from teamrl.envs.base import Step, check_observation
 
 RewardFn = Callable[[dict[str, str], dict], Any]
 
@@ -26,6 +26,9 @@ RewardFn = Callable[[dict[str, str], dict], Any]
 class FunctionEnv:
     """A simultaneous-turn team env made of a prompt, a reward and an optional transition.
 
+    prompt(example, agent) -> str (default: the example's "prompt" field); a prompt that is
+    not a str, e.g. the None of a function that forgot its return, is an ObservationError
+    naming the function, never the prompt text "None" (a transition's prompts likewise).
     reward(completions, example) -> float, or (float, {component: float}).
     transition(example, completions, history) -> {agent: next observation}, where history is
     the joint actions of every turn so far (this one last); without one, the next observation
@@ -64,6 +67,7 @@ class FunctionEnv:
             self.turn_order = list(agents)
         self.pending: dict[str, str] = {}
         self.reward_fn, self.prompt_fn = reward, prompt or (lambda ex, agent: ex["prompt"])
+        self.prompt_given = prompt is not None
         self.transition_fn, self.done_fn, self.success_fn = transition, done, success
         # the callables that declare a `prompts` keyword (looked up once, not every step)
         self.wants_prompts = {
@@ -77,9 +81,23 @@ class FunctionEnv:
 
     def reset(self, example: dict) -> dict[str, str]:
         self.example, self.history, self.pending = dict(example), [], {}
-        self.observations = {a: self.prompt_fn(self.example, a) for a in self.agents}
+        self.observations = {
+            a: self._checked(self.prompt_fn(self.example, a), a, "prompt") for a in self.agents
+        }
         self.prompts = [dict(self.observations)]
         return dict(self.observations)
+
+    def _checked(self, text: Any, agent: str, which: str) -> str:
+        """``text`` if it is a str, else one line naming the function that made it."""
+        if which == "prompt" and not self.prompt_given:  # the default: the row's own field
+            source, fix = "FunctionEnv: the example's 'prompt' field", "give it text, or a prompt="
+        else:
+            fn = self.prompt_fn if which == "prompt" else self.transition_fn
+            source = f"FunctionEnv: {which}={_named(fn)}"
+            fix = f"the task's {which} function must return each agent's prompt text as a str"
+            if text is None:
+                fix += " (a function that ends without `return` returns None)"
+        return check_observation(agent, text, source, fix)
 
     def _call(self, which: str, *args: Any) -> Any:
         """The reward or transition fn(*args), plus ``prompts=`` if it declares that keyword."""
@@ -116,6 +134,9 @@ class FunctionEnv:
         self.observations = nxt
         self.prompts.append(dict(nxt))
         finished = bool(self.done_fn(reward, self.example)) if self.done_fn else False
+        if self.transition_fn is not None and not finished and isinstance(nxt, dict):
+            for a, text in nxt.items():  # the next prompts, named after the user's function
+                self._checked(text, a, "transition")
         solved = bool(self.success_fn(reward, self.example)) if self.success_fn else None
         return Step(
             observations=dict(nxt),
@@ -145,6 +166,15 @@ def weighted_reward(funcs: list[RewardFn], weights: Sequence[float] | None) -> R
         return sum(wi * v for wi, v in zip(w, values.values())), values
 
     return reward
+
+
+def _named(fn: Callable | None) -> str:
+    """``fn``'s name and where it is defined: ``my_prompt (tasks.py:12)``."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return name
+    return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
 def _declares(fn: Callable, name: str) -> bool:

@@ -9,7 +9,7 @@ candidates by completing the turn on a copy with one sampled action of each late
 
 from __future__ import annotations
 
-from teamrl.envs.base import Env, Step
+from teamrl.envs.base import Env, Step, check_observation
 
 
 class SequentialTurns:
@@ -27,8 +27,13 @@ class SequentialTurns:
 
     def reset(self, example: dict) -> dict[str, str]:
         self.pending = {}
-        self.observations = dict(self.env.reset(example))
+        self.observations = self._checked(self.env.reset(example), "reset")
         return dict(self.observations)
+
+    def _checked(self, obs: dict, where: str) -> dict[str, str]:
+        """The wrapped env's observations, each a str: this wrapper writes them into the later
+        agents' prompts, where a None would become the text "None"."""
+        return {a: check_observation(a, o, f"the env's {where}") for a, o in dict(obs).items()}
 
     def step(self, actions: dict[str, str]) -> Step:
         self.pending.update(actions)
@@ -41,5 +46,7 @@ class SequentialTurns:
             return Step(observations=obs, reward=0.0, pending=True)
         joint, self.pending = dict(self.pending), {}
         out = self.env.step(joint)
-        self.observations = dict(out.observations)
+        self.observations = (
+            dict(out.observations) if out.done else self._checked(out.observations, "step")
+        )
         return out

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamrl.envs.base import Env, Step
+from teamrl.envs.base import Env, ObservationError, Step, check_observation
 from teamrl.sample import Sample
 
 
@@ -143,6 +143,8 @@ def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
     where = f"{where}, agents {list(actions)}"
     try:
         out = env.step(actions)
+    except ObservationError as err:  # a next prompt that is not a str: stays one line
+        raise ObservationError(f"{where}: {err}") from None
     except Exception as err:  # re-raised with the context a user needs to debug their env
         preview = {a: t[:80] for a, t in actions.items()}
         raise RewardError(f"{where}: env.step raised {err!r} on actions {preview}") from err
@@ -255,8 +257,12 @@ class EnvRunner:
 
 
 def check_observations(obs: dict, agents: list[str], where: str) -> None:
+    """An observation for every agent, each a str (``check_observation``: a None is refused,
+    never prompted as the text "None")."""
     if not isinstance(obs, dict) or set(agents) - set(obs):
         have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
         raise ValueError(
             f"{where}: env must return an observation for every agent {agents}, got {have}"
         )
+    for agent in agents:
+        check_observation(agent, obs[agent], f"{where}: the env")

@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 
 from teamrl.config import AgentConfig, Config, ConfigError
+from teamrl.envs.base import check_observation
 from teamrl.generation import Backend, EngineSpec, Generation, Request, make_backend
 from teamrl.team.models import load_model, load_tokenizer, resolve
 
@@ -268,6 +269,7 @@ class Team:
 
     def encode_prompt(self, agent: str, observation: str, example: dict | None = None) -> list[int]:
         acfg = self.agents[agent]
+        check_observation(agent, observation, "the env")  # any env, any rollout: never "None"
         try:
             user = acfg.prompt.format_map({**(example or {}), "observation": observation})
         except (KeyError, IndexError, ValueError) as err:
