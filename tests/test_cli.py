@@ -441,3 +441,29 @@ def test_run_logger_starts_wandb_with_the_folder_id(tmp_path, monkeypatch):
         logger.close()
     assert calls[0]["id"] == calls[1]["id"] == (tmp_path / "wandb_id").read_text().strip()
     assert calls[0]["id"] != "run" and calls[0]["resume"] == "allow"
+
+
+def test_a_warning_is_one_line_on_the_command_line(tmp_path):
+    """A run that is not learning (tiny-llama's completions all cut at 8 tokens) warns in one
+    line, as an error is one line: no source line under it."""
+    import subprocess
+
+    from helpers.runs import ROOT
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: w\n")
+    over = [*tiny_overrides("shared", 3), f"log.output_dir={tmp_path}", "log.warn_after_steps=3"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "teamrl.cli", "train", str(cfg), *over],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    warned = [ln for ln in lines if ln.startswith("teamrl: warning: every completion of agent")]
+    assert warned, proc.stderr
+    assert not any("watch.check" in ln for ln in lines), proc.stderr
