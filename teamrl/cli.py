@@ -32,7 +32,10 @@ def _prepare(args: argparse.Namespace):
     set_seed(cfg.seed)  # as the Trainer does before it builds a task itself
     task = task_from_config(cfg.env)
     bind_task(cfg, task, list(task.make_env().agents))  # an empty team.agents: the task's
-    preflight(cfg, task, check_memory=(args.command == "train"))
+    dry = args.command == "train" and (args.dry_run or args.print_config)  # no model needed
+    notes = preflight(cfg, task, check_memory=(args.command == "train"), model_optional=dry)
+    for line in notes:
+        print(f"teamrl: note: {line}", file=sys.stderr)
     run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.log.output_dir) / cfg.run_name
     return cfg, task, run_dir
 
@@ -67,6 +70,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.run.interrupt import TrainingInterrupted
     from teamrl.trainer import Trainer
 
+    if args.print_config:
+        return cmd_print_config(args)
     if args.dry_run:
         return _dry_run(args)
 
@@ -139,6 +144,43 @@ def train_run_folder(args: argparse.Namespace) -> None:
     args.imports = []  # imported just now
     args.config = str(run / "config.yaml")
     args.run_dir = args.run_dir or str(run)
+
+
+def describe_setting(cfg, task) -> list[str]:
+    """The resolved setting of a run in a few lines: what ``--dry-run`` prints."""
+    from teamrl.config.policy_map import policy_agents
+    from teamrl.config.step_shape import step_shape
+    from teamrl.preflight import DUMMY_REPLY, check_reward
+
+    shape = step_shape(cfg)
+    a, t = cfg.algorithm, cfg.train
+    splits = ", ".join(f"{len(getattr(task, s) or ())} {s}" for s in ("train", "eval", "test"))
+    policies = policy_agents(cfg)
+    step = check_reward(cfg, task)
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in step.reward_components.items())
+    return [
+        f"task {task.name}: rows {splits}; agents {', '.join(a_.name for a_ in cfg.team.agents)}",
+        f"model {cfg.model.name_or_path}; team.policies={cfg.team.policies}: "
+        + ", ".join(f"policy {p} for {', '.join(ag)}" for p, ag in policies.items()),
+        f"algorithm {a.name}: {t.prompts_per_step} prompt(s) a step x {a.num_generations} "
+        f"generations; up to {cfg.env.max_turns} turn(s); {t.max_steps} steps",
+        f"per step: {shape.samples} samples to train on, {shape.generation_rows} rows in the "
+        f"largest generate call, {shape.env_steps} env steps (no early stop)",
+        f"the reward on every agent replying {DUMMY_REPLY!r} (train row 0): "
+        f"{step.reward:.4g}" + (f" ({parts})" if parts else ""),
+    ]
+
+
+def cmd_print_config(args: argparse.Namespace) -> int:
+    """``train --print-config``: the resolved YAML (the config file, the overrides, and what the
+    task fills in: its name and agents), every field, then exit."""
+    import yaml
+
+    from teamrl.config import to_dict
+
+    cfg, _, _ = _prepare(args)
+    print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+    return 0
 
 
 def from_run_folder(args: argparse.Namespace) -> None:
@@ -268,14 +310,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _dry_run(args: argparse.Namespace) -> int:
-    """The placement plan of ``train --dry-run``: the config only, no task, Ray or model."""
-    from teamrl.config import load_config
-    from teamrl.plugins import import_tasks
+    """``train --dry-run``: every check ``train`` makes before its model loads (the config, the
+    task and its rows, the agents, the prompts, the reward once on a dummy joint action, the
+    model's shape and memory where its config is at hand), the resolved setting in a few
+    lines, and the placement plan. No model, no Ray."""
     from teamrl.scale.placement import format_plan, parse_cluster
 
-    import_tasks(args.imports)
-    cfg = load_config(args.config, args.overrides)
-    print(format_plan(cfg, parse_cluster(args.cluster) if args.cluster else None))
+    cluster = parse_cluster(args.cluster) if args.cluster else None  # a bad --cluster first
+    cfg, task, _ = _prepare(args)
+    for line in describe_setting(cfg, task):
+        print(line)
+    print(format_plan(cfg, cluster))
     if cfg.distributed.gpu_memory_gb is not None:  # each worker against one GPU (no model)
         from teamrl import preflight
 
@@ -300,7 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--dry-run",
         action="store_true",
-        help="Print the placement plan (worker groups, resources) and exit: no Ray, no model.",
+        help="Run every check that needs no model (the task, its rows, the prompts, the reward "
+        "once on a dummy joint action), print the resolved setting and the placement plan, and "
+        "exit: no Ray, no model.",
+    )
+    t.add_argument(
+        "--print-config",
+        action="store_true",
+        help="Print the resolved config (YAML, the task's name and agents filled in) and exit.",
     )
     t.add_argument(
         "--cluster",

@@ -27,35 +27,34 @@ from teamrl.config import ConfigError
 GROUP = "teamrl.tasks"
 
 
-# What ``import_tasks`` imported in this process (a file as its absolute path): a run records
-# it (run.json), so the commands that read the run folder import the same again.
-_IMPORTED: list[str] = []
+# Which ``--import`` spec (a file as its absolute path) registered which tasks, in this
+# process: a run records the spec of its task (run.json), so the commands that read the run
+# folder import it again.
+_REGISTERED_BY: dict[str, list[str]] = {}
 
 
 def import_tasks(specs: list[str] | None) -> None:
     """Import each ``--import`` spec (module name or .py path) so its tasks register."""
+    from teamrl.envs.base import registered_builders
+
     for spec in specs or []:
+        before = set(registered_builders())
         if spec.endswith(".py") or "/" in spec or "\\" in spec:
             _import_file(spec)
             spec = str(Path(spec).expanduser().resolve())
         else:
             _import_module(spec)
-        if spec not in _IMPORTED:
-            _IMPORTED.append(spec)
-
-
-def imported() -> list[str]:
-    """The ``--import`` specs this process imported, in order."""
-    return list(_IMPORTED)
+        new = [name for name in registered_builders() if name not in before]
+        _REGISTERED_BY.setdefault(spec, []).extend(new)
 
 
 def task_imports(task_name: str) -> list[str]:
-    """What a run that trained ``task_name`` must import to find it again: this process's
-    ``--import`` specs, and the module of a user's registered builder imported another way (a
-    Python script's own import); builtin tasks need nothing."""
+    """What a run that trained ``task_name`` must import to find it again: the ``--import``
+    spec that registered it, or the module of a user's builder imported another way (a Python
+    script's own import); builtin tasks need nothing."""
     from teamrl.envs.base import registered_builders
 
-    specs = imported()
+    specs = [spec for spec, names in _REGISTERED_BY.items() if task_name in names]
     builder = registered_builders().get(task_name, (None, ""))[0]
     module = getattr(builder, "__module__", "") or ""
     if builder is not None and not module.startswith("teamrl."):

@@ -19,6 +19,7 @@ import importlib.util
 import math
 import string
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from teamrl.config import Config, ConfigError
@@ -34,13 +35,23 @@ from teamrl.config.step_shape import step_shape
 GiB = 1024**3
 
 
-def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
-    """Every check that needs no model. Raises ConfigError with a one-line message."""
+def preflight(
+    cfg: Config, task: Any = None, check_memory: bool = True, model_optional: bool = False
+) -> list[str]:
+    """Every check that needs no model. Raises ConfigError with a one-line message. The model
+    checks (lengths, LoRA targets, memory) read each model's config; with ``model_optional``
+    (``--dry-run``) a config that cannot be had here (a hub id offline) skips them, and the
+    returned lines say so."""
     check_loggers(cfg)
     check_device(cfg)
     if task is not None:
         check_task(cfg, task)
-    models = {name: meta_model_of(cfg, name) for name in model_names(cfg)}
+    try:
+        models = {name: meta_model_of(cfg, name) for name in model_names(cfg)}
+    except ConfigError as err:
+        if not model_optional:
+            raise
+        return [f"model checks skipped (lengths, LoRA targets, memory): {err}"]
     check_lengths(cfg, models)
     if uses_lora(cfg):
         for name, model in models.items():
@@ -52,6 +63,7 @@ def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
         check_fits(est, available_memory(cfg.model.device))
     elif check_memory:
         check_placement(cfg, models, prompt_tokens(cfg, task))
+    return []
 
 
 # --- loggers and device ---------------------------------------------------------------------
@@ -117,6 +129,58 @@ def check_task(cfg: Config, task: Any) -> None:
     check_turn_shape(cfg, task, env)
     for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
         reset(env, task.train[j], j, task)
+    check_reward(cfg, task)
+
+
+DUMMY_REPLY = "A dummy reply."  # what every agent says in the reward's trial run
+
+
+def check_reward(cfg: Config, task: Any) -> Any:
+    """The reward, once, before any model loads: a fresh env of the task, reset on the first
+    training row, stepped with every agent saying ``DUMMY_REPLY`` (one joint action, or the
+    agents in turn order). A reward that returns None, a string or NaN, takes the wrong
+    arguments or reads a missing key is one line here, naming the user's file and line, not a
+    traceback after the model has loaded. Returns the (checked) last step."""
+    from teamrl.envs.sequential import SequentialTurns
+    from teamrl.rollout.common import RewardError, check_rewards
+
+    env = task.make_env()
+    if cfg.env.turn_order:  # as the trainer wraps it
+        env = SequentialTurns(env, list(cfg.env.turn_order))
+    reset(env, task.train[0], 0, task)
+    order = list(getattr(env, "turn_order", None) or [])
+    where = f"task {task.name!r}, train row 0, every agent replying {DUMMY_REPLY!r}"
+    try:
+        if order:
+            for agent in order:
+                step = env.step({agent: DUMMY_REPLY})
+                if step.done:
+                    break
+        else:
+            step = env.step({a: DUMMY_REPLY for a in env.agents})
+        return check_rewards(step, where)
+    except RewardError as err:
+        raise ConfigError(str(err)) from None
+    except ConfigError:
+        raise
+    except Exception as err:  # the user's reward or env: one line with their frame
+        raise ConfigError(f"{where}: the env's step failed: {user_frame(err)}") from err
+
+
+def user_frame(err: BaseException) -> str:
+    """``TypeError at my_tasks.py:12 in reward: ...``: the error and the innermost frame
+    outside teamrl (the user's code), else the innermost frame."""
+    import traceback
+
+    import teamrl
+
+    package = str(Path(teamrl.__file__).resolve().parent)
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if not str(Path(f.filename).resolve()).startswith(package)]
+    frame = (mine or frames or [None])[-1]
+    at = f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}" if frame else ""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
 
 
 def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:

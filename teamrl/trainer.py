@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from teamrl.algorithms.registry import recipe_for
-from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
+from teamrl.config import Config, agent_setting, dump_config, to_dict
 from teamrl.credit.assign import make_credit
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task
@@ -87,12 +87,6 @@ class Trainer:
             )
         env_agents = list(self.task.make_env().agents)
         bind_task(cfg, self.task, env_agents)  # env.name and team.agents from the task if unset
-        names = [a.name for a in cfg.team.agents]
-        if names != env_agents:
-            raise ConfigError(
-                f"team.agents: names {names} must match the agents of task "
-                f"{self.task.name!r}, in order: {env_agents}"
-            )
         if preflight:
             run_preflight(cfg, self.task)
         self.ctx = ctx or DistContext(device=str(resolve_device(cfg.model.device)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from helpers.cli import one_line_error
@@ -467,3 +468,92 @@ def test_a_warning_is_one_line_on_the_command_line(tmp_path):
     warned = [ln for ln in lines if ln.startswith("teamrl: warning: every completion of agent")]
     assert warned, proc.stderr
     assert not any("watch.check" in ln for ln in lines), proc.stderr
+
+
+# --- --dry-run checks what train checks, with no model (issue 40, item 2) ----------------------
+
+DRY_TASK = """
+from teamrl.envs.base import Task, register_task
+from teamrl.envs.functional import FunctionEnv
+
+
+def {reward}
+
+
+@register_task("{name}", "A dry-run task.")
+def build():
+    rows = [{{"prompt": "p0", "answer": "x"}}, {{"prompt": "p1", "answer": "y"}}]
+    return Task("{name}", lambda: FunctionEnv(["left", "right"], reward), rows)
+"""
+
+
+def dry_task(tmp_path, reward: str) -> tuple[str, str]:
+    name = f"dry_{uuid.uuid4().hex[:8]}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(DRY_TASK.format(name=name, reward=reward))
+    return str(path), name
+
+
+def dry_args(tmp_path, path: str, name: str, *extra: str) -> list[str]:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: d\n")
+    return ["train", str(cfg), *BASE_NO_TASK, f"env.name={name}", "--import", path, *extra]
+
+
+BASE_NO_TASK = [
+    o for o in tiny_overrides("shared", 2) if not o.startswith(("env.name=", "team.agents="))
+]
+
+
+@pytest.mark.parametrize(
+    "reward, expected",
+    [
+        ("reward(completions, example):\n    return None", "the team reward"),
+        ("reward(completions, example):\n    return '1.0'", "the team reward"),
+        ("reward(completions, example):\n    return float('nan')", "the team reward"),
+        ("reward(completions):\n    return 1.0", "TypeError at"),
+        ("reward(completions, example):\n    return float(example['score'])", "KeyError at"),
+    ],
+)
+def test_dry_run_calls_the_reward_once_and_names_what_is_wrong(
+    tmp_path, capsys, no_model, reward, expected
+):
+    path, name = dry_task(tmp_path, reward)
+    line = one_line_error(capsys, *dry_args(tmp_path, path, name, "--dry-run"))
+    assert expected in line and f"task {name!r}, train row 0" in line
+    if expected == "TypeError at":  # the function, its file, and the call it must take
+        assert f"reward=reward ({Path(path).name}:" in line
+        assert "cannot be called as reward(completions, example)" in line
+    elif expected.endswith(" at"):  # the user's file, line and function
+        assert f"{Path(path).name}:" in line and "in reward" in line
+
+
+def test_dry_run_checks_the_agents_and_prompts_as_train_does(tmp_path, capsys, no_model):
+    path, name = dry_task(tmp_path, "reward(completions, example):\n    return 1.0")
+    args = dry_args(tmp_path, path, name, "--dry-run")
+    line = one_line_error(capsys, *args, "team.agents=[{name: a}, {name: b}]")
+    assert "must match the agents of task" in line or "team.agents" in line
+    line = one_line_error(
+        capsys, *args, "team.agents=[{name: left, prompt: '{nope}'}, {name: right}]"
+    )
+    assert "{nope}" in line and "no field 'nope'" in line
+    # a good task: the resolved setting in a few lines, then the placement plan; exit 0
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"task {name}: rows 2 train, 0 eval, 0 test; agents left, right"
+    assert out[3] == (
+        "per step: 8 samples to train on, 8 rows in the largest generate call, "
+        "4 env steps (no early stop)"
+    )
+    assert out[4] == "the reward on every agent replying 'A dummy reply.' (train row 0): 1"
+    assert any(ln.startswith("placement plan:") for ln in out)
+
+
+def test_print_config_prints_the_resolved_yaml(tmp_path, capsys, no_model):
+    import yaml
+
+    path, name = dry_task(tmp_path, "reward(completions, example):\n    return 1.0")
+    assert main(dry_args(tmp_path, path, name, "--print-config", "train.max_steps=7")) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["env"]["name"] == name and printed["train"]["max_steps"] == 7
+    assert [a["name"] for a in printed["team"]["agents"]] == ["left", "right"]  # the task's

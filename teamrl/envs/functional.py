@@ -102,9 +102,12 @@ class FunctionEnv:
     def _call(self, which: str, *args: Any) -> Any:
         """The reward or transition fn(*args), plus ``prompts=`` if it declares that keyword."""
         fn = self.reward_fn if which == "reward" else self.transition_fn
-        if self.wants_prompts[which]:
-            return fn(*args, prompts=[dict(p) for p in self.prompts])
-        return fn(*args)
+        kwargs = {"prompts": [dict(p) for p in self.prompts]} if self.wants_prompts[which] else {}
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as err:
+            _check_signature(fn, which, args, kwargs, err)
+            raise  # a TypeError inside the function: its own traceback says where
 
     def step(self, actions: dict[str, str]) -> Step:
         self.pending.update(actions)
@@ -175,6 +178,22 @@ def _named(fn: Callable | None) -> str:
     if code is None:
         return name
     return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+
+
+def _check_signature(fn: Callable, which: str, args: tuple, kwargs: dict, err: TypeError) -> None:
+    """A call that failed because ``fn`` cannot take the arguments FunctionEnv passes: say
+    which function, where it is, and the expected signature (the TypeError alone names
+    neither)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        call = "completions, example" if which == "reward" else "example, actions, history"
+        extra = ", prompts=..." if kwargs else ""
+        raise TypeError(
+            f"{which}={_named(fn)} cannot be called as {which}({call}{extra}): {err}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): keep the original error
+        return
 
 
 def _declares(fn: Callable, name: str) -> bool:

@@ -44,6 +44,12 @@ def bind_task(cfg: Config, task: Task, env_agents: list[str]) -> None:
         )
     if not cfg.team.agents:
         cfg.team.agents = [AgentConfig(name=a) for a in env_agents]
+    names = [a.name for a in cfg.team.agents]
+    if names != list(env_agents):
+        raise ConfigError(
+            f"team.agents: names {names} must match the agents of task {task.name!r}, in "
+            f"order: {list(env_agents)}"
+        )
     cfg.validate()
 
 
