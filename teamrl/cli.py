@@ -8,6 +8,7 @@ model loads (``teamrl.preflight``). Any other exception is a bug and keeps its t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -293,12 +294,22 @@ def _ks(text: str) -> tuple[int, ...]:
     return ks
 
 
+def _add_traceback(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        help="On an error in the task's own code (its env, reward or prompt), show the whole "
+        "stack instead of one line (also TEAMRL_TRACEBACK=1).",
+    )
+
+
 def _add_help_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     _add_help_config(p)
+    _add_traceback(p)
     p.add_argument(
         "--import",
         dest="imports",
@@ -333,6 +344,7 @@ def _dry_run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="teamrl", description=__doc__.split("\n")[0])
     _add_help_config(p)
+    _add_traceback(p)
     sub = p.add_subparsers(dest="command")
 
     t = sub.add_parser("train", help="Train a team: teamrl train CONFIG.yaml [key=value ...]")
@@ -437,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
     pl.add_argument("run_dir")
     pl.add_argument("--output", default=None)
+    _add_traceback(pl)
     pl.set_defaults(fn=cmd_plot)
     p.set_defaults(commands={"train": t, "eval": e})
     return p
@@ -475,14 +488,20 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_hf()
     from teamrl.config import ConfigError
+    from teamrl.errors import UserCodeError
 
+    full = args.traceback or os.environ.get("TEAMRL_TRACEBACK", "") not in ("", "0")
     try:
         return args.fn(args)
     except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: no final checkpoint, earlier ones intact
         print("teamrl: aborted; the last complete checkpoint is intact", file=sys.stderr)
         return 130
-    except (ConfigError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigError, FileExistsError, FileNotFoundError, UserCodeError) as err:
+        if full and isinstance(err, UserCodeError):
+            raise  # --traceback: the whole stack, the user's frames included
         message = str(err).replace("\r", " ").replace("\n", " ")  # one line, always
+        if isinstance(err, UserCodeError):
+            message += " (--traceback or TEAMRL_TRACEBACK=1 shows the stack)"
         print(f"teamrl: error: {message}", file=sys.stderr)
         return 2
     finally:

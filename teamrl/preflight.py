@@ -19,7 +19,6 @@ import importlib.util
 import math
 import string
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from teamrl.config import Config, ConfigError
@@ -31,6 +30,7 @@ from teamrl.config.policy_map import (
     uses_lora,
 )
 from teamrl.config.step_shape import step_shape
+from teamrl.errors import user_frame
 
 GiB = 1024**3
 
@@ -44,6 +44,11 @@ def preflight(
     returned lines say so."""
     check_loggers(cfg)
     check_device(cfg)
+    if not cfg.team.agents:  # filled from the task (tasks.registry.bind_task) before this
+        raise ConfigError(
+            "team.agents: empty, and no task given to take its agents from: name the agents, "
+            "or check the config with its task"
+        )
     if task is not None:
         check_task(cfg, task)
     try:
@@ -165,22 +170,6 @@ def check_reward(cfg: Config, task: Any) -> Any:
         raise
     except Exception as err:  # the user's reward or env: one line with their frame
         raise ConfigError(f"{where}: the env's step failed: {user_frame(err)}") from err
-
-
-def user_frame(err: BaseException) -> str:
-    """``TypeError at my_tasks.py:12 in reward: ...``: the error and the innermost frame
-    outside teamrl (the user's code), else the innermost frame."""
-    import traceback
-
-    import teamrl
-
-    package = str(Path(teamrl.__file__).resolve().parent)
-    frames = traceback.extract_tb(err.__traceback__)
-    mine = [f for f in frames if not str(Path(f.filename).resolve()).startswith(package)]
-    frame = (mine or frames or [None])[-1]
-    at = f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}" if frame else ""
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
 
 
 def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:

@@ -557,3 +557,28 @@ def test_print_config_prints_the_resolved_yaml(tmp_path, capsys, no_model):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["env"]["name"] == name and printed["train"]["max_steps"] == 7
     assert [a["name"] for a in printed["team"]["agents"]] == ["left", "right"]  # the task's
+
+
+# --- errors in the user's own code: one line with their frame (issue 40, item 4) --------------
+
+
+def test_a_reward_that_fails_mid_run_is_one_line_with_the_users_frame(tmp_path, capsys):
+    # the dummy joint action of the preflight passes; the model's replies then raise KeyError
+    reward = (
+        "reward(completions, example):\n"
+        "    if completions['left'] == 'A dummy reply.':\n"
+        "        return 0.0\n"
+        "    return example['score']"
+    )
+    path, name = dry_task(tmp_path, reward)
+    args = dry_args(tmp_path, path, name, f"log.output_dir={tmp_path}")
+    line = one_line_error(capsys, *args)
+    file = Path(path).name
+    assert f"env.step raised KeyError at {file}:9 in reward: 'score'" in line, line
+    assert line.endswith("(--traceback or TEAMRL_TRACEBACK=1 shows the stack)")
+    # the whole stack on request, the user's frame in it
+    from teamrl.errors import UserCodeError
+
+    with pytest.raises(UserCodeError) as err:
+        main([*args, "log.overwrite=true", "--traceback"])
+    assert isinstance(err.value.__cause__, KeyError)

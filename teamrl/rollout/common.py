@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teamrl.envs.base import Env, ObservationError, Step, check_observation
+from teamrl.errors import UserCodeError, user_frame
 from teamrl.sample import Sample
 
 
@@ -64,7 +65,7 @@ class RolloutClock:
         }
 
 
-class RewardError(RuntimeError):
+class RewardError(UserCodeError):
     """An environment's step (its reward or transition) raised or returned garbage."""
 
 
@@ -147,7 +148,7 @@ def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
         raise ObservationError(f"{where}: {err}") from None
     except Exception as err:  # re-raised with the context a user needs to debug their env
         preview = {a: t[:80] for a, t in actions.items()}
-        raise RewardError(f"{where}: env.step raised {err!r} on actions {preview}") from err
+        raise RewardError(f"{where}: env.step raised {user_frame(err)}; actions {preview}") from err
     if not isinstance(out, Step):
         raise RewardError(f"{where}: env.step must return a teamrl Step, got {type(out).__name__}")
     return check_rewards(out, where)
