@@ -93,7 +93,7 @@ class GroupCredit:
     ) -> Assigned:
         a, samples = self.cfg.algorithm, result.samples
         if not a.filter_groups:
-            return Assigned(samples, metrics)
+            return Assigned(samples, {**metrics, **advantage_stats(samples)})
         kept = drop_flat_groups(samples)
         metrics["filtered_samples_fraction"] = 1 - len(kept) / len(samples)
         if a.max_resample_rounds:  # DAPO dynamic sampling: refill the batch
@@ -105,7 +105,7 @@ class GroupCredit:
 
             kept, rounds = flat_groups_filled(samples, kept, more, a.max_resample_rounds)
             metrics["filter/resample_rounds"] = float(rounds)
-        return Assigned(kept, metrics)
+        return Assigned(kept, {**metrics, **advantage_stats(kept)})
 
     def fit(self, step: int) -> dict[str, float]:
         return {}
@@ -152,6 +152,23 @@ class CriticCredit(GroupCredit):
                 "checkpoint's algorithm.critic"
             )
         load_critic_state(self.critics, torch.load(saved, weights_only=True), str(saved))
+
+
+def advantage_stats(samples: list[Sample]) -> dict[str, float]:
+    """Per agent, over the samples that train: the advantages' mean, standard deviation and
+    mean absolute value (``advantage/<stat>/<agent>``). The mean sits near 0 under group
+    centring; the mean absolute value is how hard the update pushes that agent (0: nothing
+    to learn from this step)."""
+    by_agent: dict[str, list[float]] = {}
+    for s in samples:
+        by_agent.setdefault(s.agent, []).append(s.advantage)
+    out: dict[str, float] = {}
+    for agent, values in sorted(by_agent.items()):
+        v = torch.tensor(values, dtype=torch.float64)
+        out[f"advantage/mean/{agent}"] = float(v.mean())
+        out[f"advantage/std/{agent}"] = float(v.std(unbiased=False))
+        out[f"advantage/abs_mean/{agent}"] = float(v.abs().mean())
+    return out
 
 
 def make_credit(cfg: Config, team: Team) -> Credit:

@@ -138,3 +138,22 @@ def test_turn_token_gae_by_hand():
     assert adv == pytest.approx(node.advantages)
     with pytest.raises(ValueError, match=">= 1 token"):
         turn_token_gae(1.0, [])
+
+
+def test_per_agent_advantage_statistics_by_hand():
+    from teamrl.credit.assign import advantage_stats
+    from teamrl.sample import Sample
+
+    def s(agent, adv):
+        return Sample(agent, agent, 0, (0, agent), [1], [2], [0.0], advantage=adv)
+
+    stats = advantage_stats([s("a", 1.0), s("a", -3.0), s("b", 0.5)])
+    # a: mean (1 - 3) / 2 = -1; std sqrt(((1 + 1)^2 + (-3 + 1)^2) / 2) = 2; |.| mean 2
+    assert stats == {
+        "advantage/mean/a": -1.0,
+        "advantage/std/a": 2.0,
+        "advantage/abs_mean/a": 2.0,
+        "advantage/mean/b": 0.5,
+        "advantage/std/b": 0.0,
+        "advantage/abs_mean/b": 0.5,
+    }
