@@ -88,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from teamrl.config import ConfigError
-    from teamrl.evaluation import evaluate_trainer, markdown_table, write_report
+    from teamrl.evaluation import evaluate_trainer, render, write_report
     from teamrl.trainer import Trainer
 
     from_run_folder(args)
@@ -114,7 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         add_column(label)
     out_dir = args.output_dir or (trainer.run_dir / "eval" / label)
     jpath, mpath = write_report(reports, out_dir)
-    print(markdown_table(reports))
+    print(render(reports))
     print(f"\nreport: {jpath}  {mpath}")
     return 0
 
