@@ -23,7 +23,7 @@ from teamrl.config.engines import DistributedConfig, GenerationConfig
 from teamrl.config.fields import _f
 from teamrl.config.rules import check_max_turns, validate_config
 from teamrl.config.run import EvalConfig, LogConfig
-from teamrl.errors import ConfigError
+from teamrl.errors import ConfigError, did_you_mean
 
 __all__ = [
     "AlgorithmConfig",
@@ -249,7 +249,9 @@ def from_dict(cls: type, data: dict, where: str = "") -> Any:
     unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         path = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(f"{path}: unknown key; valid keys here: {', '.join(sorted(fields))}")
+        hint = did_you_mean(unknown[0], fields, f"{where}." if where else "")
+        valid = f"valid keys here: {', '.join(sorted(fields))}"
+        raise ConfigError(f"{path}: unknown key; {hint + ' ' if hint else ''}{valid}")
     kwargs = {}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name

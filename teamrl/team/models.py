@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from teamrl.config import ConfigError
+from teamrl.errors import closest, did_you_mean
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -73,8 +74,10 @@ def resolve(name_or_path: str, seed: int = 0) -> str:
     if name_or_path in TINY_MODELS:
         return str(_tiny_folder(name_or_path, seed))
     if name_or_path.startswith("tiny-"):
+        hint = did_you_mean(name_or_path, BUILTINS)
         raise ConfigError(
-            f"model.name_or_path: unknown builtin {name_or_path!r}; builtins: {', '.join(BUILTINS)}"
+            f"model.name_or_path: unknown builtin {name_or_path!r}; {hint + ' ' if hint else ''}"
+            f"builtins: {', '.join(BUILTINS)}"
         )
     return name_or_path
 
@@ -116,25 +119,33 @@ def looks_like_hub_id(name: str) -> bool:
 
 
 def _load_error(name_or_path: str, local: bool, err: Exception) -> str:
-    """One line that says why a model could not be found, naming the field and the value."""
-    reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    """One line that says why a model could not be found, naming the field and the value; a
+    name close to a builtin's (``smollm2-135``) gets that builtin suggested first."""
     where = f"model.name_or_path: cannot load {name_or_path!r}"
+    why = _why_not_loaded(name_or_path, local, err)
+    builtin = None if local else closest(name_or_path, BUILTINS)
+    if builtin:
+        return f"{where}: did you mean the builtin {builtin!r}? ({why})"
+    return f"{where}: {why}"
+
+
+def _why_not_loaded(name_or_path: str, local: bool, err: Exception) -> str:
+    reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
     if local:
-        return f"{where}: the local folder holds no loadable model ({reason})"
+        return f"the local folder holds no loadable model ({reason})"
     if not looks_like_hub_id(name_or_path):
         return (
-            f"{where}: no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a "
-            "Hugging Face id"
+            f"no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a Hugging Face id"
         )
     if hub_offline():
         return (
-            f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
-            "Face id is not in the local cache while the hub is offline (HF_HUB_OFFLINE is set): "
+            f"not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging Face id "
+            "is not in the local cache while the hub is offline (HF_HUB_OFFLINE is set): "
             "download it once with the hub reachable, or use a local folder"
         )
     return (
-        f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
-        f"Face id is not in the local cache and could not be fetched from the hub ({reason})"
+        f"not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging Face id is "
+        f"not in the local cache and could not be fetched from the hub ({reason})"
     )
 
 

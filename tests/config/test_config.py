@@ -104,6 +104,42 @@ def test_unknown_task_and_model_are_config_errors_listing_the_options():
         resolve("tiny-nope")
 
 
+def test_a_close_miss_gets_did_you_mean_first_for_keys_tasks_and_builtins():
+    from teamrl.team.models import model_config
+
+    with pytest.raises(ConfigError) as err:
+        load("train.max_step=3")
+    assert str(err.value).startswith(
+        "train.max_step: unknown key; did you mean 'train.max_steps'? valid keys here: "
+    )
+    with pytest.raises(ConfigError) as err:
+        load("team.agents=[{name: alice}, {name: bob, temprature: 0.5}]")
+    assert str(err.value).startswith(
+        "team.agents[1].temprature: unknown key; did you mean 'team.agents[1].temperature'? "
+    )
+    with pytest.raises(ConfigError) as err:  # top level: the suggestion has no section
+        load("sed=3")
+    assert str(err.value).startswith("sed: unknown key; did you mean 'seed'? valid keys here: ")
+    # nothing close: the list alone, as before
+    with pytest.raises(ConfigError, match=r"^train\.zzz: unknown key; valid keys here: "):
+        load("train.zzz=1")
+    with pytest.raises(ConfigError) as err:
+        make_task("tdlr")
+    assert str(err.value).startswith("env.name: unknown task 'tdlr'; did you mean 'tldr'? known")
+    with pytest.raises(ConfigError) as err:
+        resolve("tiny-lama")
+    assert str(err.value).startswith(
+        "model.name_or_path: unknown builtin 'tiny-lama'; did you mean 'tiny-llama'? builtins: "
+    )
+    # a hub-shaped name close to a builtin (the hub is offline in the tests)
+    with pytest.raises(ConfigError) as err:
+        model_config("smollm2-135")
+    assert str(err.value).startswith(
+        "model.name_or_path: cannot load 'smollm2-135': did you mean the builtin 'smollm2-135m'? "
+    )
+    assert "\n" not in str(err.value)
+
+
 # --- env.max_turns reaches the task -----------------------------------------------------------
 
 
