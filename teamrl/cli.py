@@ -204,16 +204,34 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 class HelpConfig(argparse.Action):
-    """``--help-config``: print every config field (per-agent ones too) and exit, like --help."""
+    """``--help-config [SECTION]``: print every config field (per-agent ones too), or one
+    section's, and exit, like --help; an unknown section is one line listing the sections."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        kwargs.update(nargs="?", metavar="SECTION", default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from teamrl.config.reference import describe
+        from teamrl.config import ConfigError
+        from teamrl.config.reference import describe, describe_section
 
-        print("\n".join(describe()))
+        # `train --help-config CONFIG key=value`: what follows the flag is no section name
+        if values is not None and _names_a_config(values):
+            values = None
+        try:
+            print("\n".join(describe() if values is None else describe_section(values)))
+        except ConfigError as err:
+            parser.exit(2, f"teamrl: error: {err}\n")
         parser.exit(0)
+
+
+def _names_a_config(text: str) -> bool:
+    """Whether ``text`` is an override, a YAML file or a shipped config's name."""
+    from teamrl.config import BUILTIN_CONFIGS
+
+    if "=" in text or text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        return True
+    return (BUILTIN_CONFIGS / f"{text}.yaml").is_file()
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -227,7 +245,11 @@ def _ks(text: str) -> tuple[int, ...]:
 
 
 def _add_help_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
+    p.add_argument(
+        "--help-config",
+        action=HelpConfig,
+        help="List every config field (or one SECTION's, e.g. algorithm) and exit.",
+    )
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
