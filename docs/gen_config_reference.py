@@ -31,8 +31,9 @@ teamrl train quickstart train.max_steps=10 algorithm.loss_type=grpo 'team.agents
 ```
 
 `team.agents` is a list: each entry is an agent (table below), addressed by its index in
-overrides. `teamrl --help-config` prints the same fields in the terminal. Values are checked
-before any model loads; a bad one is a one-line error naming the field and the value.
+overrides. `teamrl --help-config` prints the same fields in the terminal (`teamrl --help-config
+algorithm`: one section). Values are checked before any model loads; a bad one is a one-line
+error naming the field and the value.
 """
 
 

@@ -91,13 +91,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"reward/mean: step {first['step']} {first['reward/mean']:.3f} -> "
             f"step {last['step']} {last['reward/mean']:.3f}"
         )
-    print(f"run folder: {trainer.run_dir}")
-    return 0
+    return 0  # the trainer's closing line named the run folder
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from teamrl.config import ConfigError
-    from teamrl.evaluation import evaluate_trainer, markdown_table, write_report
+    from teamrl.evaluation import evaluate_trainer, render, write_report
     from teamrl.trainer import Trainer
 
     from_run_folder(args)
@@ -123,7 +122,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         add_column(label)
     out_dir = args.output_dir or (trainer.run_dir / "eval" / label)
     jpath, mpath = write_report(reports, out_dir)
-    print(markdown_table(reports))
+    print(render(reports))
     print(f"\nreport: {jpath}  {mpath}")
     return 0
 
@@ -272,16 +271,34 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 class HelpConfig(argparse.Action):
-    """``--help-config``: print every config field (per-agent ones too) and exit, like --help."""
+    """``--help-config [SECTION]``: print every config field (per-agent ones too), or one
+    section's, and exit, like --help; an unknown section is one line listing the sections."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        kwargs.update(nargs="?", metavar="SECTION", default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from teamrl.config.reference import describe
+        from teamrl.config import ConfigError
+        from teamrl.config.reference import describe, describe_section
 
-        print("\n".join(describe()))
+        # `train --help-config CONFIG key=value`: what follows the flag is no section name
+        if values is not None and _names_a_config(values):
+            values = None
+        try:
+            print("\n".join(describe() if values is None else describe_section(values)))
+        except ConfigError as err:
+            parser.exit(2, f"teamrl: error: {err}\n")
         parser.exit(0)
+
+
+def _names_a_config(text: str) -> bool:
+    """Whether ``text`` is an override, a YAML file or a shipped config's name."""
+    from teamrl.config import BUILTIN_CONFIGS
+
+    if "=" in text or text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        return True
+    return (BUILTIN_CONFIGS / f"{text}.yaml").is_file()
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -304,7 +321,11 @@ def _add_traceback(p: argparse.ArgumentParser) -> None:
 
 
 def _add_help_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--help-config", action=HelpConfig, help="List every config field and exit.")
+    p.add_argument(
+        "--help-config",
+        action=HelpConfig,
+        help="List every config field (or one SECTION's, e.g. algorithm) and exit.",
+    )
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:

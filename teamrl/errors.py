@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -27,3 +29,17 @@ def user_frame(err: BaseException) -> str:
     at = f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}" if frame else ""
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped ``name`` (difflib's ``get_close_matches`` at its
+    default cutoff, 0.6), or None when none is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``"did you mean 'x'?"`` for the choice closest to ``name`` (``closest``), shown after
+    ``prefix`` (a section's dotted path), or ``""`` when none is close."""
+    close = closest(name, choices)
+    return f"did you mean {prefix + close!r}?" if close else ""

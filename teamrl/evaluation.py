@@ -54,16 +54,26 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+# Resamples of the eval report's bootstrap intervals (2,000 is the usual count for a 95 %
+# percentile interval): each draws one index per problem, so the memory is resamples x problems
+# x 8 bytes (5,000 problems: 80 MB), where bootstrap_ci's default 10,000 would take 400 MB.
+EVAL_RESAMPLES = 2_000
+
+
 def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[str, Any]:
     """Aggregate episode summaries (see RolloutResult.episodes) into one report.
 
-    ``components/*`` are means over every evaluated episode, greedy and sampled.
+    ``components/*`` are means over every evaluated episode, greedy and sampled. ``ci95``
+    holds a percentile bootstrap 95 % interval over problems for each metric that is a mean
+    of per-problem values (greedy accuracy and reward, sampled reward, avg@n, pass@k), when
+    there are at least two problems.
     """
     report: dict[str, Any] = {"problems": len({e["problem"] for e in greedy})}
     report["episodes"] = len(greedy) + len(sampled)
     report["greedy/reward"] = float(np.mean([e["team_return"] for e in greedy]))
     report["greedy/return"] = float(np.mean([e["return"] for e in greedy]))
     report["greedy/turns"] = float(np.mean([e["turns"] for e in greedy]))
+    per_problem: dict[str, list[float]] = {"greedy/reward": [e["team_return"] for e in greedy]}
     comps: dict[str, list[float]] = {}
     for e in greedy + sampled:
         for k, v in e["components"].items():
@@ -73,6 +83,7 @@ def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[st
     has_success = all(e["success"] is not None for e in greedy + sampled)
     if has_success:
         report["greedy/accuracy"] = float(np.mean([e["success"] for e in greedy]))
+        per_problem["greedy/accuracy"] = [float(e["success"]) for e in greedy]
     if sampled:
         by_problem: dict[int, list[dict]] = {}
         for e in sampled:
@@ -82,23 +93,119 @@ def summarise(greedy: list[dict], sampled: list[dict], ks: list[int]) -> dict[st
         report["sampled/reward"] = float(np.mean([e["team_return"] for e in sampled]))
         report["sampled/return"] = float(np.mean([e["return"] for e in sampled]))
         report["sampled/turns"] = float(np.mean([e["turns"] for e in sampled]))
+        per_problem["sampled/reward"] = [
+            float(np.mean([e["team_return"] for e in v])) for v in by_problem.values()
+        ]
         if has_success:
             counts = [sum(bool(e["success"]) for e in v[:n]) for v in by_problem.values()]
             report[f"avg@{n}"] = float(np.mean(counts) / n)
+            per_problem[f"avg@{n}"] = [c / n for c in counts]
             for k in ks:
                 if k <= n:
-                    report[f"pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
+                    per_problem[f"pass@{k}"] = [pass_at_k(n, c, k) for c in counts]
+                    report[f"pass@{k}"] = float(np.mean(per_problem[f"pass@{k}"]))
+    if report["problems"] >= 2:  # one problem has no spread to resample
+        report["ci95"] = {
+            k: list(bootstrap_ci(v, resamples=EVAL_RESAMPLES)) for k, v in per_problem.items()
+        }
     return report
 
 
+# The rows of a report, in the order a reader looks for them: how well the team did (success,
+# then reward), then the rest of what was measured, then how it was measured (METADATA).
+HEADLINE = (
+    "greedy/accuracy",
+    "pass@",
+    "avg@",
+    "greedy/reward",
+    "sampled/reward",
+    "greedy/return",
+    "sampled/return",
+    "greedy/turns",
+    "sampled/turns",
+    "components/",
+)
+METADATA = (
+    "checkpoint",
+    "split",
+    "problems",
+    "episodes",
+    "samples_per_problem",
+    "num_samples",
+    "ks",
+    "limit",
+    "model",
+    "config",
+)
+NOT_ROWS = ("ci95",)
+
+
+def ordered_keys(keys) -> list[str]:
+    """A report's row keys: the headline metrics first (pass@k by k), any other metric, then
+    the metadata; ``ci95`` is no row (its intervals sit in their metrics' cells)."""
+
+    def rank(key: str) -> tuple:
+        if key in METADATA:
+            return (2, METADATA.index(key), 0, key)
+        for i, head in enumerate(HEADLINE):
+            if key == head or (head[-1] in "@/" and key.startswith(head)):
+                rest = key[len(head) :]
+                return (0, i, int(rest) if rest.isdigit() else 0, key)
+        return (1, 0, 0, key)
+
+    return sorted((k for k in keys if k not in NOT_ROWS), key=rank)
+
+
 def markdown_table(reports: dict[str, dict[str, Any]]) -> str:
-    """One column per task (or run), one row per metric."""
+    """One column per task (or run), one row per metric: the headline metrics first, then the
+    metadata (``ordered_keys``); a metric with a bootstrap interval reads ``0.500 [0.250,
+    0.750]``."""
     names = list(reports)
-    keys = sorted({k for r in reports.values() for k in r})
+    keys = ordered_keys({k for r in reports.values() for k in r})
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for k in keys:
-        lines.append(f"| {k} | " + " | ".join(_fmt(reports[n].get(k)) for n in names) + " |")
+        cells = []
+        for n in names:
+            cell = _fmt(reports[n].get(k))
+            ci = reports[n].get("ci95", {}).get(k)
+            cells.append(f"{cell} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else cell)
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def render(reports: dict[str, dict[str, Any]]) -> str:
+    """The table, then its notes after a blank line (a line right under a markdown table would
+    be read as one more row): what ``teamrl eval`` prints and eval.md holds."""
+    notes = report_notes(reports)
+    return markdown_table(reports) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def report_notes(reports: dict[str, dict[str, Any]]) -> list[str]:
+    """The lines printed under a report's table: what its intervals are, and which pass@k
+    it could not estimate (k above the samples per problem)."""
+    notes = []
+    if any(r.get("ci95") for r in reports.values()):
+        notes.append("[lo, hi]: a percentile bootstrap 95 % interval over the problems")
+    for n in sorted({r["samples_per_problem"] for r in reports.values() if _has_pass(r)}):
+        ks = sorted(
+            {k for r in reports.values() if r.get("samples_per_problem") == n for k in r["ks"]}
+        )
+        over = [f"pass@{k}" for k in ks if k > n]
+        if over:
+            notes.append(
+                f"note: {', '.join(over)} not reported: k exceeds the {n} samples per problem "
+                f"(pass@k needs --num-samples >= k)"
+            )
+    return notes
+
+
+def _has_pass(report: dict[str, Any]) -> bool:
+    """Whether a report estimates pass@k (a task with success, sampled episodes, its ks)."""
+    return (
+        "samples_per_problem" in report
+        and "ks" in report
+        and any(k.startswith("avg@") for k in report)
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -214,8 +321,12 @@ def write_report(reports: dict[str, dict[str, Any]], out_dir: str | Path) -> tup
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out / "eval.json", out / "eval.md"
-    # columns keep their order (the baseline first); metrics within a column are sorted
-    ordered = {name: dict(sorted(r.items())) for name, r in reports.items()}
+    # columns keep their order (the baseline first); within a column the headline metrics
+    # come first, then the metadata, then the intervals
+    ordered = {}
+    for name, r in reports.items():
+        ordered[name] = {k: r[k] for k in ordered_keys(r)}
+        ordered[name].update({k: r[k] for k in NOT_ROWS if k in r})
     jpath.write_text(json.dumps(ordered, indent=2) + "\n")
-    mpath.write_text(markdown_table(reports) + "\n")
+    mpath.write_text(render(reports) + "\n")
     return jpath, mpath

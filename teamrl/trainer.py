@@ -222,15 +222,26 @@ class Trainer:
 
     def train(self, resume: bool = False) -> list[dict]:
         """Train to ``train.max_steps``. The run folder is locked for the duration; SIGTERM or
-        Ctrl-C ends the current step, writes a checkpoint and raises ``TrainingInterrupted``."""
+        Ctrl-C ends the current step, writes a checkpoint and raises ``TrainingInterrupted``.
+        A finished call prints one closing line on stdout (the main process): the step
+        reached, the run folder and its last checkpoint."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = RunLock(self.run_dir).acquire() if self.ctx.is_main else None
         try:
             with StopRequest() as stop:
-                return self._train(resume, stop)
+                history = self._train(resume, stop)
         finally:
             if lock is not None:
                 lock.release()
+        if self.ctx.is_main:  # stdout: stderr's "teamrl: " lines are the events tests count
+            done = checkpoints.checkpoint_folders(self.run_dir)
+            print(
+                f"trained to step {self.step} of {self.cfg.train.max_steps} ({len(history)} "
+                f"this call); run folder: {self.run_dir}; last checkpoint: "
+                f"{done[-1] if done else 'none'}",
+                flush=True,
+            )
+        return history
 
     def _train(self, resume: bool, stop: StopRequest) -> list[dict]:
         cfg = self.cfg

@@ -406,6 +406,57 @@ def test_help_config_lists_every_field_per_agent_ones_included(argv, capsys):
     assert "  train.learning_rate = 1e-05\n      Peak learning rate" in out
 
 
+@pytest.mark.parametrize(
+    "argv", [["--help-config", "algorithm"], ["train", "x.yaml", "--help-config", "algorithm"]]
+)
+def test_help_config_section_prints_that_section_only(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[algorithm]  ")
+    assert "  algorithm.num_generations = " in out
+    fields = [ln for ln in out.splitlines() if ln.startswith("  ") and ln[2] != " "]
+    names = [ln.split(" = ")[0].strip() for ln in fields]
+    assert names and all(n.startswith("algorithm.") for n in names), names
+    assert "train.max_steps" not in out and "team.agents" not in out
+
+
+def help_config(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(list(argv))
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_config_of_the_agents_list_and_of_one_field(capsys):
+    agents = help_config(capsys, "--help-config", "team.agents")
+    assert agents.startswith("  team.agents = []\n")
+    assert "  team.agents.<i>.temperature = 1.0" in agents and "\n  algorithm." not in agents
+    assert help_config(capsys, "--help-config", "team.agents.0") == agents  # as overrides name it
+    # an override or a config after the flag is no section: every field, as before
+    everything = help_config(capsys, "--help-config")
+    assert help_config(capsys, "train", "--help-config", "train.max_steps=3") == everything
+    assert help_config(capsys, "train", "--help-config", "quickstart.yaml") == everything
+    assert help_config(capsys, "train", "--help-config", "quickstart") == everything
+    one = help_config(capsys, "--help-config", "train.max_steps")
+    assert one.startswith("  train.max_steps = 100\n      Training steps")
+    assert len(one.splitlines()) == 2
+
+
+def test_help_config_of_an_unknown_section_is_one_line_listing_the_sections(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--help-config", "algo"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "teamrl: error: --help-config: unknown section 'algo'; did you mean 'algorithm'? "
+        "sections: model, team, team.agents, env, algorithm, train, eval, log, generation, "
+        "distributed (or a field's dotted name)\n"
+    )
+
+
 # --- wandb ------------------------------------------------------------------------------------
 
 

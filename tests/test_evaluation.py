@@ -171,7 +171,7 @@ def test_evaluate_trainer_counts_independent_episodes(algorithm):
 # `teamrl eval` on a game task with a success flag, tiny model, fake sandbox runner.
 
 
-def test_cli_eval_reports_checkpoint_and_untrained_baseline(tmp_path, monkeypatch):
+def test_cli_eval_reports_checkpoint_and_untrained_baseline(tmp_path, monkeypatch, capsys):
     import teamrl.tasks.games.episode as games
     from teamrl.cli import main as cli_main
     from teamrl.config import load_config
@@ -217,7 +217,89 @@ def test_cli_eval_reports_checkpoint_and_untrained_baseline(tmp_path, monkeypatc
     table = (tmp_path / "rep" / "eval.md").read_text()
     assert "| metric | plan_path (untrained) | plan_path (step-0) |" in table
     assert "| ks | 1,2,4 | 1,2,4 |" in table
+    # the rows a reader looks for first; the k it could not estimate is named, on screen too
+    assert table.splitlines()[2].startswith("| greedy/accuracy | ")
+    note = "note: pass@4 not reported: k exceeds the 2 samples per problem"
+    assert note in table and note in capsys.readouterr().out
 
     assert cli_main([*args, "--no-baseline", "--output-dir", str(tmp_path / "solo")]) == 0
     solo = json.loads((tmp_path / "solo" / "eval.json").read_text())
     assert list(solo) == ["plan_path (step-0)"]
+
+
+# --------------------------------------------------------------------------------------
+# The report as a reader sees it: headline metrics first, intervals, a word on a missing k.
+
+
+def test_the_report_puts_headline_metrics_first_with_bootstrap_intervals(tmp_path):
+    from teamrl.evaluation import bootstrap_ci, report_notes, write_report
+
+    greedy = [ep(p, p < 2, float(p < 2), 2, {"win": float(p < 2)}) for p in range(4)]
+    sampled = [ep(p, p == 0, float(p == 0)) for p in range(4) for _ in range(2)]
+    r = summarise(greedy, sampled, [1, 2, 4])
+    r |= {"split": "test", "limit": None, "num_samples": 2, "ks": [1, 2, 4], "model": "m"}
+    # intervals: the library's bootstrap over the per-problem values, which the metric averages
+    per_problem = {
+        "greedy/accuracy": [1.0, 1.0, 0.0, 0.0],
+        "greedy/reward": [1.0, 1.0, 0.0, 0.0],
+        "sampled/reward": [1.0, 0.0, 0.0, 0.0],
+        "avg@2": [1.0, 0.0, 0.0, 0.0],
+        "pass@1": [1.0, 0.0, 0.0, 0.0],
+        "pass@2": [1.0, 0.0, 0.0, 0.0],
+    }
+    assert set(r["ci95"]) == set(per_problem)
+    for key, values in per_problem.items():
+        assert r[key] == pytest.approx(sum(values) / 4), key
+        assert r["ci95"][key] == pytest.approx(list(bootstrap_ci(values, resamples=2000))), key
+        lo, hi = r["ci95"][key]
+        assert lo <= r[key] <= hi and lo < hi, key
+    table = markdown_table({"win": r})
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in table.splitlines()[2:]]
+    assert rows[:6] == [
+        "greedy/accuracy",
+        "pass@1",
+        "pass@2",
+        "avg@2",
+        "greedy/reward",
+        "sampled/reward",
+    ]
+    first_meta = rows.index("split")
+    assert all(
+        not k.startswith(("greedy/", "sampled/", "pass@", "avg@", "components/"))
+        for k in rows[first_meta:]
+    )
+    assert "components/win" in rows[:first_meta] and "ci95" not in rows
+    lo, hi = r["ci95"]["greedy/accuracy"]
+    assert f"| greedy/accuracy | 0.500 [{lo:.3f}, {hi:.3f}] |" in table
+    assert "| split | test |" in table  # metadata: no interval
+    # pass@4 with 2 samples per problem: one line says why it is missing
+    notes = report_notes({"win": r})
+    assert [n for n in notes if "pass@4" in n] == [
+        "note: pass@4 not reported: k exceeds the 2 samples per problem "
+        "(pass@k needs --num-samples >= k)"
+    ]
+    assert "pass@4" not in r
+    # eval.md holds the same table and notes; eval.json the same order
+    jpath, mpath = write_report({"win": r}, tmp_path)
+    assert mpath.read_text() == table + "\n\n" + "\n".join(notes) + "\n"
+    keys = list(json.loads(jpath.read_text())["win"])
+    assert keys[:6] == rows[:6] and keys[-1] == "ci95"
+    # enough samples: no note about k; one problem: no interval to resample
+    r_ok = summarise(greedy, sampled, [1, 2]) | {"ks": [1, 2]}
+    assert not [n for n in report_notes({"win": r_ok}) if "not reported" in n]
+    assert "ci95" not in summarise(greedy[:1], sampled[:2], [1])
+
+
+def test_eval_of_a_run_folder_without_a_checkpoint_names_no_resume(tmp_path, capsys):
+    from helpers.cli import one_line_error
+    from helpers.runs import tiny_overrides
+
+    from teamrl.config import dump_config, load_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    dump_config(load_config(None, tiny_overrides()), run / "config.yaml")
+    for argv in (["eval", str(run)], ["export", str(run), str(tmp_path / "out")]):
+        line = one_line_error(capsys, *argv)
+        assert line == f"teamrl: error: no checkpoint in {run / 'checkpoints'} yet"
+        assert "--resume" not in line

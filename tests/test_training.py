@@ -119,6 +119,26 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert [json.loads(ln)["step"] for ln in lines] == [1, 2, 3, 4]
 
 
+def test_train_ends_with_one_closing_line_on_stdout(tmp_path, capsys):
+    tr = make(tmp_path, steps=1)
+    capsys.readouterr()
+    tr.train()
+    run = tmp_path / "run"
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"trained to step 1 of 1 (1 this call); run folder: {run}; "
+        f"last checkpoint: {run / 'checkpoints' / 'step-1'}"
+    ]
+    assert "trained to step" not in err  # stderr's "teamrl: " lines stay as they were
+    more = Trainer(load_config(None, tiny_overrides("shared", 2)), run_dir=run)
+    capsys.readouterr()
+    more.train(resume=True)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"trained to step 2 of 2 (1 this call); run folder: {run}; "
+        f"last checkpoint: {run / 'checkpoints' / 'step-2'}"
+    )
+
+
 def test_kl_reference_is_loaded_only_with_beta(tmp_path):
     plain = make(tmp_path / "p")
     assert plain.team.policies["shared"].ref_model is None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from typing import Any
 
-from teamrl.config import Config
+from teamrl.config import Config, ConfigError
+from teamrl.errors import did_you_mean
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[str]:
@@ -33,6 +35,36 @@ def describe(cls: type = Config, prefix: str = "") -> list[str]:
             continue
         lines.append(f"  {name} = {_default(f)!r}\n      {help_text}")
     return lines
+
+
+def sections() -> list[str]:
+    """The sections ``--help-config SECTION`` takes, in the reference's order (a list of
+    sections by its own name: ``team.agents``)."""
+    return [_name(e).removesuffix(".<i>") for e in describe() if e.startswith("[")]
+
+
+def describe_section(section: str) -> list[str]:
+    """``describe()``'s entries of one section, the sections inside it included, or of one
+    field (``train.max_steps``); a list entry may be named by an index (``team.agents.0``).
+    An unknown name is a one-line ConfigError listing the sections."""
+    want = re.sub(r"\.\d+(?=\.|$)", ".<i>", section.strip().strip(".")).removesuffix(".<i>")
+    picked = [e for e in describe() if _name(e) == want or _name(e).startswith(want + ".")]
+    if not picked:
+        names = sections()
+        hint = did_you_mean(want, names)
+        raise ConfigError(
+            f"--help-config: unknown section {section!r}; {hint + ' ' if hint else ''}"
+            f"sections: {', '.join(names)} (or a field's dotted name)"
+        )
+    return picked
+
+
+def _name(entry: str) -> str:
+    """The dotted name of a ``describe()`` entry: ``[team.agents.<i>]  ...`` or
+    ``  train.max_steps = ...``."""
+    if entry.startswith("["):
+        return entry[1 : entry.index("]")]
+    return entry.split(" = ", 1)[0].strip()
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -8,10 +8,12 @@ default lives here, in one place. Names follow TRL where the idea is the same
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,7 @@ from teamrl.config.engines import DistributedConfig, GenerationConfig
 from teamrl.config.fields import _f
 from teamrl.config.rules import check_max_turns, validate_config
 from teamrl.config.run import EvalConfig, LogConfig
-from teamrl.errors import ConfigError
+from teamrl.errors import ConfigError, did_you_mean
 
 __all__ = [
     "AlgorithmConfig",
@@ -257,7 +259,9 @@ def from_dict(cls: type, data: dict, where: str = "") -> Any:
     unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         path = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(f"{path}: unknown key; valid keys here: {', '.join(sorted(fields))}")
+        hint = did_you_mean(unknown[0], fields, f"{where}." if where else "")
+        valid = f"valid keys here: {', '.join(sorted(fields))}"
+        raise ConfigError(f"{path}: unknown key; {hint + ' ' if hint else ''}{valid}")
     kwargs = {}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
@@ -346,22 +350,23 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
+# What load_config and apply_overrides take as overrides.
+Overrides = list[str] | tuple[str, ...] | str | Mapping[str, Any] | None
+
+
+def apply_overrides(data: dict, overrides: Overrides) -> dict:
     """Apply ``a.b.c=value`` overrides; values are parsed as YAML (``3``, ``true``, ``[a, b]``).
 
+    ``overrides`` is a list of ``key=value`` strings, one such string, or a mapping of dotted
+    keys to values (``{"train.max_steps": 10}``: the values are taken as they are, not parsed).
     A numeric part indexes a list (``team.agents.1.temperature=0.5``). Every mistake is a
     ConfigError naming the override: a missing ``=``, an empty key part, a value that is not
     YAML, an index out of range (with the list's length), or a path through a non-section.
     """
-    for item in overrides:
-        if not isinstance(item, str) or "=" not in item:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. train.max_steps=10")
-        key, raw = item.split("=", 1)
-        key = key.strip()
+    for key, value, item in _override_items(overrides):
         parts = key.split(".")
         if not all(parts):
             raise ConfigError(f"override {item!r}: malformed key {key!r}")
-        value = parse_value(raw, key)
         node: Any = data
         for depth, part in enumerate(parts):
             where = ".".join(parts[: depth + 1])
@@ -402,6 +407,31 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def _override_items(overrides: Overrides) -> list[tuple[str, Any, str]]:
+    """(dotted key, value, the override as the user wrote it) for each override."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):  # one override: load_config(None, "train.max_steps=1")
+        overrides = [overrides]
+    if isinstance(overrides, Mapping):
+        items = []
+        for key, value in overrides.items():
+            if not isinstance(key, str):
+                raise ConfigError(
+                    f"override key {key!r}: expected a dotted name, e.g. train.max_steps"
+                )
+            # a copy: later overrides may set inside it (team.agents, then team.agents.0.x)
+            items.append((key.strip(), copy.deepcopy(value), f"{key}={value!r}"))
+        return items
+    items = []
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. train.max_steps=10")
+        key, raw = item.split("=", 1)
+        items.append((key.strip(), parse_value(raw, key.strip()), item))
+    return items
+
+
 def parse_value(raw: str, key: str) -> Any:
     """An override's value as YAML; a malformed one is a ConfigError naming key and value."""
     if raw == "":
@@ -435,11 +465,14 @@ def resolve_config_path(path: str | Path) -> Path:
     )
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | Path | None = None, overrides: Overrides = None) -> Config:
+    """The validated config of a YAML file (a path or a shipped config's name; None: the
+    defaults) with ``overrides`` applied: a list of ``key=value`` strings as on the command
+    line, one such string, or a mapping ``{"train.max_steps": 10}`` (see apply_overrides)."""
     data: dict = {}
     if path is not None:
         data = read_yaml(resolve_config_path(path))
-    data = apply_overrides(data, list(overrides or []))
+    data = apply_overrides(data, overrides)
     return from_dict(Config, data).validate()
 
 

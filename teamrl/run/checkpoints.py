@@ -212,7 +212,8 @@ def resume_checkpoint(
         raise RunError(f"no intact checkpoint in {root}: {bad[0]}")
     if missing_ok:
         return None
-    raise RunError(f"--resume: no checkpoint in {root}")
+    # teamrl eval RUN_DIR and export end here (a resume passes missing_ok): no --resume named
+    raise RunError(f"no checkpoint in {root} yet")
 
 
 def incomplete(folder: Path) -> str | None:

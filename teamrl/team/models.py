@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from teamrl.config import ConfigError
+from teamrl.errors import closest, did_you_mean
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -73,8 +74,10 @@ def resolve(name_or_path: str, seed: int = 0) -> str:
     if name_or_path in TINY_MODELS:
         return str(_tiny_folder(name_or_path, seed))
     if name_or_path.startswith("tiny-"):
+        hint = did_you_mean(name_or_path, BUILTINS)
         raise ConfigError(
-            f"model.name_or_path: unknown builtin {name_or_path!r}; builtins: {', '.join(BUILTINS)}"
+            f"model.name_or_path: unknown builtin {name_or_path!r}; {hint + ' ' if hint else ''}"
+            f"builtins: {', '.join(BUILTINS)}"
         )
     return name_or_path
 
@@ -88,23 +91,73 @@ def model_config(name_or_path: str, seed: int = 0):
 
 
 def hub_offline() -> bool:
-    """Whether the user switched the Hugging Face hub off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
+    """Whether the user switched the Hugging Face hub off: HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE
+    now (huggingface_hub reads them once, at import: a notebook that sets one later is offline
+    for teamrl all the same), or at huggingface_hub's import."""
+    from huggingface_hub import constants
+
     flags = (os.environ.get(k, "") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags) or bool(
+        constants.HF_HUB_OFFLINE
+    )
+
+
+# How long one probe of the hub may take, and how long its answer is reused (a run loads a hub
+# id's config, tokenizer and weights in a few seconds: one probe serves them all).
+HUB_PROBE_TIMEOUT_S = 3.0
+HUB_PROBE_TTL_S = 60.0
+_hub_probes: dict[str, tuple[float, str | None]] = {}
+
+
+def hub_unreachable() -> str | None:
+    """Why the hub (HF_ENDPOINT) cannot be reached, in a few words, or None when it answers.
+
+    One HEAD request through huggingface_hub's own client (its proxies and certificates), no
+    retries, at most ``HUB_PROBE_TIMEOUT_S``; any HTTP answer counts as reachable. An uncached
+    file requested from a dead hub would otherwise be retried with backoff for about 25 s.
+    """
+    import time
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    now = time.monotonic()
+    cached = _hub_probes.get(constants.ENDPOINT)
+    if cached is not None and now - cached[0] < HUB_PROBE_TTL_S:
+        return cached[1]
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_TIMEOUT_S)
+        why = None
+    except Exception as err:  # DNS, refused, timeout, proxy, TLS: the hub cannot be used
+        text = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        why = f"{constants.ENDPOINT}: {type(err).__name__}" + (f": {text}" if text else "")
+    _hub_probes[constants.ENDPOINT] = (now, why)
+    return why
 
 
 def _from_pretrained(cls, name_or_path: str, folder: str, **kwargs):
     # Builtins and local folders are read from disk only: they never touch the hub, whatever
-    # the user's environment says. A hub id follows the user's environment (cache, offline).
+    # the user's environment says. A hub id follows the user's environment (cache, offline);
+    # offline, or with the hub unreachable, it is read from the cache alone, so an uncached
+    # id fails at once instead of after huggingface_hub's retries.
     local = name_or_path in BUILTINS or Path(folder).is_dir()
-    if local:
+    unreachable = None
+    if local or hub_offline():
         kwargs["local_files_only"] = True
+    elif looks_like_hub_id(name_or_path):
+        unreachable = hub_unreachable()
+        if unreachable is not None:
+            kwargs["local_files_only"] = True
+    if kwargs.get("local_files_only") and cls is AutoModelForCausalLM:
+        # transformers looks for a PEFT adapter_config.json with its own kwargs, which do not
+        # inherit local_files_only: without this, that one lookup retries the hub for ~25 s
+        kwargs["adapter_kwargs"] = {"local_files_only": True}
     try:
         return cls.from_pretrained(folder, **kwargs)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:  # ValueError: a folder whose config.json is not a model's
-        raise ConfigError(_load_error(name_or_path, local, err)) from err
+        raise ConfigError(_load_error(name_or_path, local, err, unreachable)) from err
 
 
 def looks_like_hub_id(name: str) -> bool:
@@ -115,26 +168,43 @@ def looks_like_hub_id(name: str) -> bool:
     return not name.startswith((".", "/", "~")) and name.count("/") <= 1
 
 
-def _load_error(name_or_path: str, local: bool, err: Exception) -> str:
-    """One line that says why a model could not be found, naming the field and the value."""
-    reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+def _load_error(
+    name_or_path: str, local: bool, err: Exception, unreachable: str | None = None
+) -> str:
+    """One line that says why a model could not be found, naming the field and the value; a
+    name close to a builtin's (``smollm2-135``) gets that builtin suggested first.
+    ``unreachable``: why the hub could not be reached (``hub_unreachable``), if it could not."""
     where = f"model.name_or_path: cannot load {name_or_path!r}"
+    why = _why_not_loaded(name_or_path, local, err, unreachable)
+    builtin = None if local else closest(name_or_path, BUILTINS)
+    if builtin:
+        return f"{where}: did you mean the builtin {builtin!r}? ({why})"
+    return f"{where}: {why}"
+
+
+def _why_not_loaded(name_or_path: str, local: bool, err: Exception, unreachable: str | None) -> str:
+    reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
     if local:
-        return f"{where}: the local folder holds no loadable model ({reason})"
+        return f"the local folder holds no loadable model ({reason})"
     if not looks_like_hub_id(name_or_path):
         return (
-            f"{where}: no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a "
-            "Hugging Face id"
+            f"no such local folder, and not a builtin ({', '.join(BUILTINS)}) or a Hugging Face id"
         )
     if hub_offline():
         return (
-            f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
-            "Face id is not in the local cache while the hub is offline (HF_HUB_OFFLINE is set): "
+            f"not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging Face id "
+            "is not in the local cache while the hub is offline (HF_HUB_OFFLINE is set): "
+            "download it once with the hub reachable, or use a local folder"
+        )
+    if unreachable is not None:
+        return (
+            f"not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging Face id "
+            f"is not in the local cache while the hub cannot be reached ({unreachable}): "
             "download it once with the hub reachable, or use a local folder"
         )
     return (
-        f"{where}: not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging "
-        f"Face id is not in the local cache and could not be fetched from the hub ({reason})"
+        f"not a builtin ({', '.join(BUILTINS)}) or a local folder, and this Hugging Face id is "
+        f"not in the local cache and could not be fetched from the hub ({reason})"
     )
 
 

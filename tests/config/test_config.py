@@ -104,6 +104,72 @@ def test_unknown_task_and_model_are_config_errors_listing_the_options():
         resolve("tiny-nope")
 
 
+def test_a_close_miss_gets_did_you_mean_first_for_keys_tasks_and_builtins():
+    from teamrl.team.models import model_config
+
+    with pytest.raises(ConfigError) as err:
+        load("train.max_step=3")
+    assert str(err.value).startswith(
+        "train.max_step: unknown key; did you mean 'train.max_steps'? valid keys here: "
+    )
+    with pytest.raises(ConfigError) as err:
+        load("team.agents=[{name: alice}, {name: bob, temprature: 0.5}]")
+    assert str(err.value).startswith(
+        "team.agents[1].temprature: unknown key; did you mean 'team.agents[1].temperature'? "
+    )
+    with pytest.raises(ConfigError) as err:  # top level: the suggestion has no section
+        load("sed=3")
+    assert str(err.value).startswith("sed: unknown key; did you mean 'seed'? valid keys here: ")
+    # nothing close: the list alone, as before
+    with pytest.raises(ConfigError, match=r"^train\.zzz: unknown key; valid keys here: "):
+        load("train.zzz=1")
+    with pytest.raises(ConfigError) as err:
+        make_task("tdlr")
+    assert str(err.value).startswith("env.name: unknown task 'tdlr'; did you mean 'tldr'? known")
+    with pytest.raises(ConfigError) as err:
+        resolve("tiny-lama")
+    assert str(err.value).startswith(
+        "model.name_or_path: unknown builtin 'tiny-lama'; did you mean 'tiny-llama'? builtins: "
+    )
+    # a hub-shaped name close to a builtin (the hub is offline in the tests)
+    with pytest.raises(ConfigError) as err:
+        model_config("smollm2-135")
+    assert str(err.value).startswith(
+        "model.name_or_path: cannot load 'smollm2-135': did you mean the builtin 'smollm2-135m'? "
+    )
+    assert "\n" not in str(err.value)
+
+
+# --- overrides as one string or a mapping -----------------------------------------------------
+
+
+def test_load_config_takes_one_override_string_or_a_mapping():
+    # one string is one override (it was read as a list of one-letter overrides: 't')
+    with pytest.raises(ConfigError, match=r"^team\.agents: expected at least one agent"):
+        load_config(None, "train.max_steps=1")  # parsed; the defaults name no agent yet
+    assert load_config("quickstart", "train.max_steps=3").train.max_steps == 3
+    assert load_config(None, AGENTS).team.agents[1].name == "bob"
+    agents = [{"name": "alice"}, {"name": "bob"}]
+    cfg = load_config(
+        None,
+        {"train.max_steps": 1, "run_name": "007", "team.agents": agents, "team.agents.1.top_k": 5},
+    )
+    assert cfg.train.max_steps == 1
+    assert cfg.run_name == "007"  # a mapping's values are taken as they are, not read as YAML
+    assert [a.name for a in cfg.team.agents] == ["alice", "bob"] and cfg.team.agents[1].top_k == 5
+    assert agents == [{"name": "alice"}, {"name": "bob"}]  # the caller's list is left alone
+    # the same as the list form, and the same checks
+    assert load_config(None, {"seed": 3, "team.agents": agents}) == load(*["seed=3"])
+    with pytest.raises(ConfigError, match=r"^train\.max_steps: expected an int, got '1'$"):
+        load_config(None, {"team.agents": agents, "train.max_steps": "1"})
+    with pytest.raises(ConfigError, match=r"^train\.max_step: unknown key; did you mean"):
+        load_config(None, {"team.agents": agents, "train.max_step": 1})
+    with pytest.raises(ConfigError, match=r"^override 'train\.max_steps': expected key=value"):
+        load_config(None, "train.max_steps")
+    with pytest.raises(ConfigError, match=r"^override key 1: expected a dotted name"):
+        load_config(None, {1: 2})
+
+
 # --- env.max_turns reaches the task -----------------------------------------------------------
 
 

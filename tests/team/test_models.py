@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,6 +80,81 @@ def test_an_unknown_model_name_is_a_config_error_naming_the_field(name):
         with pytest.raises(ConfigError) as err:
             load(name)
         assert "model.name_or_path" in str(err.value) and repr(name) in str(err.value)
+
+
+# --- hub ids without the hub: one line at once ---------------------------------------------------
+
+
+@pytest.fixture
+def no_network(tmp_path, monkeypatch):
+    """An empty hub cache, huggingface_hub's import-time offline flag off (as when the user sets
+    HF_HUB_OFFLINE after importing, or not at all), and every name lookup refused: the test
+    never touches the network. Returns the hosts something tried to reach."""
+    import socket
+
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(models, "_hub_probes", {}, raising=False)
+    attempts = []
+
+    def refuse(host, *args, **kwargs):
+        attempts.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    return attempts
+
+
+@pytest.mark.parametrize("load", [models.model_config, load_tokenizer, load_model])
+def test_an_uncached_hub_id_with_hf_hub_offline_fails_at_once(load, no_network, monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def probe():
+        raise AssertionError("offline, the hub is not even probed")
+
+    monkeypatch.setattr(models, "hub_unreachable", probe, raising=False)
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        load("someorg/no-such-lm")
+    assert time.monotonic() - start < 10  # not after huggingface_hub's ~25 s of retries
+    msg = str(err.value)
+    assert msg.startswith("model.name_or_path: cannot load 'someorg/no-such-lm': ")
+    assert "not in the local cache while the hub is offline (HF_HUB_OFFLINE is set)" in msg
+    assert "\n" not in msg
+
+
+def test_an_uncached_hub_id_with_the_hub_unreachable_fails_at_once(no_network, monkeypatch):
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    start = time.monotonic()
+    for load in (models.model_config, load_tokenizer, load_model):
+        with pytest.raises(ConfigError) as err:
+            load("someorg/no-such-lm")
+        msg = str(err.value)
+        assert "not in the local cache while the hub cannot be reached (" in msg, msg
+        assert "https://huggingface.co: ConnectError" in msg and "\n" not in msg
+    assert time.monotonic() - start < 10
+    assert "huggingface.co" in no_network  # the probe tried, and was refused
+    # a hub id already in the cache still loads from it, at once
+    import huggingface_hub.constants as hub
+
+    snapshot = Path(hub.HF_HUB_CACHE, "models--someorg--tiny", "snapshots", "0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    for f in Path(models.resolve("tiny-llama")).iterdir():
+        (snapshot / f.name).write_bytes(f.read_bytes())
+    start = time.monotonic()
+    assert load_model("someorg/tiny").config.hidden_size == 64
+    assert load_tokenizer("someorg/tiny").chat_template
+    assert time.monotonic() - start < 10
 
 
 # --- the SmolLM2 builtin -------------------------------------------------------------------------
