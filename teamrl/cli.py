@@ -127,23 +127,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_run_folder(args: argparse.Namespace) -> None:
-    """``teamrl train RUN_DIR --resume [key=value ...]``: the run's config.yaml, its folder and
-    what it imported (run.json); extra overrides still apply."""
+def use_run_folder(args: argparse.Namespace, run: Path) -> None:
+    """Point ``train``/``eval`` at run folder ``run``: its config.yaml (extra overrides still
+    apply), the folder itself, and what the run imported (run.json), imported now."""
     from teamrl.config import ConfigError
     from teamrl.plugins import restore_run_imports
 
-    run = Path(args.config)
-    if not run.is_dir():
-        return
     if not (run / "config.yaml").exists():
         raise ConfigError(f"{run}: not a run folder (no config.yaml)")
-    if not args.resume:
-        raise ConfigError(f"{run}: a run folder: pass --resume to continue it")
     restore_run_imports(run, args.imports)
     args.imports = []  # imported just now
     args.config = str(run / "config.yaml")
     args.run_dir = args.run_dir or str(run)
+
+
+def train_run_folder(args: argparse.Namespace) -> None:
+    """``teamrl train RUN_DIR --resume [key=value ...]``."""
+    from teamrl.config import ConfigError
+
+    run = Path(args.config)
+    if not run.is_dir():
+        return
+    if (run / "config.yaml").exists() and not args.resume:
+        raise ConfigError(f"{run}: a run folder: pass --resume to continue it")
+    use_run_folder(args, run)
 
 
 def describe_setting(cfg, task) -> list[str]:
@@ -187,7 +194,6 @@ def from_run_folder(args: argparse.Namespace) -> None:
     """``teamrl eval RUN_DIR [--step N]``: the run's config.yaml (extra overrides still apply)
     and its newest intact checkpoint (or step N); ``eval CONFIG --checkpoint DIR`` as before."""
     from teamrl.config import ConfigError
-    from teamrl.plugins import restore_run_imports
     from teamrl.run.checkpoints import resume_checkpoint
 
     run = Path(args.config)
@@ -195,12 +201,7 @@ def from_run_folder(args: argparse.Namespace) -> None:
         if args.step is not None:
             raise ConfigError(f"--step {args.step}: needs a run folder, got the file {run}")
         return
-    if not (run / "config.yaml").exists():
-        raise ConfigError(f"{run}: not a run folder (no config.yaml)")
-    restore_run_imports(run, args.imports)
-    args.imports = []  # imported just now
-    args.config = str(run / "config.yaml")
-    args.run_dir = args.run_dir or str(run)
+    use_run_folder(args, run)
     if not args.checkpoint:
         args.checkpoint = str(resume_checkpoint(run, args.step, move_aside=False))
 

@@ -18,11 +18,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from teamrl.config import ConfigError
+from teamrl.errors import user_frame
 
 GROUP = "teamrl.tasks"
 
@@ -128,13 +128,11 @@ def _import_file(path: str) -> None:
 
 
 def _where(err: BaseException) -> str:
-    """``SyntaxError at my_tasks.py:3: invalid syntax``: the error and the user's line."""
+    """``SyntaxError at my_tasks.py:3: invalid syntax``, ``KeyError at my_tasks.py:9 in
+    build: 'x'``: the error and the user's line."""
     if isinstance(err, SyntaxError):
         return f"SyntaxError at {Path(err.filename or '?').name}:{err.lineno}: {err.msg}"
-    frames = traceback.extract_tb(err.__traceback__)
-    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
+    return user_frame(err)  # the user's innermost frame, as for an error in a reward
 
 
 # --- entry points -----------------------------------------------------------------------------

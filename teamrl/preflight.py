@@ -30,7 +30,6 @@ from teamrl.config.policy_map import (
     uses_lora,
 )
 from teamrl.config.step_shape import step_shape
-from teamrl.errors import user_frame
 
 GiB = 1024**3
 
@@ -147,29 +146,22 @@ def check_reward(cfg: Config, task: Any) -> Any:
     arguments or reads a missing key is one line here, naming the user's file and line, not a
     traceback after the model has loaded. Returns the (checked) last step."""
     from teamrl.envs.sequential import SequentialTurns
-    from teamrl.rollout.common import RewardError, check_rewards
+    from teamrl.rollout.common import RewardError, step_env
 
     env = task.make_env()
     if cfg.env.turn_order:  # as the trainer wraps it
         env = SequentialTurns(env, list(cfg.env.turn_order))
     reset(env, task.train[0], 0, task)
-    order = list(getattr(env, "turn_order", None) or [])
     where = f"task {task.name!r}, train row 0, every agent replying {DUMMY_REPLY!r}"
-    try:
-        if order:
-            for agent in order:
-                step = env.step({agent: DUMMY_REPLY})
-                if step.done:
-                    break
-        else:
-            step = env.step({a: DUMMY_REPLY for a in env.agents})
-        return check_rewards(step, where)
+    try:  # the rollout's own step: the same checks, the same one-line errors
+        for agent in getattr(env, "turn_order", None) or [None]:
+            actions = {agent: DUMMY_REPLY} if agent else dict.fromkeys(env.agents, DUMMY_REPLY)
+            step = step_env(env, actions, where)
+            if step.done:
+                break
+        return step
     except RewardError as err:
         raise ConfigError(str(err)) from None
-    except ConfigError:
-        raise
-    except Exception as err:  # the user's reward or env: one line with their frame
-        raise ConfigError(f"{where}: the env's step failed: {user_frame(err)}") from err
 
 
 def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:
