@@ -130,6 +130,8 @@ def check_task(cfg: Config, task: Any) -> None:
                         f"(its fields: {', '.join(sorted(map(str, row)))})"
                     )
     env = task.make_env()
+    if check_app(cfg, task, env):  # an app's episodes are its own code: nothing to step here
+        return
     check_turn_shape(cfg, task, env)
     for j in range(min(8, len(task.train))):  # the env's own reads, on the first rows
         reset(env, task.train[j], j, task)
@@ -162,6 +164,29 @@ def check_reward(cfg: Config, task: Any) -> Any:
         return step
     except RewardError as err:
         raise ConfigError(str(err)) from None
+
+
+def check_app(cfg: Config, task: Any, env: Any) -> bool:
+    """An app task (``teamrl.apps.app_task``) runs with algorithm.name=app, and that algorithm
+    runs only app tasks, with its packages installed. Returns whether the task is an app."""
+    from teamrl.apps.endpoint import require_apps
+    from teamrl.apps.task import AppEnv, check_app_settings
+
+    is_app, name = isinstance(env, AppEnv), cfg.algorithm.name
+    if is_app and name != "app":
+        raise ConfigError(
+            f"algorithm.name={name}: task {task.name!r} is an app (its episodes call the team's "
+            "endpoint), which only algorithm.name=app runs (docs/apps.md)"
+        )
+    if name == "app" and not is_app:
+        raise ConfigError(
+            f"algorithm.name=app runs an app task (teamrl.apps.app_task), but task "
+            f"{task.name!r} is an env ({type(env).__name__}): use magrpo, at_grpo or grpo"
+        )
+    if is_app:
+        require_apps()
+        check_app_settings(cfg.algorithm)
+    return is_app
 
 
 def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:

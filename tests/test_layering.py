@@ -136,7 +136,7 @@ FLOORS = [
     ("teamrl.config",),
     ("teamrl.generation", "teamrl.envs"),
     ("teamrl.tasks", "teamrl.team"),
-    ("teamrl.update", "teamrl.rollout"),
+    ("teamrl.update", "teamrl.rollout", "teamrl.apps"),
     ("teamrl.algorithms",),
     ("teamrl.credit",),
     ("teamrl.run",),
@@ -197,6 +197,8 @@ RULES = [
     ),
     (("teamrl.team",), ("teamrl.tasks",)),
     (("teamrl.rollout",), ("teamrl.update", "teamrl.team")),
+    # the endpoint serves calls through the team's seams; it never trains
+    (("teamrl.apps",), ("teamrl.update",)),
 ]
 
 

@@ -1,5 +1,6 @@
-"""The algorithms by ``algorithm.name``: one module each (``magrpo``, ``at_grpo``, ``grpo``),
-holding its rollout tree, its returns, its group key and its defaults, read top to bottom.
+"""The algorithms by ``algorithm.name``: one module each (``magrpo``, ``at_grpo``, ``grpo``,
+``app``), holding its rollout tree, its returns, its group key and its defaults, read top to
+bottom.
 
 A recipe (``teamrl.algorithms.recipe``) is what the trainer and the evaluator call: the
 training rollout, the evaluation episodes, the group key and the step's shape, so the mapping
@@ -10,13 +11,14 @@ how a policy learns from it is ``teamrl.update``'s.
 
 from __future__ import annotations
 
+from teamrl.algorithms.app import APP
 from teamrl.algorithms.at_grpo import AT_GRPO
 from teamrl.algorithms.grpo import TRAJECTORY_GRPO
 from teamrl.algorithms.magrpo import MAGRPO
 from teamrl.algorithms.recipe import Recipe
 from teamrl.config import ConfigError
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (MAGRPO, AT_GRPO, TRAJECTORY_GRPO)}
+RECIPES: dict[str, Recipe] = {r.name: r for r in (MAGRPO, AT_GRPO, TRAJECTORY_GRPO, APP)}
 
 
 def recipe_for(name: str) -> Recipe:

@@ -11,11 +11,22 @@ from teamrl.config.fields import _f
 
 @dataclass
 class AlgorithmConfig:
-    name: Literal["magrpo", "at_grpo", "grpo"] = _f(
+    name: Literal["magrpo", "at_grpo", "grpo", "app"] = _f(
         "magrpo",
         "Rollout shape and grouping. 'magrpo': simultaneous joint tree, groups (problem, node, agent). "
         "'at_grpo': sequential agent-turn tree, K branches per (turn, agent), groups (problem, turn, agent). "
-        "'grpo': K independent episodes per problem, groups (problem).",
+        "'grpo': K independent episodes per problem, groups (problem). "
+        "'app': K episodes per problem of an app task calling the team's OpenAI-compatible "
+        "endpoint, grouped as app_groups says (docs/apps.md).",
+    )
+    app_groups: Literal["call", "episode", "joint"] = _f(
+        "call",
+        "algorithm.name=app: how the K episodes' calls are grouped. 'call': per (problem, agent, "
+        "the agent's k-th call), each call's return its episode's alpha * team + local reward "
+        "(the agent-turn groups of AT-GRPO, without branching). 'episode': per problem, every "
+        "call's return its episode's team reward, the baseline over episodes (trajectory GRPO). "
+        "'joint': MAGRPO's aligned joint groups, for an app that makes exactly one call per "
+        "agent per episode.",
     )
     num_generations: int = _f(
         4, "G (MAGRPO) or K (AT-GRPO, GRPO): samples per group. Must be >= 2."
@@ -128,7 +139,9 @@ class AlgorithmConfig:
         "AT-GRPO grouping ablation: which of 'turn', 'agent' split a problem's groups. None = "
         "both (the paper's (problem, turn, agent)); [] = problem only; [agent]; [turn].",
     )
-    alpha: float = _f(1.0, "AT-GRPO/GRPO: an agent's reward is alpha * team + local.")
+    alpha: float = _f(
+        1.0, "AT-GRPO/GRPO/app: an agent's reward is alpha * team + local."
+    )
     reward_per_agent: bool = _f(
         False,
         "MAGRPO: False (the paper) credits every agent of a joint action with the team reward; "

@@ -63,7 +63,12 @@ def agent_turn_shape(cfg: Any) -> StepShape:
     )
 
 
-SHAPES = {"magrpo": joint_tree_shape, "at_grpo": agent_turn_shape, "grpo": agent_turn_shape}
+SHAPES = {
+    "magrpo": joint_tree_shape,
+    "at_grpo": agent_turn_shape,
+    "grpo": agent_turn_shape,
+    "app": agent_turn_shape,  # K episodes, env.max_turns calls per agent as the estimate
+}
 
 
 def step_shape(cfg: Any) -> StepShape:

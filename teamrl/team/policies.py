@@ -278,16 +278,26 @@ class Team:
                 f"team.agents[{agent}].prompt: cannot fill template {acfg.prompt!r}: {err!r} "
                 f"(the dataset row's fields: {fields or 'none'})"
             ) from err
-        tok = self.engine_of(agent).tokenizer
         system = self.systems[agent]
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}
+        ]
+        return self.encode_messages(agent, msgs)
+
+    def encode_messages(self, agent: str, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt ids of a chat (``[{"role", "content"}, ...]``) for ``agent``: the
+        tokenizer's chat template with the generation prompt (without a template, or with
+        ``team.chat_template`` off, the contents joined by blank lines), then the agent's
+        ``response_prefix``. The env's prompts and the app endpoint's calls both come here, so
+        the ids a sample records are the ones its update scores."""
+        tok = self.engine_of(agent).tokenizer
         if self.cfg.team.chat_template and getattr(tok, "chat_template", None):
-            msgs = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": user}
-            ]
-            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
-            text = f"{system}\n\n{user}\n" if system else f"{user}\n"
-        return tok(text + acfg.response_prefix, add_special_tokens=False)["input_ids"]
+            text = "\n\n".join(m["content"] for m in messages) + "\n"
+        return tok(text + self.agents[agent].response_prefix, add_special_tokens=False)[
+            "input_ids"
+        ]
 
     def request(self, agent: str, prompt_ids: list[int], n: int, greedy: bool = False) -> Request:
         a = self.agents[agent]

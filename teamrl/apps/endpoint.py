@@ -1,0 +1,350 @@
+"""An OpenAI-compatible chat-completions endpoint in front of the team.
+
+    POST /e/<episode>/v1/chat/completions     a call of one episode; ``model`` names an agent
+    GET  /e/<episode>/v1/models               the agents (also at /v1/models)
+
+Each episode of a rollout gets its own base URL (``Endpoint.episode_url``), which every
+OpenAI client and framework takes as ``base_url``: the path, not a header, ties a call to its
+episode. The server (uvicorn, one daemon thread, its own event loop) only checks a request and
+hands it to the rollout's ``CallSink`` (``teamrl.apps.episodes.Session``), whose thread applies
+the chat template, batches the calls and generates; the handler awaits the reply.
+
+Security: the server binds to loopback unless told otherwise and accepts only its own API key,
+drawn at random when it starts (``secrets``, so the training RNG streams never move) and handed
+to the episodes' clients: a request without it is answered 401, before its body is read.
+
+A request it cannot serve is an OpenAI-style error, ``{"error": {"message", "type", "code"}}``
+with a 4xx status, never a hang. Statuses the OpenAI clients retry (408, 409, 429, 5xx) are
+never used for a refusal, so a refused call fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.util
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from teamrl.errors import ConfigError
+
+REQUIRED = ("starlette", "uvicorn", "openai")
+START_TIMEOUT_S = 30.0  # how long the server thread may take to listen
+ENDED_KEPT = 100_000  # ended episode ids remembered, to answer "ended" rather than "unknown"
+
+
+def require_apps() -> None:
+    """One line naming what to install when a package of the ``apps`` extra is missing."""
+    missing = [m for m in REQUIRED if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"algorithm.name=app needs {', '.join(missing)} (not installed): "
+            "pip install 'teamrl[apps]'"
+        )
+
+
+# --- what a request asks, checked -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """A chat-completions request the endpoint can serve."""
+
+    agent: str
+    messages: list[dict[str, str]]  # role and text content, in order
+    max_tokens: int | None  # the request's cap on new tokens (None: the agent's)
+    stop: tuple[str, ...]  # the request's stop strings, added to the agent's
+    logprobs: bool  # whether the reply carries each token's log-prob
+
+
+class Refusal(Exception):
+    """A request the endpoint answers with an OpenAI-style error."""
+
+    def __init__(self, status: int, message: str, code: str, type_: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.code, self.type = status, message, code, type_
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+
+
+UNSUPPORTED = {  # request fields the endpoint refuses, and why
+    "tools": "tool calls are not supported: parse the reply's text in the app",
+    "functions": "function calls are not supported: parse the reply's text in the app",
+    "tool_choice": "tool calls are not supported: parse the reply's text in the app",
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+}
+IGNORED = (  # accepted, with no effect: the agent's config sets its sampling (docs/apps.md)
+    "temperature", "top_p", "seed", "frequency_penalty", "presence_penalty", "user", "store",
+    "metadata", "parallel_tool_calls", "service_tier", "stream_options", "logit_bias",
+    "reasoning_effort", "modalities",
+)  # fmt: skip
+
+
+def parse_call(body: Any, agents: list[str]) -> ChatCall:
+    """The request ``body`` as a ``ChatCall``, or a ``Refusal`` saying what is wrong."""
+    if not isinstance(body, dict):
+        raise Refusal(400, "the request body must be a JSON object", "invalid_body")
+    model = body.get("model")
+    if model not in agents:
+        raise Refusal(
+            404,
+            f"model {model!r} is not an agent of this team; the models are the agents: "
+            f"{', '.join(agents)}",
+            "model_not_found",
+        )
+    for name, why in UNSUPPORTED.items():
+        if body.get(name):
+            raise Refusal(400, f"{name}: {why}", "unsupported_parameter")
+    fmt = body.get("response_format")
+    if fmt and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise Refusal(400, "response_format: only 'text' is supported", "unsupported_parameter")
+    if body.get("stream"):
+        raise Refusal(400, "stream=true is not supported: ask without streaming", "unsupported_parameter")  # fmt: skip
+    n = body.get("n", 1)
+    if n not in (None, 1):
+        raise Refusal(400, f"n={n!r}: one choice per call only (n=1)", "unsupported_parameter")
+    if body.get("top_logprobs"):
+        raise Refusal(400, "top_logprobs is not supported (logprobs=true is)", "unsupported_parameter")  # fmt: skip
+    known = {"model", "messages", "max_tokens", "max_completion_tokens", "stop", "logprobs"}
+    unknown = sorted(set(body) - known - set(UNSUPPORTED) - set(IGNORED) - {"response_format", "stream", "n", "top_logprobs"})  # fmt: skip
+    if unknown:
+        raise Refusal(400, f"unsupported parameter(s): {', '.join(unknown)}", "unsupported_parameter")  # fmt: skip
+    return ChatCall(
+        agent=model,
+        messages=_messages(body.get("messages")),
+        max_tokens=_max_tokens(body),
+        stop=_stop(body.get("stop")),
+        logprobs=bool(body.get("logprobs")),
+    )
+
+
+def _messages(raw: Any) -> list[dict[str, str]]:
+    if not isinstance(raw, list) or not raw:
+        raise Refusal(400, "messages must be a non-empty list", "invalid_messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise Refusal(400, f"messages[{i}] must be an object with a role", "invalid_messages")
+        if m.get("tool_calls") or m["role"] in ("tool", "function"):
+            raise Refusal(400, f"messages[{i}]: tool messages are not supported", "invalid_messages")  # fmt: skip
+        out.append({"role": m["role"], "content": _text(m.get("content"), i)})
+    return out
+
+
+def _text(content: Any, i: int) -> str:
+    """A message's content as text: a string, or a list of text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise Refusal(400, f"messages[{i}].content: only text is supported", "invalid_messages")
+
+
+def _max_tokens(body: dict) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise Refusal(400, f"max_tokens must be a positive integer, got {value!r}", "invalid_value")  # fmt: skip
+    return value
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise Refusal(400, "stop must be a string or a list of strings", "invalid_value")
+    return tuple(value)
+
+
+# --- who serves the calls ---------------------------------------------------------------------
+
+
+class CallSink(Protocol):
+    """One rollout's episodes (``teamrl.apps.episodes.Session``): takes a checked call of one
+    of its episodes and answers it later, as (HTTP status, JSON body)."""
+
+    agents: list[str]
+
+    def submit(self, episode: int, call: ChatCall) -> Future: ...
+
+
+@dataclass(frozen=True)
+class EpisodeSlot:
+    sink: CallSink
+    episode: int
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+class Endpoint:
+    """The HTTP server and the table of live episodes. ``start`` binds ``host:port`` (port 0:
+    a free one) and serves on a daemon thread; ``register`` gives a sink's episodes their
+    ids, ``unregister`` ends them."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None):
+        self.host, self.port = host, port
+        self.api_key = api_key or "teamrl-" + secrets.token_urlsafe(24)
+        self._episodes: dict[str, EpisodeSlot] = {}
+        self._ended: dict[str, None] = {}  # insertion-ordered, trimmed to ENDED_KEPT
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._agents: list[str] = []  # the latest sink's, for /v1/models
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def episode_url(self, episode_id: str) -> str:
+        return f"{self.url}/e/{episode_id}/v1"
+
+    def register(self, sink: CallSink, n: int) -> list[str]:
+        """Ids for the sink's episodes 0..n-1 (random: an id is not guessable from another)."""
+        ids = [secrets.token_urlsafe(12) for _ in range(n)]
+        with self._lock:
+            for i, eid in enumerate(ids):
+                self._episodes[eid] = EpisodeSlot(sink, i)
+            self._agents = list(sink.agents)
+        return ids
+
+    def unregister(self, ids: list[str]) -> None:
+        with self._lock:
+            for eid in ids:
+                if self._episodes.pop(eid, None) is not None:
+                    self._ended[eid] = None
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.pop(next(iter(self._ended)))
+
+    def slot(self, episode_id: str) -> EpisodeSlot:
+        with self._lock:
+            slot = self._episodes.get(episode_id)
+            ended = episode_id in self._ended
+        if slot is not None:
+            return slot
+        if ended:
+            raise Refusal(410, f"episode {episode_id} has ended: a call after its episode returned", "episode_ended")  # fmt: skip
+        raise Refusal(404, f"no episode {episode_id}: use the base_url the episode was given", "unknown_episode")  # fmt: skip
+
+    def authorised(self, headers: Mapping[str, str]) -> bool:
+        given = headers.get("authorization", "")
+        token = given[7:] if given[:7].lower() == "bearer " else ""
+        return hmac.compare_digest(token.encode(), self.api_key.encode())
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Endpoint:
+        require_apps()
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            asgi_app(self), log_level="warning", access_log=False, lifespan="off",
+            loop="asyncio", http="h11", ws="none", timeout_keep_alive=60,
+        )  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="teamrl-endpoint"
+        )
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the app endpoint did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._server = self._thread = None
+
+
+def asgi_app(endpoint: Endpoint):
+    """The Starlette application of ``endpoint``."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    def refuse(r: Refusal) -> JSONResponse:
+        return JSONResponse(r.body(), status_code=r.status)
+
+    def unauthorised() -> JSONResponse:
+        return refuse(Refusal(401, "invalid API key: use the key the episode was given", "invalid_api_key"))  # fmt: skip
+
+    async def models(request: Request) -> JSONResponse:
+        if not endpoint.authorised(request.headers):
+            return unauthorised()
+        try:
+            eid = request.path_params.get("episode")
+            agents = endpoint.slot(eid).sink.agents if eid else endpoint._agents
+        except Refusal as r:
+            return refuse(r)
+        data = [{"id": a, "object": "model", "created": 0, "owned_by": "teamrl"} for a in agents]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat(request: Request) -> JSONResponse:
+        if not endpoint.authorised(request.headers):
+            return unauthorised()
+        try:
+            slot = endpoint.slot(request.path_params["episode"])
+            try:
+                body = await request.json()
+            except ValueError:
+                raise Refusal(400, "the request body is not JSON", "invalid_body") from None
+            call = parse_call(body, slot.sink.agents)
+            status, reply = await asyncio.wrap_future(slot.sink.submit(slot.episode, call))
+        except Refusal as r:
+            return refuse(r)
+        return JSONResponse(reply, status_code=status)
+
+    async def no_route(request: Request, exc: Exception) -> JSONResponse:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        what = "no such route" if status == 404 else "method not allowed" if status == 405 else str(exc)  # fmt: skip
+        code = {404: "not_found", 405: "method_not_allowed"}.get(status, "server_error")
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return refuse(Refusal(status, f"{what}: {request.method} {request.url.path}", code, kind))
+
+    routes = [
+        Route("/e/{episode}/v1/chat/completions", chat, methods=["POST"]),
+        Route("/e/{episode}/v1/models", models, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: no_route, 500: no_route})
+
+
+_SHARED: Endpoint | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_endpoint() -> Endpoint:
+    """The process's endpoint, started on first use on loopback (a free port) and kept for
+    the process's life: every rollout of a run registers its episodes on it."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = Endpoint().start()
+        return _SHARED

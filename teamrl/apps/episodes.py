@@ -1,0 +1,341 @@
+"""Running an app's episodes against the endpoint, and serving their calls in batches.
+
+``run_episodes(team, env, examples, copies, ...)`` starts ``copies`` episodes of every example,
+each on its own thread with a client pointed at its own base URL, and serves their calls until
+every episode has returned. Returns one ``EpisodeRecord`` per episode: its calls (prompt ids,
+the sampler's completion and log-probs) and its rewards.
+
+The batching is a barrier, never a timing window. An episode is *blocked* when a call of it
+waits at the endpoint, *finished* when its function has returned; while some episode is
+neither (it is running its own code, or its request is on the wire), the rollout waits. When
+every live episode is blocked, the waiting calls go to the engines as one ``Team.generate``
+(one generate per engine), ordered by (episode, the order the episode sent them); their
+replies release the episodes, and the next barrier forms. An episode whose calls follow one
+another therefore meets the same batches in the same order on every run from the same
+weights and RNG state, so sampling is reproducible and a resumed run equals an uninterrupted
+one. (Calls an episode sends concurrently are served too; their order within the episode is
+the order they arrived.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
+from teamrl.apps.task import AppEnv
+from teamrl.errors import user_frame
+from teamrl.generation import Generation
+from teamrl.rollout.common import RewardError, RolloutClock, as_reward
+from teamrl.team.policies import Team
+
+CLIENT_TIMEOUT_S = 24 * 3600.0  # a call waits at a barrier as long as the batch takes
+WAIT_S = 0.2  # how often a waiting rollout looks up (only so Ctrl-C is seen; never a deadline)
+
+
+@dataclass
+class Served:
+    """One call the endpoint answered with a generation: what becomes a ``Sample``."""
+
+    agent: str
+    index: int  # the agent's k-th call in its episode (0, 1, ...)
+    order: int  # the call's place among all the episode's served calls
+    prompt_ids: list[int]
+    generation: Generation
+    text: str  # what the app read: response_prefix + completion, cut at a stop string
+
+
+@dataclass
+class EpisodeRecord:
+    problem: int  # dataset index of the example
+    slot: int  # the example's position in the batch
+    index: int  # the episode's number among its example's copies
+    calls: list[Served] = field(default_factory=list)
+    team_reward: float = 0.0
+    local_rewards: dict[str, float] = field(default_factory=dict)
+    refused: int = 0  # calls answered with an error (over the context, bad messages)
+
+
+@dataclass
+class Waiting:
+    episode: int
+    seq: int  # arrival order within its episode
+    call: ChatCall
+    reply: Future
+
+
+class Session:
+    """One rollout's episodes on the endpoint (the ``CallSink`` its server hands calls to)."""
+
+    def __init__(self, team: Team, n: int, greedy: bool, ignore_eos: bool):
+        self.team, self.n, self.greedy, self.ignore_eos = team, n, greedy, ignore_eos
+        self.agents = list(team.agents)
+        self.calls: list[list[Served]] = [[] for _ in range(n)]
+        self.refused = [0] * n
+        self.results: list[Any] = [None] * n
+        self.errors: dict[int, BaseException] = {}
+        self.finished: set[int] = set()
+        self._waiting: dict[int, list[Waiting]] = {}
+        self._seq = [0] * n
+        self._closed: str | None = None
+        self._cond = threading.Condition()
+
+    # --- the server's side and the episodes' side -----------------------------------------------
+
+    def submit(self, episode: int, call: ChatCall) -> Future:
+        reply: Future = Future()
+        with self._cond:
+            if self._closed or episode in self.finished:
+                why = self._closed or f"episode {episode} has returned"
+                reply.set_result((410, Refusal(410, why, "episode_ended").body()))
+                return reply
+            self._waiting.setdefault(episode, []).append(
+                Waiting(episode, self._seq[episode], call, reply)
+            )
+            self._seq[episode] += 1
+            self._cond.notify_all()
+        return reply
+
+    def finish(self, episode: int, value: Any = None, error: BaseException | None = None):
+        with self._cond:
+            self.finished.add(episode)
+            if error is None:
+                self.results[episode] = value
+            else:
+                self.errors[episode] = error
+            self._cond.notify_all()
+
+    # --- the rollout's side -------------------------------------------------------------------
+
+    def serve(self, clock: RolloutClock) -> None:
+        """Serve batches until every episode has returned (or one has raised)."""
+        while True:
+            with self._cond:
+                while not self._barrier():
+                    self._cond.wait(WAIT_S)
+                if self.errors or len(self.finished) == self.n:
+                    return
+                batch = sorted(
+                    (w for ws in self._waiting.values() for w in ws),
+                    key=lambda w: (w.episode, w.seq),
+                )
+                self._waiting.clear()
+            with clock.generating():
+                clock.tokens += self._answer(batch)
+
+    def _barrier(self) -> bool:
+        """Every episode blocked on a call or finished (or one failed)."""
+        if self.errors:
+            return True
+        blocked = sum(1 for e, ws in self._waiting.items() if ws and e not in self.finished)
+        return blocked + len(self.finished) == self.n
+
+    def _answer(self, batch: list[Waiting]) -> int:
+        """Encode, generate (one call per engine) and reply to every call of the batch."""
+        jobs, ready = [], []
+        for w in batch:
+            try:
+                ids = self._prompt(w.call)
+            except Refusal as r:
+                self.refused[w.episode] += 1
+                w.reply.set_result((r.status, r.body()))
+                continue
+            request = self.team.request(w.call.agent, ids, 1, greedy=self.greedy)
+            cap = request.max_new_tokens
+            request = dataclasses.replace(
+                request,
+                max_new_tokens=min(cap, w.call.max_tokens or cap),
+                stop=tuple(dict.fromkeys(request.stop + w.call.stop)),
+            )
+            jobs.append((w.call.agent, request))
+            ready.append((w, ids))
+        if not jobs:
+            return 0
+        try:
+            outs = self.team.generate(jobs, ignore_eos=self.ignore_eos)
+        except BaseException:
+            for w, _ in ready:
+                w.reply.set_result((410, Refusal(410, "generation failed", "episode_ended").body()))  # fmt: skip
+            raise
+        tokens = 0
+        for (w, ids), out in zip(ready, outs):
+            gen = out[0]
+            agent = w.call.agent
+            text = self.team.decode(agent, gen.completion_ids)
+            mine = self.calls[w.episode]
+            index = sum(1 for c in mine if c.agent == agent)
+            mine.append(Served(agent, index, len(mine), ids, gen, text))
+            w.reply.set_result((200, self._reply(w, ids, gen, text, len(mine) - 1)))
+            tokens += len(gen.completion_ids)
+        return tokens
+
+    def _prompt(self, call: ChatCall) -> list[int]:
+        try:
+            ids = self.team.encode_messages(call.agent, call.messages)
+        except Exception as err:  # a template that rejects the roles (e.g. two system turns)
+            raise Refusal(400, f"the chat template refused the messages: {err}", "invalid_messages") from None  # fmt: skip
+        limit = context_length(self.team, call.agent)
+        new = min(self.team.agents[call.agent].max_completion_length, call.max_tokens or 10**9)
+        if limit is not None and len(ids) + new > limit:
+            raise Refusal(
+                400,
+                f"the prompt is {len(ids)} tokens and the reply may take {new}: more than the "
+                f"model's context of {limit} tokens",
+                "context_length_exceeded",
+            )
+        return ids
+
+    def _reply(self, w: Waiting, ids: list[int], gen: Generation, text: str, k: int) -> dict:
+        tok = self.team.engine_of(w.call.agent).tokenizer
+        logprobs = None
+        if w.call.logprobs:
+            logprobs = {
+                "content": [
+                    {"token": (t := tok.decode([i])), "logprob": lp,
+                     "bytes": list(t.encode()), "top_logprobs": []}
+                    for i, lp in zip(gen.completion_ids, gen.logprobs)
+                ]
+            }  # fmt: skip
+        n_new = len(gen.completion_ids)
+        return {
+            "id": f"chatcmpl-{w.episode}-{k}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": w.call.agent,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length" if gen.truncated else "stop",
+                    "logprobs": logprobs,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": n_new,
+                "total_tokens": len(ids) + n_new,
+            },
+        }
+
+    def close(self, why: str) -> None:
+        """End the session: every waiting call, and any later one, is answered 410."""
+        with self._cond:
+            self._closed = why
+            waiting = [w for ws in self._waiting.values() for w in ws]
+            self._waiting.clear()
+        for w in waiting:
+            w.reply.set_result((410, Refusal(410, why, "episode_ended").body()))
+
+
+def context_length(team: Team, agent: str) -> int | None:
+    """The model's context (``max_position_embeddings``), or None where it is not known here
+    (a Ray controller holds no model)."""
+    model = team.engine_of(agent).model
+    config = getattr(model, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+# --- the episodes ---------------------------------------------------------------------------------
+
+
+def run_episodes(
+    team: Team,
+    env: AppEnv,
+    examples: list[tuple[int, dict]],
+    copies: int,
+    *,
+    greedy: bool,
+    ignore_eos: bool,
+    clock: RolloutClock,
+    endpoint: Endpoint | None = None,
+) -> list[EpisodeRecord]:
+    """``copies`` episodes of every example (in the batch's order), run concurrently; their
+    calls served in barrier batches. An episode that raises, or returns something that is not
+    a reward, is a ``RewardError`` naming the example, the episode and the user's frame."""
+    endpoint = endpoint or shared_endpoint()
+    records = [
+        EpisodeRecord(problem, slot, c)
+        for slot, (problem, _) in enumerate(examples)
+        for c in range(copies)
+    ]
+    session = Session(team, len(records), greedy, ignore_eos)
+    ids = endpoint.register(session, len(records))
+    try:
+        for i, rec in enumerate(records):
+            example = examples[rec.slot][1]
+            url = endpoint.episode_url(ids[i])
+            threading.Thread(
+                target=_run_one,
+                args=(session, i, env, example, url, endpoint.api_key),
+                daemon=True,  # an app that hangs outside its calls cannot keep Python alive
+                name=f"teamrl-episode-{i}",
+            ).start()
+        session.serve(clock)
+    finally:
+        session.close("the rollout has ended")
+        endpoint.unregister(ids)
+    for i, rec in enumerate(records):
+        where = f"example {rec.problem} (slot {rec.slot}), episode {rec.index}"
+        if i in session.errors:
+            err = session.errors[i]
+            raise RewardError(f"{where}: the app's episode raised {user_frame(err)}") from err
+    for i, rec in enumerate(records):
+        where = f"example {rec.problem} (slot {rec.slot}), episode {rec.index}"
+        rec.calls, rec.refused = session.calls[i], session.refused[i]
+        rec.team_reward, rec.local_rewards = episode_rewards(session.results[i], team, where)
+    return records
+
+
+def _run_one(session: Session, i: int, env: AppEnv, example: dict, url: str, key: str) -> None:
+    try:
+        session.finish(i, value=_call_episode(env, example, url, key))
+    except BaseException as err:  # handed to the rollout, which names it
+        session.finish(i, error=err)
+
+
+def _call_episode(env: AppEnv, example: dict, url: str, key: str) -> Any:
+    if env.wants_url:
+        out = env.episode(example, base_url=url, api_key=key)
+        return asyncio.run(out) if inspect.isawaitable(out) else out
+    import openai
+
+    opts = dict(base_url=url, api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT_S)
+    if env.is_async:
+
+        async def run() -> Any:
+            async with openai.AsyncOpenAI(**opts) as client:
+                return await env.episode(client, example)
+
+        return asyncio.run(run())
+    with openai.OpenAI(**opts) as client:
+        return env.episode(client, example)
+
+
+def episode_rewards(value: Any, team: Team, where: str) -> tuple[float, dict[str, float]]:
+    """(team reward, {agent: local reward}) from what an episode returned: a number, or a
+    number and a dict of per-agent numbers."""
+    locals_: Any = {}
+    if isinstance(value, tuple) and len(value) == 2:
+        value, locals_ = value
+    if not isinstance(locals_, dict):
+        raise RewardError(
+            f"{where}: reward error: the episode returned (team reward, {type(locals_).__name__}); "
+            "the second item must be a dict {agent: local reward}"
+        )
+    unknown = sorted(map(str, set(locals_) - set(team.agents)))
+    if unknown:
+        raise RewardError(
+            f"{where}: reward error: local rewards for {unknown}, which are not agents "
+            f"({', '.join(team.agents)})"
+        )
+    team_reward = as_reward(value, "the team reward the episode returned", where)
+    return team_reward, {
+        a: as_reward(v, f"the local reward of agent {a!r}", where) for a, v in locals_.items()
+    }
