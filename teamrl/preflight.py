@@ -170,7 +170,7 @@ def check_app(cfg: Config, task: Any, env: Any) -> bool:
     """An app task (``teamrl.apps.app_task``) runs with algorithm.name=app, and that algorithm
     runs only app tasks, with its packages installed. Returns whether the task is an app."""
     from teamrl.apps.endpoint import require_apps
-    from teamrl.apps.task import AppEnv, check_app_settings
+    from teamrl.apps.task import AppEnv
 
     is_app, name = isinstance(env, AppEnv), cfg.algorithm.name
     if is_app and name != "app":
@@ -185,7 +185,6 @@ def check_app(cfg: Config, task: Any, env: Any) -> bool:
         )
     if is_app:
         require_apps()
-        check_app_settings(cfg.algorithm)
     return is_app
 
 

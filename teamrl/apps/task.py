@@ -62,15 +62,6 @@ class AppEnv:
         return inspect.iscoroutinefunction(self.episode)
 
 
-def check_app_settings(algorithm: Any) -> None:
-    """What an app cannot train with: a learned critic (it reads a rollout tree)."""
-    if algorithm.critic != "none":
-        raise ConfigError(
-            f"algorithm.critic={algorithm.critic}: the critics read a rollout tree, and an "
-            "app's episodes have none; use algorithm.critic=none with an app"
-        )
-
-
 def takes_url(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters

@@ -139,9 +139,7 @@ class AlgorithmConfig:
         "AT-GRPO grouping ablation: which of 'turn', 'agent' split a problem's groups. None = "
         "both (the paper's (problem, turn, agent)); [] = problem only; [agent]; [turn].",
     )
-    alpha: float = _f(
-        1.0, "AT-GRPO/GRPO/app: an agent's reward is alpha * team + local."
-    )
+    alpha: float = _f(1.0, "AT-GRPO/GRPO/app: an agent's reward is alpha * team + local.")
     reward_per_agent: bool = _f(
         False,
         "MAGRPO: False (the paper) credits every agent of a joint action with the team reward; "

@@ -295,9 +295,7 @@ class Team:
             text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
             text = "\n\n".join(m["content"] for m in messages) + "\n"
-        return tok(text + self.agents[agent].response_prefix, add_special_tokens=False)[
-            "input_ids"
-        ]
+        return tok(text + self.agents[agent].response_prefix, add_special_tokens=False)["input_ids"]
 
     def request(self, agent: str, prompt_ids: list[int], n: int, greedy: bool = False) -> Request:
         a = self.agents[agent]
