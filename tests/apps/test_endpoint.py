@@ -105,7 +105,7 @@ def test_sampler_logprobs_equal_the_trainers_first_pass(team):
 def test_an_async_episode_and_a_base_url_episode(team):
     async def async_episode(client, example):
         assert isinstance(client, openai.AsyncOpenAI)
-        r = await client.chat.completions.create(model="alice", messages=user("hi"))
+        await client.chat.completions.create(model="alice", messages=user("hi"))
         return (0.5, {"alice": 0.25})
 
     (rec,) = run(team, async_episode)
