@@ -50,16 +50,18 @@ def app_rollout(
     greedy: bool = False,
     ignore_eos: bool = False,
     keep_small_groups: bool = False,
+    timeout: float = 0.0,
 ) -> RolloutResult:
     """K episodes per example (one when greedy), their calls as samples with groups and
     returns. ``keep_small_groups``: keep groups of one episode (evaluation, which never
-    computes a baseline)."""
+    computes a baseline). ``timeout``: seconds the episodes may run their own code without a
+    call or a return (``env.step_timeout``; 0: no limit)."""
     require_apps()
     env = app_env(make_env)
     k = 1 if greedy else num_generations
     clock, t0 = RolloutClock(), time.perf_counter()
     records = run_episodes(
-        team, env, examples, k, greedy=greedy, ignore_eos=ignore_eos, clock=clock
+        team, env, examples, k, greedy=greedy, ignore_eos=ignore_eos, clock=clock, timeout=timeout
     )  # fmt: skip
     clock.reward += time.perf_counter() - t0 - clock.generate  # the app's own time
     if groups == "joint":
@@ -209,7 +211,7 @@ def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_pa
     return app_rollout(
         team, make_env, examples, num_generations=1 if single_path else a.num_generations,
         groups=a.app_groups, alpha=a.alpha, greedy=greedy, ignore_eos=cfg.team.ignore_eos,
-        keep_small_groups=single_path,
+        keep_small_groups=single_path, timeout=cfg.env.step_timeout,
     )  # fmt: skip
 
 
@@ -217,7 +219,7 @@ def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
     return app_rollout(
         team, make_env, examples, num_generations=n, groups=cfg.algorithm.app_groups,
         alpha=cfg.algorithm.alpha, greedy=greedy, ignore_eos=cfg.team.ignore_eos,
-        keep_small_groups=True,
+        keep_small_groups=True, timeout=cfg.env.step_timeout,
     )  # fmt: skip
 
 

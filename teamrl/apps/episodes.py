@@ -73,8 +73,11 @@ class Waiting:
 class Session:
     """One rollout's episodes on the endpoint (the ``CallSink`` its server hands calls to)."""
 
-    def __init__(self, team: Team, n: int, greedy: bool, ignore_eos: bool):
+    def __init__(self, team: Team, n: int, greedy: bool, ignore_eos: bool, timeout: float = 0.0):
+        """``timeout``: seconds the episodes may go without a call or a return (0: no limit)."""
         self.team, self.n, self.greedy, self.ignore_eos = team, n, greedy, ignore_eos
+        self.timeout = float(timeout or 0.0)
+        self._moved = time.monotonic()  # the last call, return or reply
         self.agents = list(team.agents)
         self.calls: list[list[Served]] = [[] for _ in range(n)]
         self.refused = [0] * n
@@ -99,6 +102,7 @@ class Session:
                 Waiting(episode, self._seq[episode], call, reply)
             )
             self._seq[episode] += 1
+            self._moved = time.monotonic()
             self._cond.notify_all()
         return reply
 
@@ -109,6 +113,7 @@ class Session:
                 self.results[episode] = value
             else:
                 self.errors[episode] = error
+            self._moved = time.monotonic()
             self._cond.notify_all()
 
     # --- the rollout's side -------------------------------------------------------------------
@@ -119,6 +124,7 @@ class Session:
             with self._cond:
                 while not self._barrier():
                     self._cond.wait(WAIT_S)
+                    self._check_stalled()
                 if self.errors or len(self.finished) == self.n:
                     return
                 batch = sorted(
@@ -128,6 +134,18 @@ class Session:
                 self._waiting.clear()
             with clock.generating():
                 clock.tokens += self._answer(batch)
+            self._moved = time.monotonic()
+
+    def _check_stalled(self) -> None:
+        """A guard, not the batching rule: episodes that neither call nor return for
+        ``timeout`` seconds (an app hung in its own code) fail the rollout, named."""
+        if not self.timeout or time.monotonic() - self._moved <= self.timeout:
+            return
+        stuck = [i for i in range(self.n) if i not in self.finished and not self._waiting.get(i)]
+        self.errors[stuck[0]] = TimeoutError(
+            f"no call and no return for {self.timeout:g} s (env.step_timeout); episodes "
+            f"running their own code: {stuck}"
+        )
 
     def _barrier(self) -> bool:
         """Every episode blocked on a call or finished (or one failed)."""
@@ -255,17 +273,19 @@ def run_episodes(
     ignore_eos: bool,
     clock: RolloutClock,
     endpoint: Endpoint | None = None,
+    timeout: float = 0.0,
 ) -> list[EpisodeRecord]:
     """``copies`` episodes of every example (in the batch's order), run concurrently; their
     calls served in barrier batches. An episode that raises, or returns something that is not
-    a reward, is a ``RewardError`` naming the example, the episode and the user's frame."""
+    a reward, is a ``RewardError`` naming the example, the episode and the user's frame; so
+    are episodes that neither call nor return for ``timeout`` seconds (0: no limit)."""
     endpoint = endpoint or shared_endpoint()
     records = [
         EpisodeRecord(problem, slot, c)
         for slot, (problem, _) in enumerate(examples)
         for c in range(copies)
     ]
-    session = Session(team, len(records), greedy, ignore_eos)
+    session = Session(team, len(records), greedy, ignore_eos, timeout)
     ids = endpoint.register(session, len(records))
     try:
         for i, rec in enumerate(records):

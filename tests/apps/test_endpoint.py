@@ -213,3 +213,20 @@ def test_a_failed_episode_names_the_users_frame_and_stops_the_others(team):
         run(team, lambda client, example: "high")
     with pytest.raises(RewardError, match=r"local rewards for \['carol'\]"):
         run(team, lambda client, example: (1.0, {"carol": 1.0}))
+
+
+def test_an_episode_hung_in_its_own_code_fails_the_rollout_named(team):
+    never = threading.Event()
+
+    def episode(client, example):
+        client.chat.completions.create(model="alice", messages=user("hi"))
+        if example["x"] == 1:
+            never.wait()  # hangs without calling or returning
+        return 0.0
+
+    with pytest.raises(RewardError) as info:
+        run(team, episode, examples=[{"x": 0}, {"x": 1}], timeout=0.5)
+    never.set()
+    msg = str(info.value)
+    assert msg.startswith("example 1 (slot 1), episode 0: the app's episode raised TimeoutError")
+    assert "env.step_timeout" in msg and "[1]" in msg

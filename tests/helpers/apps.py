@@ -26,7 +26,7 @@ def tiny_cfg(*extra: str):
     )
 
 
-def run(team, episode, examples=({"x": 0},), copies=1, greedy=False):
+def run(team, episode, examples=({"x": 0},), copies=1, greedy=False, timeout=0.0):
     """``copies`` episodes of each example through the shared endpoint: their records."""
     from teamrl.apps.episodes import run_episodes
     from teamrl.apps.task import AppEnv
@@ -35,8 +35,9 @@ def run(team, episode, examples=({"x": 0},), copies=1, greedy=False):
     env = AppEnv(list(AGENTS), episode)
     batch = list(enumerate(examples))
     return run_episodes(
-        team, env, batch, copies, greedy=greedy, ignore_eos=False, clock=RolloutClock()
-    )
+        team, env, batch, copies, greedy=greedy, ignore_eos=False, clock=RolloutClock(),
+        timeout=timeout,
+    )  # fmt: skip
 
 
 def user(text: str) -> list[dict]:
