@@ -471,6 +471,45 @@ def test_socket_guard_refuses_the_network_but_not_unix_sockets():
     assert r.ok and r.stdout.splitlines() == ["hi True", refused, refused], r
 
 
+FILTER_SCRIPT = """\
+import ctypes, errno, json, socket, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(fn, *args):
+    return "ok" if fn(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
+t = threading.Thread(target=lambda: None)
+t.start()
+t.join()
+a, b = socket.socketpair()
+a.sendall(b"x")
+print(json.dumps({
+    "pair": b.recv(1).decode(),
+    "subprocess": subprocess.run(["true"]).returncode,
+    "unix": call(libc.socket, 1, 1, 0),
+    "inet": call(libc.socket, 2, 1, 0),
+    "netlink": call(libc.socket, 16, 2, 0),
+    "io_uring": call(libc.syscall, 425, 8, ctypes.create_string_buffer(120)),
+    "unshare": call(libc.unshare, 0x10000000),
+}))
+"""
+
+
+@pytest.mark.skipif(MODE not in ("namespaces", "userns"), reason=f"{MODE}: no namespaces")
+def test_namespace_modes_run_under_the_seccomp_filter():
+    # Ordinary programs still work (threads, a subprocess, unix sockets); the kernel
+    # surfaces are refused (the corpus has one program each, run as nobody for "userns").
+    r = run_python(FILTER_SCRIPT, isolation=MODE, limits=Limits(wall_seconds=20))
+    assert r.ok, r
+    assert json.loads(r.stdout) == {
+        "pair": "x",
+        "subprocess": 0,
+        "unix": "ok",
+        "inet": "EPERM",
+        "netlink": "EPERM",
+        "io_uring": "EPERM",
+        "unshare": "EPERM",
+    }
+
+
 def test_isolation_mode_matches_privileges():
     # The corpus below runs in MODE; its weaker modes' residual risks are expected failures.
     if os.geteuid() == 0:  # never the weak "setuid": auto does not pick it
