@@ -6,6 +6,8 @@ load and a traceback:
 
 - optional loggers (``log.tensorboard``, ``log.wandb``) are installed;
 - ``model.device`` exists on this machine;
+- a sandbox mode named in ``env.sandbox_isolation`` can run here (not the weak ones as root),
+  and the sandbox's disk bound is positive;
 - the task has training data, and every row has the fields the agents' prompt templates use;
 - each model resolves (builtin, local folder, or a hub id in the cache or reachable) and every
   ``model.lora_target_modules`` entry names a module of it (read from its config alone);
@@ -43,6 +45,7 @@ def preflight(
     returned lines say so."""
     check_loggers(cfg)
     check_device(cfg)
+    check_sandbox(cfg)
     if not cfg.team.agents:  # filled from the task (tasks.registry.bind_task) before this
         raise ConfigError(
             "team.agents: empty, and no task given to take its agents from: name the agents, "
@@ -104,6 +107,22 @@ def check_device(cfg: Config) -> None:
             )
     if device == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("model.device=mps but torch.backends.mps.is_available() is False")
+
+
+def check_sandbox(cfg: Config) -> None:
+    """A sandbox mode named in the config can run here, or one line now rather than when the
+    first model-written program runs, steps into training (``auto`` is probed then); the
+    disk bound is a positive number."""
+    from teamrl.sandbox import mode_problem
+    from teamrl.tasks.run_program import disk_bound
+
+    try:
+        disk_bound(cfg.env)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    mode = cfg.env.sandbox_isolation
+    if (problem := mode_problem(mode)) is not None:
+        raise ConfigError(f"env.sandbox_isolation={mode}: {problem}")
 
 
 # --- the task's data ------------------------------------------------------------------------

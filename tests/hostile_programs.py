@@ -38,6 +38,12 @@ PAST_THE_GUARD = {
     m: "the socket guard stops Python's socket class in the program's own interpreter only"
     for m in ("setuid", "rlimits")
 }
+# The weak modes run the program without the seccomp filter: these kernel surfaces stay open.
+NO_FILTER = {
+    m: "no seccomp filter in the weak modes: io_uring, keyrings, ptrace of its own processes, "
+    "new namespaces, bpf and every socket family stay reachable"
+    for m in ("setuid", "rlimits")
+}
 # Where a program may write outside its folder (the world-writable marker folder).
 WRITES_OUTSIDE = {"setuid": "the program may write to world-writable places", **WRITES_AS_US}
 
@@ -51,6 +57,33 @@ class Hostile:
     limits: dict = field(default_factory=dict)
     xfail: dict[str, str] = field(default_factory=dict)  # mode -> documented residual risk
     skip: dict[str, str] = field(default_factory=dict)  # mode -> why it is not run there
+
+
+def _syscall(name: str, args: str) -> str:
+    """Call ``name`` (x86_64 or aarch64 number) with ``args`` through ctypes; ESCAPED when it
+    returned >= 0. ``libc``, ``ctypes`` and ``os`` are in scope for ``args``."""
+    numbers = SYSCALLS[name]
+    return (
+        "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"number = {numbers!r}[platform.machine() == 'aarch64']\n"
+        f"if libc.syscall(number, {args}) >= 0:\n    print('ESCAPED')\n"
+        "raise SystemExit(ctypes.get_errno() or 1)\n"
+    )
+
+
+# (x86_64, aarch64) numbers of what the seccomp cases call.
+SYSCALLS = {
+    "io_uring_setup": (425, 425),
+    "unshare": (272, 97),
+    "add_key": (248, 217),
+    "keyctl": (250, 219),
+    "bpf": (321, 280),
+    "ptrace": (101, 117),
+}
+# A child that sleeps, for the cases that reach into another process of their own.
+_CHILD = (
+    "import ctypes, os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+)
 
 
 def _write(path: str) -> str:
@@ -286,12 +319,24 @@ CORPUS: list[Hostile] = [
         "fill_the_disk",
         "i = 0\nwhile True:\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'0' * (1 << 20))\n"
         "    i += 1\n",
-        ("file_size",),
-        # it writes (to a directory deleted afterwards) until the wall clock stops it
-        xfail={
-            m: "without the tmpfs working directory only each file is bounded (file_size_mb)"
-            for m in ("landlock", "setuid", "rlimits")
-        },
+        ("disk_limit",),
+    ),
+    Hostile(
+        "many_empty_files",
+        "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n",
+        ("disk_limit",),
+    ),
+    Hostile(
+        "many_folders",
+        "import os\ni = 0\nwhile True:\n    os.makedirs(f'd{i}/e/f')\n    i += 1\n",
+        ("disk_limit",),
+    ),
+    Hostile(
+        "big_file_past_the_disk_bound",  # the per-file bound above the folder's
+        "with open('big', 'wb') as f:\n    for _ in range(32):\n"
+        "        f.write(b'0' * (1 << 20))\n        f.flush()\nprint('wrote 32 MiB')\n",
+        ("disk_limit",),
+        limits={"file_size_mb": 64},
     ),
     Hostile(
         "many_open_files",
@@ -419,6 +464,66 @@ CORPUS: list[Hostile] = [
         "if libc.ptrace(16, @TEST_PID@, None, None) == 0:  # PTRACE_ATTACH\n"
         "    print('ESCAPED')\nraise SystemExit(ctypes.get_errno() or 1)\n",
         skip={"rlimits": f"{SAME_UID}: attaching would stop the test run"},
+    ),
+    # ---- kernel surfaces the seccomp filter refuses (issue 44) ---------------------------
+    Hostile(
+        "io_uring",
+        _syscall("io_uring_setup", "8, ctypes.create_string_buffer(120)"),
+        xfail=NO_FILTER,
+    ),
+    Hostile("unshare_user_namespace", _syscall("unshare", "0x10000000"), xfail=NO_FILTER),
+    Hostile(
+        "clone_new_user_namespace",
+        "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "number = 220 if platform.machine() == 'aarch64' else 56\n"
+        "pid = libc.syscall(number, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD\n"
+        "if pid == 0:\n    os._exit(0)\nif pid > 0:\n    os.waitpid(pid, 0)\n    print('ESCAPED')\n"
+        "raise SystemExit(ctypes.get_errno() or 1)\n",
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "keyring_add_key",  # into the process keyring (KEY_SPEC_PROCESS_KEYRING = -2)
+        _syscall("add_key", "b'user', b'teamrl', b'x', 1, -2"),
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "keyring_join_session",  # KEYCTL_JOIN_SESSION_KEYRING
+        _syscall("keyctl", "1, b'teamrl-ring'"),
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "bpf_map_create",  # BPF_MAP_CREATE of a one-entry array
+        _syscall("bpf", "0, (ctypes.c_uint32 * 8)(2, 4, 4, 1), 32"),
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "ptrace_traceme",  # PTRACE_TRACEME
+        _syscall("ptrace", "0, 0, None, None"),
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "ptrace_own_child",  # PTRACE_ATTACH to a child of its own
+        _CHILD + "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "number = 117 if os.uname().machine == 'aarch64' else 101\n"
+        "done = libc.syscall(number, 16, pid, None, None)\n"
+        "os.kill(pid, 9)\nif done == 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "process_vm_readv_own_child",
+        _CHILD + "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "buf = ctypes.create_string_buffer(16)\n"
+        "iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 16)\n"
+        "done = libc.process_vm_readv(pid, iov, 1, iov, 1, 0)\n"
+        "os.kill(pid, 9)\nif done >= 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
+        xfail=NO_FILTER,
+    ),
+    Hostile(
+        "socket_families",  # netlink, the kernel's crypto API, vsock (no netns fences it)
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "opened = [f for f, t in ((16, 2), (38, 5), (40, 1)) if libc.socket(f, t, 0) >= 0]\n"
+        "if opened:\n    print('ESCAPED', opened)\nraise SystemExit(1)\n",
+        xfail={m: "no seccomp filter in the weak modes" for m in ("setuid", "rlimits")},
     ),
     Hostile("ctypes_segfault", "import ctypes\nctypes.string_at(0)\n", ("signal 11",)),
     Hostile(

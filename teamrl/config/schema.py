@@ -164,6 +164,17 @@ class EnvConfig:
             "open, see docs/sandbox.md.",
         )
     )
+    sandbox_disk_mb: int = _f(
+        64,
+        "MiB a model-written program may keep in its working directory, all files together "
+        "(a tmpfs of that size with namespaces, else a watcher kills it past the bound); a "
+        "program past it fails alone, killed='disk_limit'.",
+    )
+    sandbox_disk_files: int = _f(
+        1024,
+        "Files and folders a model-written program may keep in its working directory "
+        "(tmpfs nr_inodes, or the watcher's count); past it the program fails alone.",
+    )
 
 
 @dataclass

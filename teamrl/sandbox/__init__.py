@@ -18,8 +18,8 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
       to a network namespace). In the mount namespace every mount is remounted read-only
       and nosuid; ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run`` are empty private
       tmpfs, so host unix sockets, shared memory and temp files there are out of reach; the
-      working directory is a private tmpfs of ``file_size_mb`` MiB, the only writable place,
-      which vanishes with the namespace. The program runs under a tiny init (pid 1 of its
+      working directory is a private tmpfs of ``disk_mb`` MiB and ``disk_files`` inodes, the
+      only writable place, which vanishes with the namespace. The program runs under a tiny init (pid 1 of its
       namespace): when the program exits, init exits and the kernel kills and reaps every
       process left in the namespace, so double-forked daemons cannot survive.
     * A fresh unprivileged uid/gid, unique among concurrent runs, with no supplementary
@@ -28,13 +28,18 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
       the caller's ``/proc/<pid>/environ``.
     * When the interpreter lives under a directory other users cannot enter (``/root``), an
       empty tmpfs covers that directory and the interpreter's prefix alone is bound back.
+    * The seccomp filter (``teamrl.sandbox.seccomp``), installed in the child before it execs:
+      no io_uring, ptrace or reading other processes' memory, new namespaces or mounts, bpf,
+      perf events, keyrings or System V IPC, and no socket but ``AF_UNIX`` (none needed: the
+      network namespace is empty) unless the run allows the network.
 
 ``"userns"`` (any other user, where unprivileged user namespaces are allowed)
     A user namespace maps uid 0 to the caller; in it the same network, IPC, mount (with the
     same private tmpfs dirs, and the caller's home hidden too) and pid namespaces as above,
     plus a fresh ``/proc`` of the new pid namespace, so the program sees and can signal
     only its own processes. The program itself runs in a nested user namespace as uid 1000
-    without any capability; the boot processes that hold capabilities are non-dumpable, so
+    without any capability, under the same seccomp filter (installed by the boot script once
+    that namespace is made); the boot processes that hold capabilities are non-dumpable, so
     the program cannot ptrace them. RLIMIT_NPROC counts per user namespace, so it bounds the
     program's processes. Residual risk: outside its namespaces the program is the caller's
     uid, so it can read (not write: everything is read-only) any file the caller can read
@@ -54,7 +59,8 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     mounts, bpf, perf events, keyrings and System V IPC. After the run every process of the
     uid is killed. Residual risk: it reads world-readable files and sees host processes in
     ``/proc`` (not their environment); its working directory is on the caller's disk, not
-    a tmpfs, so only each file is bounded (``file_size_mb``). Needs Landlock ABI >= 3
+    a tmpfs, so ``disk_mb`` and ``disk_files`` are kept by a watcher that looks every 50 ms
+    and kills the run past them (``teamrl.sandbox.disk``), not by the kernel. Needs Landlock ABI >= 3
     (Linux 6.2), seccomp, and an interpreter other users can reach (not under ``/root``);
     without them the mode fails with one line, and ``auto`` never falls back to a weak mode.
 
@@ -64,7 +70,8 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     ``/dev/shm``, any 0777 folder; bounded per file by ``file_size_mb``), directly or
     through any program it runs, and gets past the socket guard with ctypes, ``curl`` or a
     child interpreter (loopback servers, unix sockets in ``/tmp``, abstract ones); System V
-    IPC objects it makes outlive the run. Its working directory is on the caller's disk.
+    IPC objects it makes outlive the run. No seccomp filter. Its working directory is on the
+    caller's disk, bounded by the watcher as in "landlock".
     The interpreter must be reachable by other users (not under ``/root``).
 
 ``"rlimits"`` (weak; only when asked for: ``isolation="rlimits"`` or
@@ -73,7 +80,7 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     program can signal (or ptrace) the caller's processes (same uid), read and write
     wherever the caller can (its ``/proc/<pid>/environ`` and unix sockets included),
     escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
-    the uid. docs/sandbox.md lists what the hostile corpus measured.
+    the uid; no seccomp filter; its working directory is bounded by the watcher. docs/sandbox.md lists what the hostile corpus measured.
 
 When no strong mode works and no weak one was asked for, ``isolation_mode`` raises a
 one-line RuntimeError saying what to enable or set.
@@ -95,7 +102,7 @@ harness a result channel the judged program cannot write to.
 
 from teamrl.sandbox.channel import REPORT_FD_ENV, TRUSTED_PRELUDE
 from teamrl.sandbox.limits import ISOLATION_MODES, ExecResult, Limits
-from teamrl.sandbox.modes import ISOLATION_ENV, RESIDUAL_RISKS, isolation_mode
+from teamrl.sandbox.modes import ISOLATION_ENV, RESIDUAL_RISKS, isolation_mode, mode_problem
 from teamrl.sandbox.pool import SandboxPool
 from teamrl.sandbox.run import run_python
 
@@ -109,5 +116,6 @@ __all__ = [
     "Limits",
     "SandboxPool",
     "isolation_mode",
+    "mode_problem",
     "run_python",
 ]

@@ -74,7 +74,21 @@ class _CapHeader(ctypes.Structure):
 if _libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (ctypes.c_uint32 * 6)()) != 0:
     raise OSError(ctypes.get_errno(), "sandbox boot: capset")
 _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
-del _libc, _CapHeader, _name, _text, _f
+del _CapHeader, _name, _text, _f
+"""
+
+# "userns" program, last: the seccomp filter (teamrl.sandbox.seccomp, its instructions as
+# hex), now that the boot needs no more namespaces or mounts. no_new_privs, which it needs,
+# was set before exec and is inherited.
+_SECCOMP = """\
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+_code = bytes.fromhex("@FILTER@")
+_fprog = _Fprog(len(_code) // 8, _code)
+_ulong = ctypes.c_ulong
+if _libc.prctl(_ulong(22), _ulong(2), ctypes.byref(_fprog), _ulong(0), _ulong(0)) != 0:
+    raise OSError(ctypes.get_errno(), "sandbox boot: seccomp filter")
+del _Fprog, _code, _fprog, _ulong
 """
 
 # Without a network namespace: refuse every socket family but AF_UNIX. socket.socket's
@@ -113,13 +127,19 @@ exec(_code, _main.__dict__)
 """
 
 
-def boot_code(mode: str, network: bool) -> str:
+def boot_code(mode: str, network: bool, syscalls: bytes | None = None) -> str:
+    """The boot script for ``mode``; ``syscalls``: ("userns") the seccomp filter's
+    instructions, installed in the program's process just before it runs."""
     parts = ["import os, sys\n"]
     if mode == "userns":
         parts.append(_BOOT_USERNS_PRIVATE)
     if mode in ("namespaces", "userns"):
         userns = mode == "userns"
         program = _USERNS_PROGRAM.replace("@UID@", str(USERNS_UID)) if userns else ""
+        if userns and syscalls is not None:
+            program += _SECCOMP.replace("@FILTER@", syscalls.hex())
+        if userns:
+            program += "del _libc\n"
         pidns = _BOOT_PIDNS.replace("@INIT@", _USERNS_INIT if userns else "")
         parts.append(pidns.replace("@PROGRAM@", program))
     elif not network:

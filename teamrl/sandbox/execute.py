@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from teamrl.sandbox import linux
 from teamrl.sandbox.boot import boot_code
 from teamrl.sandbox.channel import REPORT_FD_ENV
+from teamrl.sandbox.disk import DiskWatch
 from teamrl.sandbox.launch import Plan, confinement, make_preexec
 from teamrl.sandbox.limits import FRESH_UID_MODES, UID_KILL_MODES, ExecResult, Limits
 from teamrl.sandbox.pump import classify, kill_tree, namespace_status, pump
@@ -89,10 +90,12 @@ def execute(
         if report:
             env[REPORT_FD_ENV] = str(report_w)
         boot = os.path.join(base, "boot.py")
+        in_boot = syscalls if mode == "userns" else None  # see teamrl.sandbox.launch
         with open(boot, "w", encoding="utf-8") as f:
-            f.write(boot_code(mode, limits.network))
+            f.write(boot_code(mode, limits.network, in_boot.code if in_boot else None))
         argv = [exe, "-I", "-S", boot, str(status_w), program, *map(str, args)]
-        plan = Plan(mode, prefix, base, workdir, uid, limits, err_w, ruleset_fd, syscalls)
+        in_child = None if in_boot else syscalls
+        plan = Plan(mode, prefix, base, workdir, uid, limits, err_w, ruleset_fd, in_child)
         preexec = make_preexec(plan)
         stdin_fd = _stdin_fd(base, stdin)
         start = time.monotonic()
@@ -118,12 +121,21 @@ def execute(
                 if fd >= 0:
                     os.close(fd)
             status_w = report_w = -1
+        # Without a tmpfs of its own, a watcher bounds the folder (teamrl.sandbox.disk).
+        watch = None if pidns else DiskWatch(workdir, limits)
         with proc:
             deadline = start + limits.wall_seconds
             out, err, channel, reason, cpu = pump(
-                proc, limits, deadline, lambda: kill_tree(proc, mode, uid), report_r
+                proc,
+                limits,
+                deadline,
+                lambda: kill_tree(proc, mode, uid),
+                report_r,
+                watch.over if watch else None,
             )
         wall = time.monotonic() - start
+        if reason is None and watch is not None and watch.over():  # what it left behind
+            reason = "disk_limit"
         returncode = proc.returncode
         if pidns:
             init_pid, status = namespace_status(status_r)

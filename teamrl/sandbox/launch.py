@@ -5,7 +5,10 @@ as anyone else ("userns") it first makes a user namespace mapping uid 0 to the c
 gives it the capabilities to build the same namespaces and mounts (the boot script then puts
 the program in a nested user namespace without capabilities, see teamrl.sandbox.boot). As
 root without namespaces ("landlock") it drops to a fresh uid and restricts itself with a
-Landlock ruleset and a seccomp filter, both built in the parent and inherited across exec.
+Landlock ruleset. The strong modes' seccomp filter, built in the parent, is the child's last
+step before exec ("namespaces", "landlock") or the boot script's before the program runs
+("userns", whose boot still makes a user namespace and mounts /proc); it is inherited across
+exec and fork.
 """
 
 from __future__ import annotations
@@ -35,16 +38,24 @@ class Plan:
     limits: Limits
     error_fd: int
     ruleset_fd: int = -1  # "landlock": the Landlock ruleset to restrict the child with
-    syscalls: seccomp.Filter | None = None  # "landlock": the seccomp filter
+    # The seccomp filter the child installs before exec ("namespaces", "landlock"; "userns"
+    # installs it in the boot script, after the program's own user namespace is made).
+    syscalls: seccomp.Filter | None = None
+
+
+# The modes whose program runs under the seccomp filter (``teamrl.sandbox.seccomp``).
+FILTERED_MODES = ("namespaces", "userns", "landlock")
 
 
 def confinement(mode: str, workdir: str, network: bool) -> tuple[int, seccomp.Filter | None]:
-    """("landlock" mode) the ruleset fd and the seccomp filter for one run, built here in the
-    parent so that a kernel without them is a one-line RuntimeError before any fork; the
-    caller closes the fd. Other modes: (-1, None)."""
-    if mode != "landlock":
+    """The Landlock ruleset fd ("landlock" mode, else -1; the caller closes it) and the seccomp
+    filter (the strong modes, else None) for one run, built here in the parent so that a
+    kernel without them is a one-line RuntimeError before any fork."""
+    if mode not in FILTERED_MODES:
         return -1, None
-    syscalls = seccomp.Filter(network)  # first: it raises before an fd is open
+    syscalls = seccomp.Filter(seccomp.socket_policy(mode, network), mode)  # raises before an fd
+    if mode != "landlock":
+        return -1, syscalls
     return landlock.ruleset(workdir, network), syscalls
 
 
@@ -104,7 +115,9 @@ def make_preexec(plan: Plan) -> Callable[[], None]:
     keep = [p for p in (plan.prefix, plan.base) if any(_under(p, h) for h in hidden)]
     work = plan.workdir.encode()
     owner = 0 if userns else plan.uid  # "userns": uid 0 of the new namespace is the caller
-    tmpfs_opts = f"size={plan.limits.file_size_mb}m,mode=0700,uid={owner},gid={owner}"
+    # The disk bound (teamrl.sandbox.disk): the root folder is one of the tmpfs's inodes.
+    size, inodes = plan.limits.disk_mb, plan.limits.disk_files + 1
+    tmpfs_opts = f"size={size}m,nr_inodes={inodes},mode=0700,uid={owner},gid={owner}"
     net = 0 if plan.limits.network else linux.CLONE_NEWNET
     ns_flags = linux.CLONE_NEWNS | linux.CLONE_NEWIPC | linux.CLONE_NEWPID | net
     if userns:

@@ -27,10 +27,17 @@ class Limits:
     )
     wall_seconds: float = _limit(10.0, "Wall-clock seconds from launch; then everything is killed.")
     memory_mb: int = _limit(512, "Address space per process in MiB (RLIMIT_AS).")
-    file_size_mb: int = _limit(
-        16,
-        "Largest file the program may write, MiB (RLIMIT_FSIZE); with namespaces "
-        "also the size of its private tmpfs working directory.",
+    file_size_mb: int = _limit(16, "Largest file the program may write, MiB (RLIMIT_FSIZE).")
+    disk_mb: int = _limit(
+        64,
+        "MiB the program may keep in its working directory (also its HOME and TMPDIR), all "
+        "files together: the size of its tmpfs with namespaces, else a watcher kills it past "
+        "the bound (killed='disk_limit').",
+    )
+    disk_files: int = _limit(
+        1024,
+        "Files, folders and links the program may keep in its working directory (tmpfs "
+        "nr_inodes with namespaces, else the watcher's count).",
     )
     max_processes: int = _limit(16, "Processes and threads the program may have (RLIMIT_NPROC).")
     output_bytes: int = _limit(
@@ -42,7 +49,8 @@ class Limits:
     )
 
     def __post_init__(self) -> None:
-        for name in ("cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "open_files"):
+        positive = ("cpu_seconds", "memory_mb", "file_size_mb", "disk_mb", "disk_files")
+        for name in (*positive, "max_processes", "open_files"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Limits.{name}: expected an integer >= 1, got {value!r}")
@@ -60,7 +68,9 @@ class ExecResult:
 
     ``killed`` names the limit that stopped it: ``"wall_time"``, ``"cpu_time"``,
     ``"output_limit"``, ``"memory"`` (it died of MemoryError), ``"file_size"`` (it died of a
-    write failing with EFBIG or ENOSPC) or ``"signal N"`` (it died of signal N); ``timed_out``
+    write failing with EFBIG: one file past ``file_size_mb``), ``"disk_limit"`` (its working
+    directory passed ``disk_mb`` or ``disk_files``: it died of a write failing with ENOSPC,
+    or the disk watcher killed it) or ``"signal N"`` (it died of signal N); ``timed_out``
     is true for the two time limits. ``stdout``/``stderr`` are decoded as UTF-8 (invalid
     bytes replaced), at most ``Limits.output_bytes`` bytes each; so is ``report``, the
     authenticated channel of ``run_python(..., report=True)`` (see ``teamrl.sandbox.channel``).

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 
-from teamrl.sandbox import linux
+from teamrl.sandbox import landlock, linux, seccomp
 from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, WEAK_MODES, Limits
 
 ISOLATION_ENV = "TEAMRL_SANDBOX_ISOLATION"
@@ -26,16 +26,20 @@ RESIDUAL_RISKS = {
     "home and the private /tmp, /run, /dev/shm, /var/tmp (read-only), and may connect to your "
     "unix sockets elsewhere; memory and CPU are bounded per process",
     "landlock": "reads world-readable files; sees host processes in /proc (not their "
-    "environment); the working directory is on disk, so only each file is bounded "
-    "(file_size_mb) and a program can fill the disk until the wall clock; memory and CPU are "
-    "bounded per process",
+    "environment); the working directory is on disk, bounded (disk_mb, disk_files) by a "
+    "watcher that looks every 50 ms, so a program may write past the bound for that long "
+    "(each file within file_size_mb) before it is killed; memory and CPU are bounded per "
+    "process",
     "setuid": "WEAK: writes to world-writable places (/tmp, /dev/shm, any 0777 folder), "
     "directly or through any program it runs; the socket guard stops Python's sockets only "
     "(ctypes, curl or a child interpreter reach loopback servers, unix sockets in /tmp and "
-    "abstract ones); System V IPC objects outlive the run; the working directory is on disk",
+    "abstract ones); no seccomp filter (io_uring, keyrings, new user namespaces, ptrace of its "
+    "own processes, every socket family); System V IPC objects outlive the run; the working "
+    "directory is on disk, bounded by a watcher only",
     "rlimits": "WEAK: runs as your uid without namespaces: it can write and read wherever you "
     "can, read the trainer's /proc/<pid>/environ, signal or ptrace the trainer, reach loopback "
-    "servers past the socket guard, and leave daemons running",
+    "servers past the socket guard, use io_uring, keyrings and new user namespaces (no "
+    "seccomp filter), and leave daemons running",
 }
 
 _lock = threading.Lock()
@@ -68,6 +72,26 @@ def check_mode(isolation: str) -> str:
     if isolation in FRESH_UID_MODES and not root:
         raise ValueError(f"isolation: {isolation!r} needs root, running as uid {os.geteuid()}")
     return isolation
+
+
+def mode_problem(isolation: str) -> str | None:
+    """Why ``isolation`` cannot run here, in one line, or None; without running a program,
+    so a config check can call it before anything loads. ``"auto"`` is None: which mode it
+    gets is probed at the first program (``isolation_mode``). A named mode is checked for
+    what it needs of this process and kernel (``check_mode``: root or not; seccomp for the
+    strong modes; Landlock for "landlock"); what only a run shows (namespaces a container
+    forbids) still fails at the first program."""
+    if isolation == "auto":
+        return None
+    try:
+        check_mode(isolation)
+        if isolation in ("namespaces", "userns", "landlock"):
+            seccomp.require(isolation)
+        if isolation == "landlock":
+            landlock.require()
+    except (ValueError, RuntimeError) as exc:
+        return str(exc).removeprefix("isolation: ").removeprefix("sandbox: ")
+    return None
 
 
 def _candidates() -> list[str]:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from teamrl.sandbox import linux
+from teamrl.sandbox.disk import LOOK_EVERY
 from teamrl.sandbox.limits import UID_KILL_MODES, Limits
 
 
@@ -33,9 +34,11 @@ def pump(
     deadline: float,
     kill: Callable[[], None],
     report_fd: int = -1,
+    over_disk: Callable[[], bool] | None = None,
 ) -> tuple[bytes, bytes, bytes, str | None, float]:
     """Read stdout, stderr (and the report channel) until the program ends or hits a limit;
-    kill and reap it.
+    kill and reap it. ``over_disk``: asked every ``disk.LOOK_EVERY`` seconds whether the
+    program's folder is past its bound (the modes without a tmpfs, ``teamrl.sandbox.disk``).
 
     Returns (stdout, stderr, report, the limit we enforced or None, CPU seconds of the
     reaped tree).
@@ -48,15 +51,24 @@ def pump(
     sel = selectors.DefaultSelector()
     pidfd = os.pidfd_open(proc.pid)
     reason, killed = None, False
+    next_look = time.monotonic() + LOOK_EVERY
     try:
         for fd in (*bufs, pidfd):
             sel.register(fd, selectors.EVENT_READ)
         # Until the leader has exited and every pipe is closed (the selector is empty then).
         while reason is None and sel.get_map():
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 reason = "wall_time"
                 break
+            if over_disk is not None:
+                if now >= next_look:
+                    if over_disk():
+                        reason = "disk_limit"
+                        break
+                    next_look = time.monotonic() + LOOK_EVERY
+                remaining = min(remaining, max(next_look - now, 0.0))
             for key, _ in sel.select(remaining):
                 if key.fd == pidfd:
                     # The leader is a zombie: kill what it left behind, so the pipes close.
@@ -145,6 +157,8 @@ def classify(
         last = lines[-1] if lines else ""
         if last.startswith("MemoryError"):
             return "memory"
-        if "[Errno 27] File too large" in last or "[Errno 28] No space left" in last:
+        if "[Errno 27] File too large" in last:
             return "file_size"
+        if "[Errno 28] No space left" in last:  # its tmpfs is full (teamrl.sandbox.disk)
+            return "disk_limit"
     return None

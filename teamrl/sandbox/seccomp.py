@@ -1,14 +1,20 @@
-"""A seccomp filter through ctypes: the system calls the "landlock" mode's program may not make.
+"""A seccomp filter through ctypes: the system calls a sandboxed program may not make.
 
 A seccomp filter is a small classic-BPF program the kernel runs on every system call of the
 process and of everything it later forks or execs; it sees the call's number, architecture
-and raw arguments (not the memory they point to). Ours refuses, with ``EPERM``:
+and raw arguments (not the memory they point to). Every strong mode installs one as the last
+step before the program runs ("namespaces" and "landlock" in the child before it execs the
+interpreter, "userns" in the boot script once the program's own user namespace is made, see
+``teamrl.sandbox.boot``). Ours refuses, with ``EPERM``:
 
-* ``socket(2)`` unless the run allows the network: every family, so no TCP, UDP, raw,
-  netlink, nor unix sockets (a socket file in ``/tmp`` or an abstract one both start with
-  ``socket``; Landlock has no rule for connecting to a socket file). ``socketpair`` stays:
-  a connected pair reaches nothing outside. io_uring, which could open and connect sockets
-  past the filter, is refused outright.
+* ``socket(2)`` unless the run allows the network. "landlock": every family, so no TCP,
+  UDP, raw, netlink, nor unix sockets (a socket file in ``/tmp`` or an abstract one both
+  start with ``socket``; Landlock has no rule for connecting to a socket file). With a
+  network namespace ("namespaces", "userns"): every family but ``AF_UNIX``, whose sockets
+  reach only the sandbox's own files and network namespace; the others (netlink, vsock,
+  which no network namespace fences, the kernel's crypto sockets...) are kernel surface a
+  program has no use for. ``socketpair`` stays: a connected pair reaches nothing outside.
+  io_uring, which could open and connect sockets past the filter, is refused outright.
 * reaching into other processes: ``ptrace``, ``process_vm_readv``/``writev``,
   ``pidfd_getfd``;
 * new namespaces and mounts: ``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag,
@@ -40,6 +46,9 @@ _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_GET_SECCOMP = 22, 2, 21
 X32_SYSCALL_BIT = 0x40000000
+AF_UNIX = 1
+# Which sockets a program may open: none, unix ones only, or any (the run allows the network).
+SOCKET_POLICIES = ("none", "unix", "all")
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET.
 CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x70000000
 
@@ -107,18 +116,26 @@ def syscall_number(name: str, arch: str) -> int:
     return _SYSCALLS[name][list(ARCHES).index(arch)]
 
 
-def require() -> str:
+def require(mode: str = "landlock") -> str:
     """This machine's architecture, or RuntimeError (one line) when the filter cannot be
     installed here (an architecture without a table, or a kernel without seccomp)."""
     arch = machine()
     if arch not in ARCHES:
         raise RuntimeError(
-            f"sandbox: isolation 'landlock' has no seccomp filter for machine {arch!r} "
+            f"sandbox: isolation {mode!r} has no seccomp filter for machine {arch!r} "
             f"(known: {', '.join(ARCHES)})"
         )
     if linux.libc().prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
-        raise RuntimeError("sandbox: isolation 'landlock' needs seccomp (CONFIG_SECCOMP)")
+        raise RuntimeError(f"sandbox: isolation {mode!r} needs seccomp (CONFIG_SECCOMP)")
     return arch
+
+
+def socket_policy(mode: str, network: bool) -> str:
+    """What ``socket(2)`` may open in ``mode``: any family when the run allows the network;
+    else unix sockets where a network namespace fences them, none in "landlock"."""
+    if network:
+        return "all"
+    return "unix" if mode in ("namespaces", "userns") else "none"
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -130,16 +147,26 @@ def _deny(number: int, action: int) -> bytes:
     return _insn(_JEQ, number, 0, 1) + _insn(_RET, action)
 
 
-@lru_cache(maxsize=4)
-def program(arch: str, network: bool) -> bytes:
-    """The filter's instructions (``struct sock_filter[]``) for ``arch``."""
+@lru_cache(maxsize=8)
+def program(arch: str, sockets: str) -> bytes:
+    """The filter's instructions (``struct sock_filter[]``) for ``arch``; ``sockets``: which
+    ``socket(2)`` calls pass (one of ``SOCKET_POLICIES``, see ``socket_policy``)."""
+    if sockets not in SOCKET_POLICIES:
+        raise ValueError(f"sockets: expected one of {SOCKET_POLICIES}, got {sockets!r}")
     audit_arch, has_x32 = ARCHES[arch]
     eperm, enosys = RET_ERRNO | errno.EPERM, RET_ERRNO | errno.ENOSYS
     code = _insn(_LD_W_ABS, _ARCH) + _insn(_JEQ, audit_arch, 1, 0) + _insn(_RET, RET_KILL_PROCESS)
     code += _insn(_LD_W_ABS, _NR)
     if has_x32:
         code += _insn(_JGE, X32_SYSCALL_BIT, 0, 1) + _insn(_RET, eperm)
-    names = DENIED if network else ("socket", *DENIED)
+    if sockets == "unix":
+        # socket(AF_UNIX, ...) returns ALLOW, any other family EPERM: both branches return,
+        # so loading the family (the low 32 bits of the first argument) into the
+        # accumulator does not disturb the checks below, which only other calls reach.
+        code += _insn(_JEQ, syscall_number("socket", arch), 0, 4)
+        code += _insn(_LD_W_ABS, _ARG0) + _insn(_JEQ, AF_UNIX, 0, 1)
+        code += _insn(_RET, RET_ALLOW) + _insn(_RET, eperm)
+    names = ("socket", *DENIED) if sockets == "none" else DENIED
     for name in names:
         code += _deny(syscall_number(name, arch), eperm)
     code += _deny(syscall_number("clone3", arch), enosys)
@@ -153,8 +180,9 @@ def program(arch: str, network: bool) -> bytes:
 class Filter:
     """A filter built in the parent; ``install`` is what the forked child calls."""
 
-    def __init__(self, network: bool) -> None:
-        code = program(require(), network)
+    def __init__(self, sockets: str, mode: str = "landlock") -> None:
+        code = program(require(mode), sockets)
+        self.code = code
         self._buffer = ctypes.create_string_buffer(code, len(code))
         self._fprog = _SockFprog(len(code) // 8, ctypes.addressof(self._buffer))
 

@@ -15,6 +15,13 @@ module stays light to import, and tests replace these callables with fakes.
 ``set_isolation(mode)``
     the sandbox isolation every later run uses (``env.sandbox_isolation``: ``auto`` or a
     mode of ``teamrl.sandbox.ISOLATION_MODES``).
+``configure(env)``
+    every sandbox setting of a run's env config: the isolation, and the disk bound
+    (``env.sandbox_disk_mb``, ``env.sandbox_disk_files``) of every later program.
+``disk_bound(env)``
+    the disk bound of an env config, checked (what the preflight checks).
+``batch_limits(timeout_s)``
+    the sandbox ``Limits`` of a batch program (a runner elsewhere, e.g. on Ray, uses them).
 ``failure_text(result)``
     a one-line reason why a run did not finish cleanly.
 """
@@ -36,6 +43,7 @@ in order (``report`` is passed only when the caller reads the report channel).""
 # code (tests/rollout/test_rollout_guards.py checks the two agree)
 ISOLATION_CHOICES = ("auto", "namespaces", "userns", "landlock", "setuid", "rlimits")
 _isolation = {"mode": "auto"}
+_disk: dict[str, int] = {}  # Limits keywords (disk_mb, disk_files); empty: the defaults
 
 
 def set_isolation(mode: str) -> None:
@@ -49,6 +57,25 @@ def set_isolation(mode: str) -> None:
         _pool.cache_clear()
 
 
+def configure(env: Any) -> None:
+    """The sandbox settings of ``env`` (an ``EnvConfig``) for every later run: its isolation
+    and its disk bound."""
+    disk = disk_bound(env)
+    set_isolation(env.sandbox_isolation)
+    _disk.clear()
+    _disk.update(disk)
+
+
+def disk_bound(env: Any) -> dict[str, int]:
+    """The ``Limits`` keywords of ``env``'s disk bound; ValueError (one line, naming the
+    field) for a value below 1."""
+    disk = {"disk_mb": env.sandbox_disk_mb, "disk_files": env.sandbox_disk_files}
+    for key, value in disk.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"env.sandbox_{key}: expected an integer >= 1, got {value!r}")
+    return disk
+
+
 def isolation() -> str:
     """The isolation mode later runs get (``set_isolation``; ``"auto"`` by default)."""
     return _isolation["mode"]
@@ -58,8 +85,7 @@ def run_program(code: str, limits: dict | None = None) -> Any:
     """Run one program in the sandbox (an ``ExecResult``); ``limits``: ``Limits`` kwargs."""
     from teamrl.sandbox import Limits, run_python  # imported here: keep imports light
 
-    limits_ = None if limits is None else Limits(**limits)
-    return run_python(code, limits=limits_, isolation=_isolation["mode"])
+    return run_python(code, limits=Limits(**{**_disk, **(limits or {})}), isolation=isolation())
 
 
 @lru_cache(maxsize=1)
@@ -73,15 +99,22 @@ def sandbox_runner(
     codes: Sequence[str], stdins: Sequence[str], timeout_s: float, report: bool = False
 ) -> list[Any]:
     """The default runner: every program in the shared ``SandboxPool`` with a wall-clock limit."""
-    from teamrl.sandbox import Limits
-
-    # The CPU limit is set no lower than the wall clock, so the wall clock is what binds.
-    limits = Limits(wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s)))
+    limits = batch_limits(timeout_s)
     if not report:
         return _pool().map(list(codes), stdins=list(stdins), limits=limits)
     pool = _pool()
     futures = [pool.submit(c, stdin=s, limits=limits, report=True) for c, s in zip(codes, stdins)]
     return [f.result() for f in futures]
+
+
+def batch_limits(timeout_s: float) -> Any:
+    """The ``Limits`` of a program run in a batch: ``timeout_s`` of wall clock, the disk bound
+    set by ``configure``, the sandbox's defaults otherwise."""
+    from teamrl.sandbox import Limits
+
+    # The CPU limit is set no lower than the wall clock, so the wall clock is what binds.
+    cpu = max(1, math.ceil(timeout_s))
+    return Limits(wall_seconds=float(timeout_s), cpu_seconds=cpu, **_disk)
 
 
 pool_runner = sandbox_runner  # the in-process default, kept when another runner is installed

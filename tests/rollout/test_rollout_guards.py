@@ -175,7 +175,8 @@ def test_env_sandbox_isolation_reaches_the_sandbox(monkeypatch, tmp_path):
         cfg = load_config(
             None, tiny_overrides(**{"env.sandbox_isolation": "userns", "env.name": "mine"})
         )
-        Trainer(cfg, task=task, run_dir=tmp_path)
+        # (no preflight: it refuses "userns" as root, tests/sandbox/test_sandbox_disk.py)
+        Trainer(cfg, task=task, run_dir=tmp_path, preflight=False)
         rp.run_program("print(1)")
         assert seen["isolation"] == "userns" and rp._pool.cache_info().currsize == 0
     finally:

@@ -40,6 +40,8 @@ LIMITS = Limits(
     wall_seconds=2.0,
     memory_mb=256,
     file_size_mb=4,
+    disk_mb=8,
+    disk_files=64,
     max_processes=8,
     output_bytes=4096,
     open_files=64,
@@ -467,6 +469,45 @@ def test_socket_guard_refuses_the_network_but_not_unix_sockets():
     )
     refused = "[Errno 1] network access is disabled in the sandbox"
     assert r.ok and r.stdout.splitlines() == ["hi True", refused, refused], r
+
+
+FILTER_SCRIPT = """\
+import ctypes, errno, json, socket, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(fn, *args):
+    return "ok" if fn(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
+t = threading.Thread(target=lambda: None)
+t.start()
+t.join()
+a, b = socket.socketpair()
+a.sendall(b"x")
+print(json.dumps({
+    "pair": b.recv(1).decode(),
+    "subprocess": subprocess.run(["true"]).returncode,
+    "unix": call(libc.socket, 1, 1, 0),
+    "inet": call(libc.socket, 2, 1, 0),
+    "netlink": call(libc.socket, 16, 2, 0),
+    "io_uring": call(libc.syscall, 425, 8, ctypes.create_string_buffer(120)),
+    "unshare": call(libc.unshare, 0x10000000),
+}))
+"""
+
+
+@pytest.mark.skipif(MODE not in ("namespaces", "userns"), reason=f"{MODE}: no namespaces")
+def test_namespace_modes_run_under_the_seccomp_filter():
+    # Ordinary programs still work (threads, a subprocess, unix sockets); the kernel
+    # surfaces are refused (the corpus has one program each, run as nobody for "userns").
+    r = run_python(FILTER_SCRIPT, isolation=MODE, limits=Limits(wall_seconds=20))
+    assert r.ok, r
+    assert json.loads(r.stdout) == {
+        "pair": "x",
+        "subprocess": 0,
+        "unix": "ok",
+        "inet": "EPERM",
+        "netlink": "EPERM",
+        "io_uring": "EPERM",
+        "unshare": "EPERM",
+    }
 
 
 def test_isolation_mode_matches_privileges():
@@ -978,6 +1019,10 @@ RLIMITS_ESCAPES = {
     *("proc_parent_environ", "proc_parent_fds", "proc_parent_cwd"),
     *("unix_socket_in_tmp", "abstract_unix_socket"),
 }
+# The kernel surfaces only the seccomp filter fences (the weak modes have none): each escapes
+# there where this kernel has it (no bpf for unprivileged users where the sysctl says so, no
+# vsock or crypto sockets without their modules), so they may escape, not must.
+KERNEL_SURFACE = {c.name for c in CORPUS if c.xfail.get("setuid", "").startswith("no seccomp")}
 # Escapes that start another process: in "rlimits" mode RLIMIT_NPROC counts every process
 # and thread of the caller's uid (its pool's threads and the other programs included), so
 # one of these may find no process to spare and fail on its own.
@@ -1048,9 +1093,8 @@ def test_corpus_as_nobody_gets_userns_and_is_contained(arena, readable_package):
 def test_corpus_as_nobody_in_the_weak_mode_escapes_as_documented(arena, readable_package):
     _, _, runs = corpus_in_caller(arena, readable_package, "rlimits", "rlimits", **AS_NOBODY)
     escaped = caller_violations(arena, runs, "rlimits", 65534)
-    assert RLIMITS_ESCAPES - SPAWNING_ESCAPES <= set(escaped) <= RLIMITS_ESCAPES, " ".join(
-        sorted(escaped)
-    )
+    allowed = RLIMITS_ESCAPES | KERNEL_SURFACE
+    assert RLIMITS_ESCAPES - SPAWNING_ESCAPES <= set(escaped) <= allowed, " ".join(sorted(escaped))
     # every escape is a documented residual risk of the mode
     assert all("rlimits" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
 
@@ -1112,7 +1156,7 @@ def test_corpus_in_the_setuid_mode_escapes_as_documented(arena):
     finally:
         for case in CORPUS:
             arena.forget(case.name)
-    assert escaped == SETUID_ESCAPES, " ".join(sorted(escaped))
+    assert SETUID_ESCAPES <= escaped <= SETUID_ESCAPES | KERNEL_SURFACE, " ".join(sorted(escaped))
     assert all("setuid" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
     assert os.getpid() == arena.pid and current_env() == arena.env
 

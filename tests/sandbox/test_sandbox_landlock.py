@@ -77,41 +77,66 @@ X86_64, AARCH64, I386 = 0xC000003E, 0xC00000B7, 0x40000003
 ALLOW, KILL = 0x7FFF0000, 0x80000000
 DENY, NOSYS = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
 SIGCHLD, CLONE_NEWUSER, CLONE_NEWNET = 17, 0x10000000, 0x40000000
+AF_UNIX, AF_INET, AF_NETLINK, AF_VSOCK = 1, 2, 16, 40
 
 
 @pytest.mark.parametrize(
-    "arch, network, nr, arg0, expected",
+    "arch, sockets, nr, arg0, expected",
     [
         # x86_64: socket 41, socketpair 53, read 0, ptrace 101, clone 56, clone3 435
-        ("x86_64", False, 41, 0, DENY),
-        ("x86_64", True, 41, 0, ALLOW),
-        ("x86_64", False, 53, 0, ALLOW),
-        ("x86_64", False, 0, 0, ALLOW),
-        ("x86_64", True, 101, 0, DENY),
-        ("x86_64", False, 425, 0, DENY),  # io_uring_setup
-        ("x86_64", False, 29, 0, DENY),  # shmget
-        ("x86_64", False, 56, SIGCHLD, ALLOW),  # fork
-        ("x86_64", False, 56, SIGCHLD | CLONE_NEWUSER, DENY),
-        ("x86_64", False, 56, CLONE_NEWNET, DENY),
-        ("x86_64", False, 435, 0, NOSYS),
-        ("x86_64", False, 0x40000000 | 41, 0, DENY),  # x32 socket
+        ("x86_64", "none", 41, 0, DENY),
+        ("x86_64", "all", 41, 0, ALLOW),
+        ("x86_64", "none", 53, 0, ALLOW),
+        ("x86_64", "none", 0, 0, ALLOW),
+        ("x86_64", "all", 101, 0, DENY),
+        ("x86_64", "none", 425, 0, DENY),  # io_uring_setup
+        ("x86_64", "none", 29, 0, DENY),  # shmget
+        ("x86_64", "none", 56, SIGCHLD, ALLOW),  # fork
+        ("x86_64", "none", 56, SIGCHLD | CLONE_NEWUSER, DENY),
+        ("x86_64", "none", 56, CLONE_NEWNET, DENY),
+        ("x86_64", "none", 435, 0, NOSYS),
+        ("x86_64", "none", 0x40000000 | 41, 0, DENY),  # x32 socket
+        # "unix" (a network namespace fences them): AF_UNIX = 1 only, whatever the high bits
+        ("x86_64", "unix", 41, AF_UNIX, ALLOW),
+        ("x86_64", "unix", 41, (1 << 32) | AF_UNIX, ALLOW),
+        ("x86_64", "unix", 41, AF_INET, DENY),
+        ("x86_64", "unix", 41, AF_NETLINK, DENY),
+        ("x86_64", "unix", 41, AF_VSOCK, DENY),
+        ("x86_64", "unix", 53, AF_UNIX, ALLOW),  # socketpair
+        ("x86_64", "unix", 250, 0, DENY),  # keyctl: the checks after the socket branch hold
+        ("x86_64", "unix", 56, CLONE_NEWUSER, DENY),
+        ("x86_64", "unix", 56, SIGCHLD, ALLOW),
+        ("x86_64", "unix", 1, AF_INET, ALLOW),  # write(fd 2): the family test is socket's
         # aarch64: socket 198; 41 is pivot_root there, 56 openat
-        ("aarch64", False, 198, 0, DENY),
-        ("aarch64", False, 41, 0, DENY),
-        ("aarch64", False, 56, 0, ALLOW),
-        ("aarch64", False, 220, SIGCHLD, ALLOW),
-        ("aarch64", False, 220, CLONE_NEWNET, DENY),
+        ("aarch64", "none", 198, 0, DENY),
+        ("aarch64", "none", 41, 0, DENY),
+        ("aarch64", "none", 56, 0, ALLOW),
+        ("aarch64", "none", 220, SIGCHLD, ALLOW),
+        ("aarch64", "none", 220, CLONE_NEWNET, DENY),
+        ("aarch64", "unix", 198, AF_UNIX, ALLOW),
+        ("aarch64", "unix", 198, AF_INET, DENY),
+        ("aarch64", "unix", 41, AF_UNIX, DENY),  # pivot_root, whatever its argument
     ],
 )
-def test_seccomp_filter_decisions(arch, network, nr, arg0, expected):
+def test_seccomp_filter_decisions(arch, sockets, nr, arg0, expected):
     audit_arch = {"x86_64": X86_64, "aarch64": AARCH64}[arch]
-    assert run_filter(seccomp.program(arch, network), nr, audit_arch, arg0) == expected
+    assert run_filter(seccomp.program(arch, sockets), nr, audit_arch, arg0) == expected
 
 
 def test_seccomp_filter_kills_another_abi():
     # int 0x80 from an x86_64 process: i386 numbers (102 is socketcall there)
-    assert run_filter(seccomp.program("x86_64", False), 102, I386) == KILL
-    assert run_filter(seccomp.program("aarch64", True), 198, X86_64) == KILL
+    assert run_filter(seccomp.program("x86_64", "none"), 102, I386) == KILL
+    assert run_filter(seccomp.program("x86_64", "unix"), 102, I386) == KILL
+    assert run_filter(seccomp.program("aarch64", "all"), 198, X86_64) == KILL
+
+
+def test_socket_policy_per_mode():
+    assert seccomp.socket_policy("landlock", network=False) == "none"
+    assert seccomp.socket_policy("namespaces", network=False) == "unix"
+    assert seccomp.socket_policy("userns", network=False) == "unix"
+    assert {seccomp.socket_policy(m, network=True) for m in ("landlock", "userns")} == {"all"}
+    with pytest.raises(ValueError, match="sockets: expected one of"):
+        seccomp.program("x86_64", "inet")
 
 
 HEADERS = {
@@ -156,7 +181,7 @@ libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 if layer == "landlock":
     landlock.restrict_self(landlock.ruleset(inside, network))
 else:
-    seccomp.Filter(network).install()
+    seccomp.Filter("all" if network else "none").install()
 @ATTEMPT@def connect(family, address):
     with socket.socket(family) as s:
         s.connect(address)
