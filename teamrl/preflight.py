@@ -20,20 +20,22 @@ import dataclasses
 import importlib.util
 import math
 import string
-from dataclasses import dataclass
 from typing import Any
 
 from teamrl.config import Config, ConfigError
 from teamrl.config.policy_map import (
-    adapters_per_model,
     base_of,
     model_copies,
-    policy_agents,
     uses_lora,
 )
-from teamrl.config.step_shape import step_shape
-
-GiB = 1024**3
+from teamrl.team.memory import (  # noqa: F401  (preflight.estimate_memory etc. stay public)
+    Estimate,
+    GiB,
+    estimate_memory,
+    micro_batch_bytes,
+    micro_batch_tokens,
+    shape_of,
+)
 
 
 def preflight(
@@ -149,6 +151,8 @@ def check_task(cfg: Config, task: Any) -> None:
                         f"(its fields: {', '.join(sorted(map(str, row)))})"
                     )
     env = task.make_env()
+    from teamrl.apps.task import check_app
+
     if check_app(cfg, task, env):  # an app's episodes are its own code: nothing to step here
         return
     check_turn_shape(cfg, task, env)
@@ -183,28 +187,6 @@ def check_reward(cfg: Config, task: Any) -> Any:
         return step
     except RewardError as err:
         raise ConfigError(str(err)) from None
-
-
-def check_app(cfg: Config, task: Any, env: Any) -> bool:
-    """An app task (``teamrl.apps.app_task``) runs with algorithm.name=app, and that algorithm
-    runs only app tasks, with its packages installed. Returns whether the task is an app."""
-    from teamrl.apps.endpoint import require_apps
-    from teamrl.apps.task import AppEnv
-
-    is_app, name = isinstance(env, AppEnv), cfg.algorithm.name
-    if is_app and name != "app":
-        raise ConfigError(
-            f"algorithm.name={name}: task {task.name!r} is an app (its episodes call the team's "
-            "endpoint), which only algorithm.name=app runs (docs/apps.md)"
-        )
-    if name == "app" and not is_app:
-        raise ConfigError(
-            f"algorithm.name=app runs an app task (teamrl.apps.app_task), but task "
-            f"{task.name!r} is an env ({type(env).__name__}): use magrpo, at_grpo or grpo"
-        )
-    if is_app:
-        require_apps()
-    return is_app
 
 
 def check_turn_shape(cfg: Config, task: Any, env: Any) -> None:
@@ -341,109 +323,7 @@ def check_lora_targets(targets: list[str], model: Any, model_name: str) -> None:
             )
 
 
-# --- memory ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Estimate:
-    """Bytes of one training step, by part."""
-
-    weights: float
-    optimizer: float  # gradients and optimizer state (two AdamW moments; none for SGD)
-    generation: float  # KV cache and prefill logits of the largest generate call
-    training: float  # activations and logits of one micro-batch's forward and backward
-    rows: int  # sequences in the largest generate call
-    seq: int  # tokens per sequence (prompt budget + completions)
-    replica: float = 0.0  # a sharded worker's full copy of the weights, to sample from
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.replica + self.optimizer + max(self.generation, self.training)
-
-    def describe(self) -> str:
-        replica = f", sampling replica {self.replica / GiB:.2f}" if self.replica else ""
-        return (
-            f"{self.total / GiB:.1f} GiB (weights {self.weights / GiB:.2f}{replica}, optimizer and "
-            f"gradients {self.optimizer / GiB:.2f}, generation {self.generation / GiB:.2f} for "
-            f"{self.rows:,} sequences of {self.seq:,} tokens, training forward "
-            f"{self.training / GiB:.2f})"
-        )
-
-
-def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Estimate:
-    """A step's peak memory from the config alone: a low-end estimate (what the step needs at
-    least), so a config is refused only when it cannot fit.
-
-    weights: params * dtype bytes per model copy ('separate': one per agent); LoRA adds
-    r * (in + out) per linear layer and adapter. Trainable parameters (all of a full
-    fine-tune, the adapters with LoRA) carry a gradient and two AdamW moments (3 more copies;
-    1, the gradient, under ``train.optim=sgd``);
-    beta > 0 without LoRA adds a frozen reference copy. Sampling on CPU in float32 with
-    ``generation.cpu_prepack`` adds one packed copy of the linear weights: kept for the run when
-    they are frozen (the LoRA base, counted in weights), rebuilt at each rollout otherwise
-    (counted in generation).
-
-    generation: rows = prompts_per_step * agents * G (AT-GRPO/GRPO: K), times the tree's
-    branching at the deepest MAGRPO level. Every row holds its own KV cache,
-    rows * seq * 2 * layers * kv_heads * head_dim * bytes, with seq = prompt budget +
-    max_turns * max_completion_length; plus fp32 logits rows * vocab * 4 twice per token.
-
-    training: one micro-batch of m samples (a policy's samples / num_mini_batches, or
-    micro_batch_size), ``micro_batch_bytes``: its distinct prompts (m / G: a group shares one)
-    and its completions keep about 16 * hidden + 4 * intermediate activations per layer and
-    token (measured); each sample copies its prompt's KV cache, and each completion token
-    keeps LOGIT_ROWS fp32 vocab rows. With train.max_tokens_per_micro_batch below the
-    micro-batch's forward tokens, the term shrinks in proportion to the budget (or to one
-    sample, when a sample alone is longer).
-    """
-    a, t = cfg.algorithm, cfg.train
-    n_agents = len(cfg.team.agents)
-    nbytes = {"float32": 4, "bfloat16": 2, "float16": 2}[cfg.model.dtype]
-    lora = uses_lora(cfg)
-    shapes = {name: _shape(model) for name, model in models.items()}
-
-    weights = optimizer = repacked = 0.0
-    per_trainable = 1 if t.optim == "sgd" else 3  # copies per trainable parameter
-    packs = _packs_weights(cfg)
-    adapters_per_copy = adapters_per_model(cfg)
-    for name in model_copies(cfg):
-        s = shapes[name]
-        weights += s["params"] * nbytes
-        if lora:
-            adapter = s["lora_in_out"] * cfg.model.lora_r * adapters_per_copy
-            weights += adapter * nbytes
-            optimizer += per_trainable * adapter * nbytes
-        else:
-            optimizer += per_trainable * s["params"] * nbytes
-            if a.beta > 0:
-                weights += s["params"] * nbytes
-        if packs and lora:
-            weights += s["params"] * 4
-        elif packs:
-            repacked += s["params"] * 4
-
-    turns, g = cfg.env.max_turns, a.num_generations
-    completion = max(ag.max_completion_length for ag in cfg.team.agents)
-    seq = prompt_len + turns * completion
-    shape = step_shape(cfg)  # the recipe's count of a step's generation rows and samples
-    rows, samples = shape.generation_rows, shape.samples
-    big = max(shapes.values(), key=lambda s: s["params"])
-    generation = rows * seq * 2 * big["layers"] * big["kv_dim"] * nbytes + rows * big["vocab"] * 8
-    generation += repacked
-
-    widest = max(len(members) for members in policy_agents(cfg).values())
-    per_policy = math.ceil(samples * widest / n_agents)  # the busiest policy's samples
-    minibatch = math.ceil(per_policy / t.num_mini_batches)
-    micro = min(t.micro_batch_size or minibatch, minibatch)
-    checkpointing = cfg.model.gradient_checkpointing
-    shape = dict(rows=micro, prompts=math.ceil(micro / g), prompt_len=seq - completion)
-    shape.update(completion_len=completion, nbytes=nbytes, checkpointing=checkpointing)
-    training = micro_batch_bytes(big, **shape)
-    budget = t.max_tokens_per_micro_batch
-    tokens = micro_batch_tokens(**shape)
-    if budget is not None and tokens > budget:  # a chunk holds the budget, or one sample
-        training *= max(budget, seq) / tokens
-    return Estimate(weights, optimizer, generation, training, rows, seq)
+# --- memory (the estimate itself: teamrl.team.memory) --------------------------------------
 
 
 def worker_estimate(cfg: Config, models: dict[str, Any], prompt_len: int, plan: Any) -> Estimate:
@@ -497,91 +377,6 @@ def check_placement(cfg: Config, models: dict[str, Any], prompt_len: int) -> lis
             )
         lines.append(f"group {plan.name!r}: per worker {est.describe()}")
     return lines
-
-
-def _packs_weights(cfg: Config) -> bool:
-    """Whether the hf sampler will use oneDNN-packed weight copies (teamrl.generation.cpu_prepack)."""
-    import torch
-
-    g, m = cfg.generation, cfg.model
-    on_cpu = m.device == "cpu" or (m.device == "auto" and not torch.cuda.is_available())
-    return g.backend == "hf" and g.cpu_prepack != "off" and m.dtype == "float32" and on_cpu
-
-
-def _shape(model: Any) -> dict[str, int]:
-    import torch
-
-    params = sum(p.numel() for p in model.parameters())
-    lora_in_out = sum(
-        m.in_features + m.out_features
-        for n, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear)
-    )
-    return {"params": params, "lora_in_out": lora_in_out, **shape_of(model.config)}
-
-
-def shape_of(config: Any) -> dict[str, int]:
-    """The sizes the activation estimate reads, from a transformers config."""
-    c = config.get_text_config()
-    hidden = c.hidden_size
-    heads = c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or hidden // heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or heads
-    return {
-        "layers": c.num_hidden_layers,
-        "hidden": hidden,
-        "inter": getattr(c, "intermediate_size", None) or 4 * hidden,
-        "kv_dim": kv_heads * head_dim,
-        "vocab": c.vocab_size,
-    }
-
-
-# Activations the backward keeps, per layer and forward token, in elements of the model's
-# dtype: about 16 * hidden + 4 * intermediate. Measured, not derived: benchmarks/update_memory.py
-# fits it on SmolLM2-135M (hidden 576, intermediate 1536) and a Qwen2.5-0.5B shape (896, 4864)
-# in eager float32 on CPU, where the norms, rotary embeddings, attention and SwiGLU each keep
-# several hidden-sized tensors (the textbook 4 * hidden + 3 * intermediate is a third of it).
-ACTIVATION_HIDDEN, ACTIVATION_INTER = 16, 4
-# fp32 vocab rows per completion token: about 4 with chosen_logprob's backward, 6 with
-# autograd's composition (gather - logsumexp); benchmarks/results/update_memory.md measures
-# the slope. Kept at 6 as headroom: an estimate that errs low lets a run start that then runs
-# out of memory, and the prompt-heavy LoRA points already sit close below the measured peak.
-LOGIT_ROWS = 6
-
-
-def micro_batch_tokens(
-    rows: int, prompts: int, prompt_len: int, completion_len: int, checkpointing: bool, **_
-) -> int:
-    """Forward tokens of one micro-batch (teamrl.update.micro_batches.forward_tokens):
-    each distinct prompt once and each completion after its prompt's cache, or every sample
-    in full under gradient checkpointing."""
-    if checkpointing:
-        return rows * (prompt_len + completion_len)
-    return prompts * prompt_len + rows * completion_len
-
-
-def micro_batch_bytes(
-    shape: dict[str, int],
-    *,
-    rows: int,
-    prompts: int,
-    prompt_len: int,
-    completion_len: int,
-    nbytes: int,
-    checkpointing: bool = False,
-) -> float:
-    """What one forward + backward of the update adds to memory (bytes): the kept activations
-    of its forward tokens (each layer's input only under gradient checkpointing, plus one layer
-    recomputed in full), each sample's copy of its prompt's KV cache (without checkpointing),
-    and LOGIT_ROWS fp32 vocab rows per completion token."""
-    tokens = micro_batch_tokens(rows, prompts, prompt_len, completion_len, checkpointing)
-    layer = (ACTIVATION_HIDDEN * shape["hidden"] + ACTIVATION_INTER * shape["inter"]) * nbytes
-    if checkpointing:
-        kept = tokens * (shape["layers"] * shape["hidden"] * nbytes + layer)
-    else:
-        kv_token = 2 * shape["layers"] * shape["kv_dim"] * nbytes
-        kept = tokens * shape["layers"] * layer + rows * prompt_len * kv_token
-    return kept + rows * completion_len * shape["vocab"] * 4 * LOGIT_ROWS
 
 
 PROMPT_BUDGET = 256  # tokens, when the task's prompts cannot be measured

@@ -53,7 +53,7 @@ from teamrl.run.seeding import set_seed
 from teamrl.run.watch import LearningWatch
 from teamrl.sample import Sample
 from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
-from teamrl.tasks.run_program import set_isolation
+from teamrl.tasks.run_program import configure as configure_sandbox
 from teamrl.team.policies import Policy, resolve_device
 from teamrl.team.weights import base_record
 
@@ -77,7 +77,7 @@ class Trainer:
         self.recipe = recipe_for(cfg.algorithm.name)
         set_seed(cfg.seed)
         # every model-written program this process runs from now on, whatever built the task
-        set_isolation(cfg.env.sandbox_isolation)
+        configure_sandbox(cfg.env)
         self.task = task or task_from_config(cfg.env)
         if cfg.env.turn_order:
             inner = self.task.make_env

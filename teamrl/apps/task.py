@@ -130,3 +130,24 @@ def app_task(
         agents=dict(roles or {}),
         description=description or f"app {getattr(episode, '__name__', 'episode')}",
     )
+
+
+def check_app(cfg: Any, task: Any, env: Any) -> bool:
+    """An app task (``teamrl.apps.app_task``) runs with algorithm.name=app, and that algorithm
+    runs only app tasks, with its packages installed. Returns whether the task is an app."""
+    from teamrl.apps.endpoint import require_apps
+
+    is_app, name = isinstance(env, AppEnv), cfg.algorithm.name
+    if is_app and name != "app":
+        raise ConfigError(
+            f"algorithm.name={name}: task {task.name!r} is an app (its episodes call the team's "
+            "endpoint), which only algorithm.name=app runs (docs/apps.md)"
+        )
+    if name == "app" and not is_app:
+        raise ConfigError(
+            f"algorithm.name=app runs an app task (teamrl.apps.app_task), but task "
+            f"{task.name!r} is an env ({type(env).__name__}): use magrpo, at_grpo or grpo"
+        )
+    if is_app:
+        require_apps()
+    return is_app

@@ -11,7 +11,6 @@ to the sandbox's home.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -38,10 +37,7 @@ def ray_sandbox_runner(
 
     from teamrl.tasks import run_program
 
-    # as the in-process runner: the CPU limit no lower than the wall clock, which binds
-    limits = _sandbox.Limits(
-        wall_seconds=float(timeout_s), cpu_seconds=max(1, math.ceil(timeout_s))
-    )
+    limits = run_program.batch_limits(timeout_s)  # the in-process runner's, disk bound too
     mode = run_program.isolation()
     return ray.get([_task().remote(c, s, limits, mode, report) for c, s in zip(codes, stdins)])
 
