@@ -1,4 +1,4 @@
-"""Command line: ``teamrl train | eval | export | envs | play | plot``.
+"""Command line: ``teamrl train | eval | export | envs | play | plot | report``.
 
 A user mistake (a bad config value, a missing file, a missing optional package) ends with one
 line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
@@ -271,6 +271,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from teamrl.commands.report import write_report
+
+    print(write_report(args.run_dir, args.output))
+    return 0
+
+
 class HelpConfig(argparse.Action):
     """``--help-config [SECTION]``: print every config field (per-agent ones too), or one
     section's, and exit, like --help; an unknown section is one line listing the sections."""
@@ -473,6 +480,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output", default=None)
     _add_traceback(pl)
     pl.set_defaults(fn=cmd_plot)
+
+    rp = sub.add_parser(
+        "report",
+        help="Write one self-contained HTML page of a run: curves, samples, rollout trees, "
+        "before/after evaluation outputs (reads the run folder's files only).",
+    )
+    rp.add_argument("run_dir", help="The run folder (its metrics.jsonl, samples.jsonl, ...).")
+    rp.add_argument("--output", default=None, help="Where the page goes (RUN_DIR/report.html).")
+    _add_traceback(rp)
+    rp.set_defaults(fn=cmd_report)
     p.set_defaults(commands={"train": t, "eval": e})
     return p
 
