@@ -267,7 +267,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from teamrl.commands.plot import plot_run
 
-    print(plot_run(args.run_dir, args.output))
+    print(plot_run(args.run_dir, args.output, smooth=args.smooth))
     return 0
 
 
@@ -478,6 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
     pl.add_argument("run_dir")
     pl.add_argument("--output", default=None)
+    pl.add_argument(
+        "--smooth",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="Draw each training curve as its EMA with weight W in [0, 1) (0: raw values).",
+    )
     _add_traceback(pl)
     pl.set_defaults(fn=cmd_plot)
 

@@ -118,6 +118,8 @@ def _agents(config: dict, series: dict, samples: list[dict]) -> list[str]:
     for key in series:
         if key.startswith("reward/agent/") and key.endswith("/mean"):
             names.append(key.split("/")[2])
+        elif key.startswith("advantage/mean/"):
+            names.append(key[len("advantage/mean/") :])
     names += [r["agent"] for r in samples if r.get("agent") not in names]
     return list(dict.fromkeys(names))
 
