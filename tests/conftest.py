@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tests/vllm needs vLLM in its own venv (make test-vllm sets TEAMRL_TEST_VLLM=1): the main
 # suite never collects it, with or without vLLM installed.
 collect_ignore = [] if os.environ.get("TEAMRL_TEST_VLLM") else ["vllm"]
+# tests/browser drives Chromium: its own tier (make test-browser sets TEAMRL_TEST_BROWSER=1)
+if not os.environ.get("TEAMRL_TEST_BROWSER"):
+    collect_ignore.append("browser")
 
 
 def pytest_collection_modifyitems(config, items):
