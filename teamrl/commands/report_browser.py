@@ -107,14 +107,19 @@ def open_report(path: Path, width: int = 1280, height: int = 900) -> Iterator[tu
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def screenshots(report: Path, prefix: str) -> list[Path]:
-    """One PNG per section of the page: ``{prefix}-{section}.png``; returns their paths."""
+def screenshots(report: Path, prefix: str, max_height: int = 1400) -> list[Path]:
+    """One PNG per section of the page, ``{prefix}-{section}.png`` (a section taller than
+    ``max_height`` pixels is cut there); returns their paths. Raises if the page made a
+    request or an error."""
     out = []
     with open_report(report) as (page, log):
         for section in SECTIONS:
             path = Path(f"{prefix}-{section}.png")
             path.parent.mkdir(parents=True, exist_ok=True)
-            page.locator(f"#{section}").screenshot(path=str(path))
+            box = page.locator(f"#{section}").bounding_box()
+            assert box is not None, f"the page has no #{section}"
+            clip = {**box, "height": min(box["height"], max_height)}
+            page.screenshot(path=str(path), clip=clip, full_page=True)
             out.append(path)
         if log.errors or log.requests:
             raise RuntimeError(f"the page misbehaved: {log.errors + log.requests}")
