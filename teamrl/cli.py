@@ -1,4 +1,4 @@
-"""Command line: ``teamrl train | eval | export | envs | play | plot``.
+"""Command line: ``teamrl train | eval | export | envs | play | plot | report``.
 
 A user mistake (a bad config value, a missing file, a missing optional package) ends with one
 line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
@@ -267,7 +267,14 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from teamrl.commands.plot import plot_run
 
-    print(plot_run(args.run_dir, args.output))
+    print(plot_run(args.run_dir, args.output, smooth=args.smooth))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from teamrl.commands.report import write_report
+
+    print(write_report(args.run_dir, args.output))
     return 0
 
 
@@ -471,8 +478,25 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="Write learning curves (PNG) for a run folder.")
     pl.add_argument("run_dir")
     pl.add_argument("--output", default=None)
+    pl.add_argument(
+        "--smooth",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="Draw each training curve as its EMA with weight W in [0, 1) (0: raw values).",
+    )
     _add_traceback(pl)
     pl.set_defaults(fn=cmd_plot)
+
+    rp = sub.add_parser(
+        "report",
+        help="Write one self-contained HTML page of a run: curves, samples, rollout trees, "
+        "before/after evaluation outputs (reads the run folder's files only).",
+    )
+    rp.add_argument("run_dir", help="The run folder (its metrics.jsonl, samples.jsonl, ...).")
+    rp.add_argument("--output", default=None, help="Where the page goes (RUN_DIR/report.html).")
+    _add_traceback(rp)
+    rp.set_defaults(fn=cmd_report)
     p.set_defaults(commands={"train": t, "eval": e})
     return p
 

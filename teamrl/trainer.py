@@ -182,10 +182,11 @@ class Trainer:
                 "epoch": float(self.data.epoch),
             }
         )
-        if self.logger is not None:
-            self.logger.log_samples(
-                sample_rows(result.samples, self.step, cfg.log.num_completions_to_log)
+        if self.logger is not None:  # the first examples' whole groups (teamrl report)
+            rows = sample_rows(
+                result.samples, self.step, cfg.log.num_groups_to_log, self.team.decode
             )
+            self.logger.log_samples(rows)
         return metrics
 
     @torch.no_grad()
@@ -216,6 +217,16 @@ class Trainer:
         keep = ("reward", "completion", "success", "turns")
         out = {f"eval/{k}": v for k, v in m.items() if k.startswith(keep)}
         out["eval/on_train_split"] = float(on_train)
+        return out
+
+    def _evaluate_logged(self) -> dict[str, float]:
+        """``evaluate``, its every held-out episode to eval_samples.jsonl (teamrl report's
+        before/after)."""
+        out = self.evaluate()
+        ev = self.last_eval
+        assert self.logger is not None and ev is not None
+        rows = sample_rows(ev.samples, self.step, None, self.team.decode, ev.episodes)
+        self.logger.log_samples(rows, evaluation=True)
         return out
 
     # --- the loop -----------------------------------------------------------------------------
@@ -291,11 +302,11 @@ class Trainer:
             )
         try:
             if cfg.eval.eval_steps and self.step == 0:
-                self.logger.log({"step": 0, **self.evaluate()})
+                self.logger.log({"step": 0, **self._evaluate_logged()})
             while self.step < cfg.train.max_steps:
                 metrics = self.train_step()
                 if cfg.eval.eval_steps and self.step % cfg.eval.eval_steps == 0:
-                    metrics.update(self.evaluate())
+                    metrics.update(self._evaluate_logged())
                 watch.check(metrics)
                 self.logger.log(metrics)
                 history.append(metrics)

@@ -18,6 +18,9 @@ collect_ignore = [] if os.environ.get("TEAMRL_TEST_VLLM") else ["vllm"]
 # own tier in .ci/run (TEAMRL_TEST_FRAMEWORKS=1), never collected by the main suite.
 if not os.environ.get("TEAMRL_TEST_FRAMEWORKS"):
     collect_ignore.append("frameworks")
+# tests/browser drives Chromium: its own tier (make test-browser sets TEAMRL_TEST_BROWSER=1)
+if not os.environ.get("TEAMRL_TEST_BROWSER"):
+    collect_ignore.append("browser")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -437,6 +437,8 @@ def _follow(
     ep.outcome.turns = turn + 1
     if branching:  # the observations before the agent acted: what MAAC's central value reads
         ep.nodes.append(TurnNode(ep.slot, turn, agent, group, pick, ep.observations))
+        for k, s in enumerate(group):  # the tree position (samples.jsonl, teamrl report)
+            s.info.update(candidate=k, continued=k == pick)
     ep.env, ep.observations = chosen.candidate.env, chosen.step.observations
     ep.path.append(PathStep(agent, group[pick].reward))
     ep.outcome.record(chosen.step)

@@ -261,7 +261,7 @@ def _grow_children(
             if step.done:
                 continue
             check_observations(step.observations, agents, f"step (example {node.problem})")
-            child_id = f"{j}" if node.node_id == "root" else f"{node.node_id}/{j}"
+            child_id = joint_id(node.node_id, j)
             child = Node(
                 node.problem,
                 node.slot,
@@ -293,8 +293,39 @@ def _credit_trees(
         if counterfactual and cross:
             for node in walk(root):
                 counterfactual_advantages(node, agents)
+        for node in walk(root):
+            tree_positions(node, agents)
         samples.extend(_collect(root, agents))
     return samples
+
+
+def joint_id(node_id: str, j: int) -> str:
+    """The id of joint action ``j`` of node ``node_id``: the id its successor node gets."""
+    return f"{j}" if node_id == "root" else f"{node_id}/{j}"
+
+
+def tree_positions(node: Node, agents: list[str]) -> None:
+    """Where each of the node's samples sits in the tree, in ``info`` for samples.jsonl and
+    ``teamrl report`` (nothing trains on it): ``node`` and its ``parent`` (None at a root),
+    ``index`` (the completion's place among the agent's G), ``joint`` (the ids of the joint
+    actions that hold it: one when aligned, G^(N-1) in the cross product), and per such joint
+    action its team reward r_j and team return R_j; ``team_reward`` and ``local_reward`` are
+    their means over those joint actions (the step's own values when aligned)."""
+    parent = None if node.node_id == "root" else (node.node_id.rpartition("/")[0] or "root")
+    for k, a in enumerate(agents):
+        for i, s in enumerate(node.samples[a]):
+            js = [j for j, idx in enumerate(node.joint) if idx[k] == i]
+            local = [float(node.steps[j].local_rewards.get(a, 0.0)) for j in js]
+            s.info.update(
+                node=node.node_id,
+                parent=parent,
+                index=i,
+                joint=[joint_id(node.node_id, j) for j in js],
+                joint_team_rewards=[node.rewards[j] for j in js],
+                joint_returns=[node.returns[j] for j in js],
+                team_reward=sum(node.rewards[j] for j in js) / len(js),
+                local_reward=sum(local) / len(local),
+            )
 
 
 def path_summary(root: Node) -> dict:

@@ -1,1 +1,2 @@
-"""The commands beside ``teamrl train``: ``play``, ``plot`` and the ``quickstart`` demo."""
+"""The commands beside ``teamrl train``: ``play``, ``plot``, ``report`` and the ``quickstart``
+demo."""

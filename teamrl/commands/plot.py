@@ -1,9 +1,17 @@
-"""``teamrl plot RUN_DIR``: learning curves from metrics.jsonl into a PNG."""
+"""``teamrl plot RUN_DIR``: learning curves from metrics.jsonl into a PNG.
+
+The panels: team reward (with the evaluation points), reward and advantage per agent, reward
+components, loss, completion length. ``smooth`` (``--smooth W``, W in [0, 1)) draws each
+training curve as its bias-corrected EMA with weight W over the raw values (drawn faintly);
+evaluation points are never smoothed. Steps are integers, and so are the x ticks. For an
+interactive page with samples and rollout trees, see ``teamrl report``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from teamrl.errors import ConfigError
 from teamrl.run.logging import read_metrics
 
 
@@ -12,18 +20,24 @@ def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    import matplotlib
+def ema(values: list[float], weight: float) -> list[float]:
+    """s_t = w s_{t-1} + (1 - w) x_t from s_0 = 0, divided by 1 - w^t so that the first
+    points are not pulled towards 0 (weight 0: the values themselves)."""
+    out, s, norm = [], 0.0, 0.0
+    for x in values:
+        s = weight * s + (1 - weight) * x
+        norm = weight * norm + (1 - weight)
+        out.append(s / norm)
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir)
-    if not rows:
-        raise ValueError(f"{run_dir}/metrics.jsonl has no rows to plot")
-    keys = set().union(*rows)
+def plot_panels(keys: set[str]) -> list[tuple[str, list[str]]]:
+    """The panels this run has keys for: a title and the keys it draws."""
+    agent_reward = sorted(k for k in keys if k.startswith("reward/agent/") and k.endswith("/mean"))
     panels = [
         ("team reward", [k for k in ("reward/mean", "eval/reward/mean") if k in keys]),
+        ("reward per agent", agent_reward),
+        ("advantage per agent", sorted(k for k in keys if k.startswith("advantage/mean/"))),
         ("reward components", sorted(k for k in keys if k.startswith("reward/components/"))),
         ("loss", sorted(k for k in keys if k.startswith("loss/"))),
         (
@@ -35,21 +49,38 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             ),
         ),
     ]
-    panels = [(t, ks) for t, ks in panels if ks]
+    return [(t, ks) for t, ks in panels if ks]
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: float = 0.0) -> Path:
+    if not 0 <= smooth < 1:
+        raise ConfigError(f"--smooth: expected an EMA weight in [0, 1), got {smooth}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise ConfigError(f"{run_dir}/metrics.jsonl has no rows to plot")
+    panels = plot_panels(set().union(*rows))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     for ax, (title, ks) in zip(axes[0], panels):
         for k in ks:
             xs, ys = _series(rows, k)
-            style = "o-" if k.startswith("eval/") else "-"
-            ax.plot(
-                xs,
-                ys,
-                style,
-                label=k.split("/", 1)[-1] if title != "team reward" else k,
-                markersize=3,
-            )
+            label = k if title == "team reward" else k.split("/", 1)[-1]
+            if k.startswith("eval/"):
+                ax.plot(xs, ys, "o--", label=label, markersize=3)
+                continue
+            if smooth:
+                (raw,) = ax.plot(xs, ys, "-", alpha=0.25, linewidth=1)
+                ax.plot(xs, ema(ys, smooth), "-", color=raw.get_color(), label=label)
+            else:
+                ax.plot(xs, ys, "-", label=label, markersize=3)
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -176,7 +176,7 @@ RULES: list[tuple[str, Any, str]] = [
     ("log.output_dir", lambda v: bool(v.strip()), "a non-empty folder"),
     ("log.save_steps", _ge(0), ">= 0"),
     ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),
-    ("log.num_completions_to_log", _ge(0), ">= 0"),
+    ("log.num_groups_to_log", _ge(0), ">= 0"),
     ("log.wandb_project", lambda v: bool(v.strip()), "a non-empty project name"),
     ("log.warn_after_steps", _ge(0), ">= 0 (0 = never warn)"),
     ("distributed.address", lambda v: bool(v.strip()), "'local', 'auto' or a head 'host:port'"),

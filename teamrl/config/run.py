@@ -22,7 +22,12 @@ class LogConfig:
         False, "Start afresh in a run folder that already holds a run (else it is an error)."
     )
     save_total_limit: int | None = _f(2, "Keep at most this many checkpoints (None = all).")
-    num_completions_to_log: int = _f(2, "Completions per step written to samples.jsonl.")
+    num_groups_to_log: int = _f(
+        1,
+        "Examples per step whose whole groups (every agent's samples at every node or turn, "
+        "with prompts, rewards, returns, advantages and tree positions) go to samples.jsonl, "
+        "which `teamrl report` shows (0: none).",
+    )
     progress_bar: bool = _f(True, "Show a tqdm progress bar.")
     tensorboard: bool = _f(False, "Also log to TensorBoard (needs `tensorboard`).")
     wandb: bool = _f(False, "Also log to Weights & Biases (needs `wandb`).")

@@ -1,4 +1,6 @@
-"""Run outputs: metrics.jsonl (one line per step), samples.jsonl, optional TensorBoard and wandb.
+"""Run outputs: metrics.jsonl (one line per step), samples.jsonl (whole groups of a few
+examples per step), eval_samples.jsonl (every held-out episode of each evaluation),
+resumes.jsonl (the step each resume continued from), optional TensorBoard and wandb.
 
 Each line is appended with one write (``teamrl.run.files.append_line``), the files are fsynced
 before every checkpoint, and the resume rewrite is atomic; a line torn by a crash is dropped with
@@ -10,14 +12,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from teamrl.distributed import DistContext
 from teamrl.run.files import append_line, atomic_write_text, fsync_file, read_jsonl
 from teamrl.sample import Sample
+from teamrl.text import clip
 
 
 class RunLogger:
@@ -36,6 +41,8 @@ class RunLogger:
         self.run_dir = run_dir
         self.metrics_path = run_dir / "metrics.jsonl"
         self.samples_path = run_dir / "samples.jsonl"
+        self.eval_samples_path = run_dir / "eval_samples.jsonl"
+        self.resumes_path = run_dir / "resumes.jsonl"
         self._tb = self._wandb = None
         self._wandb_args: dict | None = None
         self.active = ctx is None or ctx.is_main
@@ -74,18 +81,25 @@ class RunLogger:
             return
         if self._wandb_args is not None and self._wandb is None:
             self._start_wandb(fresh=step < 0)
-        for path in (self.metrics_path, self.samples_path):
+        for path in self._line_files() + [self.resumes_path]:
             if not path.exists():
                 continue
             keep = [row for row in read_jsonl(path) if row.get("step", 0) <= step]
             # temp file + os.replace: a kill during the rewrite keeps the old file whole
             atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in keep))
+        if step >= 0:  # a resume: what `teamrl report` marks on the curves
+            append_line(self.resumes_path, json.dumps({"step": step, "time": time.time()}))
+        elif self.resumes_path.exists():
+            self.resumes_path.unlink()
+
+    def _line_files(self) -> list[Path]:
+        return [self.metrics_path, self.samples_path, self.eval_samples_path]
 
     def sync(self) -> None:
         """fsync the line files (before a checkpoint, so no checkpoint is ahead of its log)."""
         if self.active:
-            fsync_file(self.metrics_path)
-            fsync_file(self.samples_path)
+            for path in self._line_files():
+                fsync_file(path)
 
     def log(self, metrics: dict[str, Any]) -> None:
         if not self.active:
@@ -102,11 +116,13 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in clean.items() if k != "step"}, step=step)
 
-    def log_samples(self, rows: list[dict]) -> None:
+    def log_samples(self, rows: list[dict], evaluation: bool = False) -> None:
+        """Append ``rows`` to samples.jsonl, or to eval_samples.jsonl for an evaluation's."""
         if not self.active:
             return
+        path = self.eval_samples_path if evaluation else self.samples_path
         for row in rows:
-            append_line(self.samples_path, json.dumps(row))
+            append_line(path, json.dumps(row))
 
     def close(self) -> None:
         if self._tb is not None:
@@ -146,27 +162,71 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return read_jsonl(path)
 
 
-def sample_rows(samples: list[Sample], step: int, k: int) -> list[dict]:
-    """A few completions of the step's first problem, for reading in samples.jsonl."""
-    if not samples:
-        return []
-    first = samples[0].group[0]
-    rows = []
-    per_group: dict = {}
+PROMPT_CHARS = 2000  # a logged prompt keeps its head and tail, 1000 characters each
+PROMPT_CUT = "\n[... {cut} characters ...]\n"
+
+
+def sample_rows(
+    samples: list[Sample],
+    step: int,
+    num_groups: int | None,
+    decode: Callable[[str, list[int]], str] | None = None,
+    episodes: list[dict] | None = None,
+) -> list[dict]:
+    """Whole groups of the step's first ``num_groups`` examples (all of them for None), for
+    samples.jsonl and ``teamrl report``: every sample of every group (every agent, node and
+    turn) of an example, with its prompt (``decode``: agent, token ids -> text, clipped to
+    its head and tail) and its place in the rollout's tree (``tree_position``). An example is
+    a batch slot (the group key's first two entries are problem and slot in every recipe).
+    ``episodes`` (the rollout's summaries, one per slot on a single path: evaluation) adds
+    each example's episode return and success to its rows."""
+    slots: list[int] = []
     for s in samples:
-        if s.group[0] != first or per_group.get(s.group, 0) >= k:
+        if s.group[1] not in slots:
+            slots.append(s.group[1])
+    keep = set(slots if num_groups is None else slots[:num_groups])
+    prompts: dict[tuple, str] = {}  # the G samples of a node share their prompt: decode once
+    rows = []
+    for s in samples:
+        if s.group[1] not in keep:
             continue
-        per_group[s.group] = per_group.get(s.group, 0) + 1
-        rows.append(
-            {
-                "step": step,
-                "group": list(s.group),
-                "agent": s.agent,
-                "turn": s.turn,
-                "reward": s.reward,
-                "return": s.return_,
-                "advantage": s.advantage,
-                "completion": s.text,
-            }
-        )
+        key = (s.agent, tuple(s.prompt_ids))
+        if decode is not None and key not in prompts:
+            text = decode(s.agent, s.prompt_ids)
+            prompts[key] = clip(text, PROMPT_CHARS, keep="both", marker=PROMPT_CUT)
+        info = s.info
+        row = {
+            "step": step,
+            "example": s.group[0],
+            "slot": s.group[1],
+            "group": list(s.group),
+            "agent": s.agent,
+            "turn": s.turn,
+            "prompt": prompts.get(key),
+            "completion": s.text,
+            "length": len(s.completion_ids),
+            "truncated": s.truncated,
+            "reward": s.reward,
+            "team_reward": info.get("team_reward", s.team_reward),
+            "local_reward": info.get("local_reward", s.local_reward),
+            "return": s.return_,
+            "advantage": s.advantage,
+            **tree_position(s),
+        }
+        if episodes is not None and s.group[1] < len(episodes):
+            row["episode_return"] = episodes[s.group[1]]["return"]
+            row["success"] = episodes[s.group[1]]["success"]
+        rows.append(row)
     return rows
+
+
+def tree_position(s: Sample) -> dict:
+    """A sample's place in its rollout, from what the recipe wrote in ``info``: MAGRPO's node,
+    parent, completion index and joint actions (ids, team rewards r_j, returns R_j); AT-GRPO's
+    candidate index and whether it continued; trajectory GRPO's episode."""
+    keys = ("node", "parent", "index", "joint", "joint_team_rewards", "joint_returns")
+    keys += ("candidate", "continued")
+    out = {k: s.info[k] for k in keys if k in s.info}
+    if s.episode is not None:
+        out["episode"] = list(s.episode) if isinstance(s.episode, tuple) else s.episode
+    return out

@@ -46,7 +46,7 @@ def load(*overrides: str):
         ("train.weight_decay=-1", "train.weight_decay"),
         ("train.learning_rate=0", "train.learning_rate"),
         ("log.save_total_limit=0", "log.save_total_limit"),
-        ("log.num_completions_to_log=-1", "log.num_completions_to_log"),
+        ("log.num_groups_to_log=-1", "log.num_groups_to_log"),
         ("seed=-1", "seed"),
         ("seed=4294967296", "seed"),
         ("algorithm.selection_temperature=0", "algorithm.selection_temperature"),
