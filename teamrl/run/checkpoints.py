@@ -21,18 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from teamrl.config import Config, dump_config, from_dict, to_dict
 from teamrl.distributed import DistContext
 from teamrl.run.files import RunError, disk_full, free_space, log_line
+from teamrl.run.seeding import rng_state, set_rng_state
 from teamrl.team.policies import Team
 from teamrl.team.weights import base_record, load_policy, save_policy
 
@@ -88,15 +87,7 @@ def write_checkpoint_files(
         else:
             torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
         torch.save(pol.scheduler.state_dict(), d / "scheduler.pt")
-    torch.save(
-        {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        },
-        folder / "rng.pt",
-    )
+    torch.save(rng_state(), folder / "rng.pt")
     if critics:
         torch.save(critics, folder / "critics.pt")
     (folder / "trainer_state.json").write_text(json.dumps(state))
@@ -309,12 +300,7 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
         pol.scheduler.load_state_dict(torch.load(d / "scheduler.pt", weights_only=True))
         if pol.engine.backend is not None:
             pol.engine.backend.weights_changed(pol.adapter)
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"]:
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     return json.loads((path / "trainer_state.json").read_text())
 
 
