@@ -283,8 +283,14 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     path = Path(path)
     saved = from_dict(Config, _yaml(path / "config.yaml"))
     check_compatible(path, saved, cfg, team)
-    if to_dict(saved)["algorithm"] != to_dict(cfg)["algorithm"]:
-        warnings.warn(f"resuming from {path} with a different algorithm config", stacklevel=3)
+    other = setting_changes(saved, cfg)
+    if other:
+        warnings.warn(
+            f"resuming from {path} with changed training settings ({'; '.join(other)}): they "
+            "apply from the checkpoint's step on; the steps before it were trained with the "
+            "old values (the checkpoint's config.yaml)",
+            stacklevel=3,
+        )
     changed = schedule_changes(saved, cfg)
     if changed:
         warnings.warn(
@@ -371,6 +377,62 @@ def schedule_changes(saved: Config, cfg: Config) -> list[str]:
             out.append(
                 f"team.agents[{ag.name}].learning_rate: {old_lr[ag.name]!r} -> {ag.learning_rate!r}"
             )
+    return out
+
+
+# What a resume may change without changing the training maths: where and how the run executes
+# (devices, workers, backends, micro-batching: the same sums, cut otherwise), what it logs and how
+# it evaluates. Every other setting is compared, so a field added later is compared too.
+NOT_THE_MATHS = (
+    "run_name",
+    "log.",
+    "eval.",
+    "generation.",
+    "distributed.",
+    "model.device",
+    "model.gradient_checkpointing",
+    "env.reward_workers",
+    "env.sandbox_isolation",
+    "train.micro_batch_size",
+    "train.max_tokens_per_micro_batch",
+    "train.fused_lora",
+)
+
+
+def setting_changes(saved: Config, cfg: Config) -> list[str]:
+    """'<field>: old -> new' for every setting that changes the training maths and differs
+    between the checkpoint's config and this run's: the algorithm, the training settings, the
+    task's settings, the seed, and each agent's entry field by field
+    (``team.agents[alice].num_iterations: None -> 2``, agents matched by name). The optimizer
+    and schedule fields are ``schedule_changes``'s; ``NOT_THE_MATHS`` are not compared."""
+    old, new = _flat(to_dict(saved)), _flat(to_dict(cfg))
+    skip = {f"train.{f}" for f in SCHEDULE_FIELDS} | {"team.agents"}
+    out = [
+        f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+        for key in sorted(set(old) | set(new))
+        if key not in skip and not key.startswith(NOT_THE_MATHS) and old.get(key) != new.get(key)
+    ]
+    was = {a.name: to_dict(a) for a in saved.team.agents}
+    now = {a.name: to_dict(a) for a in cfg.team.agents}
+    if list(was) != list(now):
+        out.append(f"team.agents: {list(was)} -> {list(now)}")
+    for name in (n for n in now if n in was):
+        out += [
+            f"team.agents[{name}].{f}: {was[name].get(f)!r} -> {now[name].get(f)!r}"
+            for f in sorted(set(was[name]) | set(now[name]))
+            if f != "learning_rate" and was[name].get(f) != now[name].get(f)
+        ]
+    return out
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """A nested config dict as ``{"section.field": value}`` (lists stay whole)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 

@@ -207,3 +207,32 @@ def test_a_first_step_that_fails_writes_no_checkpoint_and_says_so(tmp_path, monk
         f"resume with: teamrl train {run} --resume"
     )
     assert not list((run / "checkpoints").glob("step-*"))
+
+
+def test_an_asynchronous_run_raises_the_users_error_and_checkpoints_what_it_consumed(tmp_path):
+    """The generator thread's reward error reaches the trainer as itself (not wrapped), and the
+    checkpoint's data position is after the last batch the learner consumed, not after what
+    the generator drew ahead."""
+    from teamrl.execution.asynchronous import AsyncExecution
+    from teamrl.execution.local import LocalExecution
+    from teamrl.execution.protocol import TrainingRollout
+    from teamrl.run.data_stream import DataStream
+
+    cfg = config(3, 100)
+    order = DataStream(digits_task().train, cfg.seed, cfg.train.shuffle)
+    first, second = order.next(2), order.next(2)
+    bad = {ex["n"] for _, ex in second} - {ex["n"] for _, ex in first}
+    assert bad and digits_task().train[0]["n"] not in bad  # the preflight's row is fine
+
+    def nan_on_step_2(completions, example):
+        return float("nan") if example["n"] in bad else digits_reward(completions, example)
+
+    def factory(cfg, task, data, recipe):
+        return AsyncExecution(LocalExecution(cfg, TrainingRollout(recipe, task, cfg), data), cfg)
+
+    run = tmp_path / "run"
+    tr = Trainer(cfg, task=task(nan_on_step_2), run_dir=run, execution=factory)
+    with pytest.raises(RewardError, match=r"^step 2 failed and was not applied: example "):
+        tr.train()
+    state = __import__("json").loads((run / "checkpoints/step-1/trainer_state.json").read_text())
+    assert state["step"] == 1 and state["data"] == {"epoch": 0, "index": 2}
