@@ -109,6 +109,7 @@ class Trainer:
         self.logger: RunLogger | None = None
         self.last_eval: RolloutResult | None = None  # the latest evaluation's episodes
         self._warned_eval_on_train = False
+        self._warned_few_samples: set[str] = set()  # policies told of num_mini_batches' cap
 
     # --- optimisation ---------------------------------------------------------------------------
 
@@ -116,6 +117,17 @@ class Trainer:
         """One policy's update on its samples (``teamrl.update.policy``, where the
         execution runs it)."""
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
+        n = self.cfg.train.num_mini_batches
+        if len(samples) < n and pol.name not in self._warned_few_samples:
+            # the config allows n (teamrl.config.rules), but this step had fewer: an early
+            # stop, DAPO's filter, episodes that ended early. Said once per policy.
+            self._warned_few_samples.add(pol.name)
+            warnings.warn(
+                f"train.num_mini_batches={n}, but policy {pol.name!r} had {len(samples)} "
+                f"samples at step {self.step + 1}: it made {len(samples)} optimizer steps per "
+                f"pass, not {n} (said once per policy)",
+                stacklevel=2,
+            )
         metrics, skipped = self.execution.update(
             pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
         )
