@@ -310,7 +310,9 @@ class Trainer:
             if cfg.eval.eval_steps and self.step == 0:
                 self.logger.log({"step": 0, **self.evaluate()})
             while self.step < cfg.train.max_steps:
+                # where the step starts: what a step that fails in user code goes back to
                 start = {"rng": rng_state(), "data": self._data_state or self.data.state()}
+                self._updating = False
                 try:
                     metrics = self.train_step()
                 except (UserCodeError, ConfigError) as err:

@@ -429,7 +429,7 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     """A nested config dict as ``{"section.field": value}`` (lists stay whole)."""
     out = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):  # an empty one adds no key: {} -> {a: 1} is one change
             out.update(_flat(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
