@@ -31,6 +31,16 @@ def user_frame(err: BaseException) -> str:
     return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
 
 
+def named(fn: object) -> str:
+    """A function's name and where it is defined: ``my_reward (tasks.py:12)`` (a callable
+    without code, e.g. a builtin: its name alone)."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return name
+    return f"{name} ({Path(code.co_filename).name}:{code.co_firstlineno})"
+
+
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The choice closest to a mistyped ``name`` (difflib's ``get_close_matches`` at its
     default cutoff, 0.6), or None when none is close."""

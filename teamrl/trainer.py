@@ -32,11 +32,12 @@ from pathlib import Path
 import torch
 
 from teamrl.algorithms.registry import recipe_for
-from teamrl.config import Config, agent_setting, dump_config, to_dict
+from teamrl.config import Config, ConfigError, agent_setting, dump_config, to_dict
 from teamrl.credit.assign import make_credit
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
+from teamrl.errors import UserCodeError
 from teamrl.execution.choose import make_execution
 from teamrl.execution.protocol import Execution
 from teamrl.plugins import task_imports
@@ -46,10 +47,10 @@ from teamrl.run import checkpoints
 from teamrl.run.data_stream import DataStream
 from teamrl.run.export import write_team_folder
 from teamrl.run.files import RunLock, log_line, remove_orphans
-from teamrl.run.interrupt import StopRequest, TrainingInterrupted
+from teamrl.run.interrupt import StopRequest, TrainingInterrupted, failed_step_message
 from teamrl.run.logging import RunLogger, sample_rows
 from teamrl.run.origin import RunOrigin, origin_of, write_origin
-from teamrl.run.seeding import set_seed
+from teamrl.run.seeding import rng_state, set_rng_state, set_seed
 from teamrl.run.watch import LearningWatch
 from teamrl.sample import Sample
 from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
@@ -102,10 +103,13 @@ class Trainer:
         self._data_state: dict | None = None  # the data position a checkpoint records
         self.step = 0
         self.nan_skips = 0
+        self._saved_step: int | None = None  # the step the newest checkpoint holds
+        self._updating = False  # a step's updates have begun: a failure now is half applied
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
         self.logger: RunLogger | None = None
         self.last_eval: RolloutResult | None = None  # the latest evaluation's episodes
         self._warned_eval_on_train = False
+        self._warned_few_samples: set[str] = set()  # policies told of num_mini_batches' cap
 
     # --- optimisation ---------------------------------------------------------------------------
 
@@ -113,6 +117,17 @@ class Trainer:
         """One policy's update on its samples (``teamrl.update.policy``, where the
         execution runs it)."""
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
+        n = self.cfg.train.num_mini_batches
+        if len(samples) < n and pol.name not in self._warned_few_samples:
+            # the config allows n (teamrl.config.rules), but this step had fewer: an early
+            # stop, DAPO's filter, episodes that ended early. Said once per policy.
+            self._warned_few_samples.add(pol.name)
+            warnings.warn(
+                f"train.num_mini_batches={n}, but policy {pol.name!r} had {len(samples)} "
+                f"samples at step {self.step + 1}: it made {len(samples)} optimizer steps per "
+                f"pass, not {n} (said once per policy)",
+                stacklevel=2,
+            )
         metrics, skipped = self.execution.update(
             pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
         )
@@ -152,6 +167,7 @@ class Trainer:
         metrics.update(assigned.metrics)
         train_samples = assigned.samples
         t1 = time.perf_counter()
+        self._updating = True
         for name, pol in self.team.policies.items():
             mine = [s for s in train_samples if s.policy == name]
             if mine:  # a policy with no samples this step skips its update, not its schedule
@@ -167,6 +183,7 @@ class Trainer:
         metrics.update(self.credit.fit(self.step))  # a critic fits on features from before
         t_update = time.perf_counter() - t1
         self.step += 1
+        self._updating = False
         self.execution.weights_updated(self.step)  # the sampler may take them now
         self._data_state = batch.data_state
         gen_s = result.stats["time/generate"]
@@ -304,7 +321,14 @@ class Trainer:
             if cfg.eval.eval_steps and self.step == 0:
                 self.logger.log({"step": 0, **self._evaluate_logged()})
             while self.step < cfg.train.max_steps:
-                metrics = self.train_step()
+                # where the step starts: what a step that fails in user code goes back to
+                start = {"rng": rng_state(), "data": self._data_state or self.data.state()}
+                self._updating = False
+                try:
+                    metrics = self.train_step()
+                except (UserCodeError, ConfigError) as err:
+                    self._failed_step(err, start)
+                    raise  # the same exception, its message now naming the checkpoint
                 if cfg.eval.eval_steps and self.step % cfg.eval.eval_steps == 0:
                     metrics.update(self._evaluate_logged())
                 watch.check(metrics)
@@ -332,6 +356,33 @@ class Trainer:
             self.logger.close()
         return history
 
+    def _failed_step(self, err: Exception, start: dict) -> None:
+        """A step that failed in the user's code (a reward, an env's step or reset, a prompt
+        function): checkpoint the last completed step and say so in ``err``'s message.
+
+        The failure came before the step's updates, so the weights, optimizers, schedulers,
+        credit and counters are still those of the last completed step; only the RNG streams
+        (generation drew from them, and the user's code may have) and the data position moved.
+        Both go back to where the step began (``start``), so the checkpoint is exactly the one
+        an uninterrupted run writes after that step, and ``--resume`` with a fixed reward
+        continues as a run that always had it. A failure once the updates have begun is half
+        applied: nothing is written then.
+        """
+        if self._updating:
+            return
+        self.execution.stop()  # an asynchronous generator ends, its batches drawn ahead dropped
+        set_rng_state(start["rng"])
+        self.data.load(start["data"])
+        self._data_state = start["data"]
+        saved = None
+        if self.step > 0:
+            same = self._saved_step == self.step  # written already: at a save step, or resumed
+            saved = self.run_dir / "checkpoints" / f"step-{self.step}"
+            if not same or not saved.is_dir():
+                saved = self.save_checkpoint()
+        message = str(err).replace("\r", " ").replace("\n", " ")
+        err.args = (failed_step_message(message, self.step + 1, saved, self.run_dir),)
+
     def _origin(self) -> RunOrigin:
         """What the run folder records of where this run came from (``run.json``)."""
         registered = self.cfg.env.name in registered_tasks()
@@ -355,9 +406,11 @@ class Trainer:
             self.logger.sync()  # no checkpoint is ahead of the metrics it follows
         credit_state = self.credit.state()
         with self.execution.paused():  # the RNG states it saves are between two rollouts
-            return checkpoints.save_checkpoint(
+            path = checkpoints.save_checkpoint(
                 self.run_dir, self.cfg, self.team, state, self.ctx, critics=credit_state
             )
+        self._saved_step = self.step
+        return path
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = checkpoints.load_checkpoint(path, self.cfg, self.team)
@@ -369,6 +422,7 @@ class Trainer:
         self.nan_skips = state["nan_skips"]
         self.data.load(state["data"])
         self._data_state = None
+        self._saved_step = self.step
 
     def export(self, out_dir: str | Path) -> Path:
         """A team folder (as ``teamrl export``): one folder of standard weights per policy (a

@@ -55,7 +55,7 @@ from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import agent_turn_shape
 from teamrl.envs.base import Env, Step, clone
 from teamrl.generation import Generation
-from teamrl.rollout.common import EnvRunner, RolloutClock, RolloutResult
+from teamrl.rollout.common import EnvError, EnvRunner, RolloutClock, RolloutResult, reset_env
 from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
 from teamrl.sample import Sample
 from teamrl.team.policies import Team
@@ -245,7 +245,7 @@ def _start_episodes(make_env, examples: list[tuple[int, dict]], copies: int) -> 
     for slot, (problem, example) in enumerate(examples):
         for c in range(copies):
             env = make_env()
-            obs = env.reset(example)
+            obs = reset_env(env, example, f"example {problem}, reset")
             episodes.append(Episode(problem, slot, example, env, obs, index=c))
     return episodes
 
@@ -264,7 +264,7 @@ def _generate(
     jobs = []
     for ep in live:
         if agent not in ep.observations:
-            raise ValueError(
+            raise EnvError(
                 f"example {ep.problem}, turn {turn}: env gave no observation for {agent!r}"
             )
         ids = team.encode_prompt(agent, ep.observations[agent], ep.example)

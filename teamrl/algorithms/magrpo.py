@@ -50,7 +50,13 @@ import numpy as np
 from teamrl.algorithms.recipe import Recipe, common_args
 from teamrl.config.step_shape import joint_tree_shape
 from teamrl.envs.base import Env, Step, clone
-from teamrl.rollout.common import EnvRunner, RolloutClock, RolloutResult, check_observations
+from teamrl.rollout.common import (
+    EnvRunner,
+    RolloutClock,
+    RolloutResult,
+    check_observations,
+    reset_env,
+)
 from teamrl.rollout.summary import (
     Outcome,
     add_components,
@@ -155,7 +161,7 @@ def _reset_roots(make_env, examples: list[tuple[int, dict]], agents: list[str]) 
     roots = []
     for slot, (problem, example) in enumerate(examples):
         env = make_env()
-        obs = env.reset(example)
+        obs = reset_env(env, example, f"example {problem}, reset")
         check_observations(obs, agents, f"reset(example {problem})")
         roots.append(
             Node(problem, slot, node_id="root", turn=0, env=env, observations=obs, example=example)

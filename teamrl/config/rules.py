@@ -74,6 +74,29 @@ def validate_config(self: Any) -> None:
         f"config makes {leaves:,}: prompts_per_step x tree size over env.max_turns, "
         "G^agents per node with joint_mode='cross')",
     )
+    _check_mini_batches(self)
+
+
+def _check_mini_batches(cfg: Any) -> None:
+    """``train.num_mini_batches`` splits each policy's samples of a step; a policy never has
+    more samples than the step's shape gives its agents (no early stop, no filter), so more
+    minibatches than that would be capped at every step: refused. Fewer samples at run time
+    (an early stop, DAPO's filter) are warned of once by the trainer."""
+    agents = policy_agents(cfg)
+    if not cfg.team.agents or not agents:
+        return  # the task's agents: checked again once they are bound
+    per_agent = step_shape(cfg).samples // len(cfg.team.agents)
+    name, members = min(agents.items(), key=lambda item: len(item[1]))
+    most = per_agent * len(members)
+    n = cfg.train.num_mini_batches
+    if n > most:
+        raise ConfigError(
+            f"train.num_mini_batches: {n} is more than the {most} samples policy {name!r} "
+            f"trains on per step at most (algorithm {cfg.algorithm.name}, prompts_per_step "
+            f"{cfg.train.prompts_per_step}, num_generations {cfg.algorithm.num_generations}, "
+            f"env.max_turns {cfg.env.max_turns}), so every pass would make {most} optimizer "
+            f"steps, not {n}; set it <= {most} or raise train.prompts_per_step"
+        )
 
 
 # --- the range of every field, in one place ---------------------------------------------------
@@ -235,6 +258,12 @@ def _check_fidelity(cfg: Any) -> None:
         raise ConfigError(
             f"algorithm.use_bias_correction_kl: needs kl_estimator='k3' (TRL's estimator), got "
             f"kl_estimator={a.kl_estimator!r}"
+        )
+    # it multiplies the KL term, which beta = 0 removes (no reference is even loaded)
+    if a.use_bias_correction_kl and a.beta == 0:
+        raise ConfigError(
+            "algorithm.use_bias_correction_kl: true has no effect with algorithm.beta=0 (no KL "
+            "term to correct); set algorithm.beta > 0 or remove it"
         )
     # ignore_eos runs every completion to its budget, so every one is marked truncated: with
     # mask_truncated_completions every token would leave the loss (loss 0, gradient 0).

@@ -66,6 +66,15 @@ class Env(Protocol):
     def step(self, actions: dict[str, str]) -> Step: ...
 
 
+@runtime_checkable
+class NamesItsReward(Protocol):
+    """An env that can say which function makes its rewards (a ``FunctionEnv``'s reward=), so
+    a reward that is NaN or not a number names that function; any other env's ``step`` is
+    named instead."""
+
+    def reward_function(self) -> Callable: ...
+
+
 class ObservationError(ConfigError):
     """An env gave an agent an observation (its prompt) that is not a str."""
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from teamrl.envs.base import Step, check_observation
+from teamrl.errors import named as _named
 
 RewardFn = Callable[[dict[str, str], dict], Any]
 
@@ -99,6 +100,10 @@ class FunctionEnv:
                 fix += " (a function that ends without `return` returns None)"
         return check_observation(agent, text, source, fix)
 
+    def reward_function(self) -> Callable:
+        """The function that makes this env's rewards (``NamesItsReward``)."""
+        return self.reward_fn
+
     def _call(self, which: str, *args: Any) -> Any:
         """The reward or transition fn(*args), plus ``prompts=`` if it declares that keyword."""
         fn = self.reward_fn if which == "reward" else self.transition_fn
@@ -169,15 +174,6 @@ def weighted_reward(funcs: list[RewardFn], weights: Sequence[float] | None) -> R
         return sum(wi * v for wi, v in zip(w, values.values())), values
 
     return reward
-
-
-def _named(fn: Callable | None) -> str:
-    """``fn``'s name and where it is defined: ``my_prompt (tasks.py:12)``."""
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return name
-    return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
 def _check_signature(fn: Callable, which: str, args: tuple, kwargs: dict, err: TypeError) -> None:

@@ -9,7 +9,9 @@ candidates by completing the turn on a copy with one sampled action of each late
 
 from __future__ import annotations
 
-from teamrl.envs.base import Env, Step, check_observation
+from collections.abc import Callable
+
+from teamrl.envs.base import Env, NamesItsReward, Step, check_observation
 
 
 class SequentialTurns:
@@ -29,6 +31,11 @@ class SequentialTurns:
         self.pending = {}
         self.observations = self._checked(self.env.reset(example), "reset")
         return dict(self.observations)
+
+    def reward_function(self) -> Callable:
+        """The wrapped env's reward function where it names one, else its ``step``."""
+        env = self.env
+        return env.reward_function() if isinstance(env, NamesItsReward) else type(env).step
 
     def _checked(self, obs: dict, where: str) -> dict[str, str]:
         """The wrapped env's observations, each a str: this wrapper writes them into the later

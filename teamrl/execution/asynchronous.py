@@ -48,7 +48,8 @@ from contextlib import contextmanager
 
 import torch
 
-from teamrl.config import Config
+from teamrl.config import Config, ConfigError
+from teamrl.errors import UserCodeError
 from teamrl.execution.protocol import Learner, RolloutBatch
 from teamrl.team.policies import Team
 
@@ -92,6 +93,8 @@ class AsyncExecution:
         with self._cond:
             while step not in self._ready and self._error is None:
                 self._cond.wait()
+            if isinstance(self._error, UserCodeError | ConfigError):
+                raise self._error  # the user's one-line error, as a synchronous run raises it
             if self._error is not None:
                 raise RuntimeError(f"asynchronous generator failed: {self._error!r}") from (
                     self._error

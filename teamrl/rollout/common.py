@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamrl.envs.base import Env, ObservationError, Step, check_observation
-from teamrl.errors import UserCodeError, user_frame
+from teamrl.envs.base import Env, NamesItsReward, ObservationError, Step, check_observation
+from teamrl.errors import UserCodeError, named, user_frame
 from teamrl.sample import Sample
 
 
@@ -69,17 +69,25 @@ class RewardError(UserCodeError):
     """An environment's step (its reward or transition) raised or returned garbage."""
 
 
-def as_reward(value: Any, what: str, where: str) -> float:
-    """``value`` as a finite float, or a RewardError naming ``where`` (example, turn, agents)
-    and ``what`` (which reward). Safe numbers are converted: int, float, bool (a pass/fail
-    reward: True is 1.0), numpy and torch scalars (one element, numpy bools too). Strings,
-    None, containers, bigger tensors, NaN, infinities and numbers beyond float's range (an int
-    like 10**400) are errors: here, where the reward enters, not later as a NaN loss."""
+class EnvError(UserCodeError):
+    """An environment's reset (a task's prompt function) raised, or an env left an agent
+    without the observation it must act on."""
+
+
+def as_reward(value: Any, what: str, where: str, source: str = "") -> float:
+    """``value`` as a finite float, or a RewardError naming ``where`` (example, turn, agents),
+    ``what`` (which reward) and ``source`` (the function that returned it). Safe numbers are
+    converted: int, float, bool (a pass/fail reward: True is 1.0), numpy and torch scalars
+    (one element, numpy bools too). Strings, None, containers, bigger tensors, NaN, infinities
+    and numbers beyond float's range (an int like 10**400) are errors: here, where the reward
+    enters, not later as a NaN loss."""
+    by = f", returned by {source}" if source else ""
     number = _real_number(value)
     if number is None:
         raise RewardError(
-            f"{where}: reward error: {what} is {_shown(value)} of type {type(value).__name__}; "
-            "a reward must be a finite number (int, float, or a one-element numpy/torch scalar)"
+            f"{where}: reward error: {what} is {_shown(value)} of type {type(value).__name__}"
+            f"{by}; a reward must be a finite number (int, float, or a one-element numpy/torch "
+            "scalar)"
         )
     try:
         result = float(number)
@@ -87,8 +95,8 @@ def as_reward(value: Any, what: str, where: str) -> float:
         result = math.nan  # an int or Fraction beyond float's range: as meaningless as inf
     if not math.isfinite(result):
         raise RewardError(
-            f"{where}: reward error: {what} is {_shown(value)}; a reward must be a finite float "
-            "(NaN, infinities and numbers beyond float's range are errors)"
+            f"{where}: reward error: {what} is {_shown(value)}{by}; a reward must be a finite "
+            "float (NaN, infinities and numbers beyond float's range are errors)"
         )
     return result
 
@@ -119,21 +127,22 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:80] + "..."
 
 
-def check_rewards(step: Step, where: str) -> Step:
-    """The step with ``reward``, ``local_rewards`` and ``reward_components`` as finite floats."""
+def check_rewards(step: Step, where: str, source: str = "") -> Step:
+    """The step with ``reward``, ``local_rewards`` and ``reward_components`` as finite floats;
+    ``source`` names the function that made them (``reward_source``)."""
     for name in ("local_rewards", "reward_components"):
         if not isinstance(getattr(step, name), dict):
             got = type(getattr(step, name)).__name__
             raise RewardError(f"{where}: reward error: {name} must be a dict, got {got}")
     return dataclasses.replace(
         step,
-        reward=as_reward(step.reward, "the team reward", where),
+        reward=as_reward(step.reward, "the team reward", where, source),
         local_rewards={
-            a: as_reward(v, f"local_rewards[{a!r}] (agent {a})", where)
+            a: as_reward(v, f"local_rewards[{a!r}] (agent {a})", where, source)
             for a, v in step.local_rewards.items()
         },
         reward_components={
-            k: as_reward(v, f"reward_components[{k!r}]", where)
+            k: as_reward(v, f"reward_components[{k!r}]", where, source)
             for k, v in step.reward_components.items()
         },
     )
@@ -151,7 +160,25 @@ def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
         raise RewardError(f"{where}: env.step raised {user_frame(err)}; actions {preview}") from err
     if not isinstance(out, Step):
         raise RewardError(f"{where}: env.step must return a teamrl Step, got {type(out).__name__}")
-    return check_rewards(out, where)
+    return check_rewards(out, where, reward_source(env))
+
+
+def reward_source(env: Env) -> str:
+    """The function that made ``env``'s rewards, with its file and line (``reward (tasks.py:12)``):
+    the reward function where the env names it (``NamesItsReward``), else its ``step``."""
+    fn = env.reward_function() if isinstance(env, NamesItsReward) else type(env).step
+    return named(fn)
+
+
+def reset_env(env: Env, example: dict, where: str) -> dict:
+    """``env.reset(example)``; what it raises (a prompt function's error) is one line naming
+    ``where`` (the example) and the user's frame."""
+    try:
+        return env.reset(example)
+    except ObservationError as err:  # a prompt that is not a str: already one line
+        raise ObservationError(f"{where}: {err}") from None
+    except Exception as err:
+        raise EnvError(f"{where}: env.reset raised {user_frame(err)}") from err
 
 
 def timed_out_step(env: Env, seconds: float) -> Step:
@@ -262,7 +289,7 @@ def check_observations(obs: dict, agents: list[str], where: str) -> None:
     never prompted as the text "None")."""
     if not isinstance(obs, dict) or set(agents) - set(obs):
         have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-        raise ValueError(
+        raise EnvError(
             f"{where}: env must return an observation for every agent {agents}, got {have}"
         )
     for agent in agents:

@@ -21,18 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from teamrl.config import Config, dump_config, from_dict, to_dict
 from teamrl.distributed import DistContext
 from teamrl.run.files import RunError, disk_full, free_space, log_line
+from teamrl.run.seeding import rng_state, set_rng_state
 from teamrl.team.policies import Team
 from teamrl.team.weights import base_record, load_policy, save_policy
 
@@ -88,15 +87,7 @@ def write_checkpoint_files(
         else:
             torch.save(pol.optimizer.state_dict(), d / "optimizer.pt")
         torch.save(pol.scheduler.state_dict(), d / "scheduler.pt")
-    torch.save(
-        {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        },
-        folder / "rng.pt",
-    )
+    torch.save(rng_state(), folder / "rng.pt")
     if critics:
         torch.save(critics, folder / "critics.pt")
     (folder / "trainer_state.json").write_text(json.dumps(state))
@@ -292,8 +283,14 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
     path = Path(path)
     saved = from_dict(Config, _yaml(path / "config.yaml"))
     check_compatible(path, saved, cfg, team)
-    if to_dict(saved)["algorithm"] != to_dict(cfg)["algorithm"]:
-        warnings.warn(f"resuming from {path} with a different algorithm config", stacklevel=3)
+    other = setting_changes(saved, cfg)
+    if other:
+        warnings.warn(
+            f"resuming from {path} with changed training settings ({'; '.join(other)}): they "
+            "apply from the checkpoint's step on; the steps before it were trained with the "
+            "old values (the checkpoint's config.yaml)",
+            stacklevel=3,
+        )
     changed = schedule_changes(saved, cfg)
     if changed:
         warnings.warn(
@@ -309,12 +306,7 @@ def load_checkpoint(path: str | Path, cfg: Config, team: Team) -> dict:
         pol.scheduler.load_state_dict(torch.load(d / "scheduler.pt", weights_only=True))
         if pol.engine.backend is not None:
             pol.engine.backend.weights_changed(pol.adapter)
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"]:
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     return json.loads((path / "trainer_state.json").read_text())
 
 
@@ -385,6 +377,62 @@ def schedule_changes(saved: Config, cfg: Config) -> list[str]:
             out.append(
                 f"team.agents[{ag.name}].learning_rate: {old_lr[ag.name]!r} -> {ag.learning_rate!r}"
             )
+    return out
+
+
+# What a resume may change without changing the training maths: where and how the run executes
+# (devices, workers, backends, micro-batching: the same sums, cut otherwise), what it logs and how
+# it evaluates. Every other setting is compared, so a field added later is compared too.
+NOT_THE_MATHS = (
+    "run_name",
+    "log.",
+    "eval.",
+    "generation.",
+    "distributed.",
+    "model.device",
+    "model.gradient_checkpointing",
+    "env.reward_workers",
+    "env.sandbox_isolation",
+    "train.micro_batch_size",
+    "train.max_tokens_per_micro_batch",
+    "train.fused_lora",
+)
+
+
+def setting_changes(saved: Config, cfg: Config) -> list[str]:
+    """'<field>: old -> new' for every setting that changes the training maths and differs
+    between the checkpoint's config and this run's: the algorithm, the training settings, the
+    task's settings, the seed, and each agent's entry field by field
+    (``team.agents[alice].num_iterations: None -> 2``, agents matched by name). The optimizer
+    and schedule fields are ``schedule_changes``'s; ``NOT_THE_MATHS`` are not compared."""
+    old, new = _flat(to_dict(saved)), _flat(to_dict(cfg))
+    skip = {f"train.{f}" for f in SCHEDULE_FIELDS} | {"team.agents"}
+    out = [
+        f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+        for key in sorted(set(old) | set(new))
+        if key not in skip and not key.startswith(NOT_THE_MATHS) and old.get(key) != new.get(key)
+    ]
+    was = {a.name: to_dict(a) for a in saved.team.agents}
+    now = {a.name: to_dict(a) for a in cfg.team.agents}
+    if list(was) != list(now):
+        out.append(f"team.agents: {list(was)} -> {list(now)}")
+    for name in (n for n in now if n in was):
+        out += [
+            f"team.agents[{name}].{f}: {was[name].get(f)!r} -> {now[name].get(f)!r}"
+            for f in sorted(set(was[name]) | set(now[name]))
+            if f != "learning_rate" and was[name].get(f) != now[name].get(f)
+        ]
+    return out
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """A nested config dict as ``{"section.field": value}`` (lists stay whole)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):  # an empty one adds no key: {} -> {a: 1} is one change
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 

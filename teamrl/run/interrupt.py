@@ -9,6 +9,7 @@ written to a temp folder and renamed into place.
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -26,9 +27,29 @@ class TrainingInterrupted(Exception):
     ):
         self.step, self.checkpoint, self.signum = step, checkpoint, signum
         where = f"checkpoint written to {checkpoint}" if checkpoint else "no checkpoint written"
-        # the run folder alone is enough to continue (its run.json and config.yaml)
-        resume = f"; resume with: teamrl train {run_dir} --resume" if run_dir else ""
+        resume = f"; resume with: {resume_command(run_dir)}" if run_dir else ""
         super().__init__(f"interrupted at step {step}; {where}{resume}")
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues a run, ready to paste: the run folder alone is enough (its
+    run.json and config.yaml)."""
+    return f"teamrl train {shlex.quote(str(run_dir))} --resume"
+
+
+def failed_step_message(message: str, step: int, checkpoint: Path | None, run_dir: Path) -> str:
+    """The one line a step that failed in the user's code ends with: the step (1-based), the
+    error's own message (it names the example, turn, agents and the user's frame), the
+    checkpoint of the step before it and the resume command."""
+    saved = (
+        f"checkpoint of step {step - 1} written to {checkpoint}"
+        if checkpoint
+        else "no step had completed, so no checkpoint"
+    )
+    return (
+        f"step {step} failed and was not applied: {message}; {saved}; after fixing it, "
+        f"resume with: {resume_command(run_dir)}"
+    )
 
 
 class StopRequest:

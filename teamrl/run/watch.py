@@ -11,7 +11,10 @@ consecutive steps:
   answers never finish, so the reward never sees one;
 - a policy that had samples got a gradient norm of 0 (``grad_norm/<policy>`` = 0): its weights
   do not change. Steps where every group was flat do not count here: the first warning
-  already says why.
+  already says why;
+- a policy's mean importance weight fell below ``IS_FLOOR`` (``is_weight/<policy>``): its
+  policy gradient is scaled down that much. Said at the first such step, not the k-th: the
+  weight measures the scaling itself, not a trend.
 
 A step where a condition does not hold (or its metric is missing) starts its count again. The
 warnings go through Python's ``warnings`` (``NotLearningWarning``: the command line prints
@@ -32,6 +35,14 @@ from teamrl.run.logging import RunLogger
 FLAT = "frac_zero_std_groups"
 TRUNCATED = "truncated_fraction/"
 GRAD_NORM = "grad_norm/"
+IS_WEIGHT = "is_weight/"
+# The mean importance weight pi_old / q below which the correction is shrinking the gradient
+# rather than correcting it. Under top-p alone a token's weight is the nucleus mass m_t, which
+# is at least top_p; the token_* and geometric_* weights stay near it (above 0.1 for any top_p
+# >= 0.1), and an exact-sampler run sits at 1. The sequence_* weight is prod_t m_t, geometric
+# in the length (0.9^48 = 0.0064): below 0.1 it has cut the step size more than tenfold, which
+# no learning-rate choice accounts for.
+IS_FLOOR = 0.1
 
 
 class NotLearningWarning(UserWarning):
@@ -60,7 +71,8 @@ class LearningWatch:
         self.streaks = {key: self.streaks.get(key, 0) + 1 for key in holding}
         found = []
         for key, streak in self.streaks.items():
-            if streak >= self.k and key not in self.warned:
+            needed = 1 if key.startswith(IS_WEIGHT) else self.k
+            if streak >= needed and key not in self.warned:
                 self.warned.add(key)
                 found.append(self._message(key, metrics))
         return found
@@ -84,6 +96,8 @@ class LearningWatch:
                 out.append(key)
             elif key.startswith(GRAD_NORM) and not flat and _number(value) == 0.0:
                 out.append(key)
+            elif key.startswith(IS_WEIGHT) and (_number(value) or IS_FLOOR) < IS_FLOOR:
+                out.append(key)  # None (a NaN, missing) is no weight to judge
         return out
 
     def _message(self, key: str, metrics: dict[str, Any]) -> str:
@@ -115,6 +129,8 @@ class LearningWatch:
                 f"finish; raise {field}.max_completion_length or set {field}.stop (strings "
                 "that end an answer)"
             )
+        if key.startswith(IS_WEIGHT):
+            return self._is_message(key[len(IS_WEIGHT) :], _number(metrics.get(key)) or 0.0)
         name = key[len(GRAD_NORM) :]
         return (
             f"policy {name!r} had samples but a gradient norm of 0 {steps} ({key}=0.0): its "
@@ -122,6 +138,26 @@ class LearningWatch:
             "group: check their rewards, or raise algorithm.num_generations "
             f"(now {self.cfg.algorithm.num_generations}) or their temperature "
             "(team.agents.<i>.temperature)"
+        )
+
+    def _is_message(self, name: str, weight: float) -> str:
+        a = self.cfg.algorithm
+        head = (
+            f"policy {name!r}: the mean importance weight was {weight:.3g} (is_weight/{name} "
+            f"< {IS_FLOOR}), which scales its policy gradient down "
+            f"{1 / max(weight, 1e-30):.3g}x; "
+        )
+        if a.importance_sampling_mode.startswith("sequence"):
+            return head + (
+                f"algorithm.importance_sampling_mode={a.importance_sampling_mode!r} multiplies "
+                "each token's ratio over the whole completion, and under top_p < 1 every "
+                "ratio is the nucleus mass (< 1): use a token_* or geometric_* mode, "
+                "algorithm.truncated_scoring=true, or top_p=1"
+            )
+        return head + (
+            "the sampler is far from the trained policy (algorithm.max_staleness, "
+            "generation.backend, or the agents' top_p/top_k): check "
+            f"logp_diff/{name}, or set algorithm.truncated_scoring=true under top-p/top-k"
         )
 
 

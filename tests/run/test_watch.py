@@ -125,3 +125,44 @@ def test_a_constant_reward_run_warns_with_the_knob_named(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert ["warnings" in r for r in rows] == [False, False, True]
     assert flat[0] in rows[2]["warnings"]
+
+
+# --- issue 44, item 4: a gradient shrunk by the importance weights ------------------------------
+
+
+def test_a_mean_importance_weight_below_the_floor_warns_at_once_naming_the_mode():
+    w = watch(k=3, **{"algorithm.importance_sampling_mode": "sequence_truncate"})
+    rows = [{"is_weight/shared": 0.5, **LEARNING}, {"is_weight/shared": 0.002, **LEARNING}]
+    out = observed(w, rows + [{"is_weight/shared": 0.001, **LEARNING}])
+    assert [len(x) for x in out] == [0, 1, 0]  # the first step below 0.1, once
+    (text,) = out[1]
+    assert text.startswith(
+        "policy 'shared': the mean importance weight was 0.002 (is_weight/shared < 0.1), which "
+        "scales its policy gradient down 500x; algorithm.importance_sampling_mode="
+        "'sequence_truncate' multiplies"
+    )
+    assert "use a token_* or geometric_* mode" in text
+    # other modes: the sampler is far off; a missing or NaN weight is nothing to judge
+    (text,) = observed(watch(), [{"is_weight/alice": 0.05}])[0]
+    assert "is_weight/alice < 0.1" in text and "check logp_diff/alice" in text
+    assert observed(watch(), [{"is_weight/shared": None}, {"is_weight/shared": 0.1}]) == [[], []]
+
+
+def test_sequence_weights_under_top_p_warn_in_a_tiny_run(tmp_path):
+    top_p = {"team.agents.0.top_p": 0.5, "team.agents.1.top_p": 0.5}
+
+    def run(mode: str) -> list[str]:
+        extra = {"algorithm.importance_sampling_mode": mode, **top_p}
+        tr = Trainer(
+            load_config(None, tiny_overrides("shared", 1, **extra)), run_dir=tmp_path / mode
+        )
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            (m,) = tr.train()
+        texts = [str(x.message) for x in seen if "importance weight" in str(x.message)]
+        return m["is_weight/shared"], texts
+
+    weight, texts = run("sequence_truncate")
+    assert weight < 0.1 and len(texts) == 1 and "'sequence_truncate'" in texts[0]
+    weight, texts = run("token_truncate")  # each token's weight is its nucleus mass, >= top_p
+    assert weight > 0.1 and texts == []
