@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     last = sum(m["reward/mean"] for m in history[-k:]) / k
     print(f"  training samples, mean of the first {k} steps {first:.3f} -> last {k} {last:.3f}")
     print(f"\ncurves: {png}\nrun folder: {trainer.run_dir}  ({time.perf_counter() - t0:.0f} s)")
+    print(f"the whole run in a browser: teamrl report {trainer.run_dir}")
     line, _, _ = verdict(before["rewards"], after["rewards"])
     print(f"\nverdict: {line}")
     return 0
