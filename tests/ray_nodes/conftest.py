@@ -5,13 +5,9 @@ the one-node cluster tests/ray shares, and takes a few minutes."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-# tests/ray's plain helpers (the exactness check on a worker group, a run's metrics and weights)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray"))
 
 ASKED = os.environ.get("TEAMRL_TEST_RAY_NODES", "") not in ("", "0")
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
+# tests/ray's plain helpers: the exactness check on a worker group, a run's metrics and weights
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray"))
 
 import pausing_task  # noqa: E402
 import ray  # noqa: E402
