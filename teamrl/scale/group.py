@@ -14,13 +14,15 @@
 
 Placement and transport are Ray's (placement groups, the object store) and torch's; nothing
 here schedules or launches a process itself. A worker that dies ends the run with
-``WorkerDiedError`` naming its group, policies and rank; ``--resume`` continues from the last
+``WorkerDiedError`` naming its group, policies, rank, process and node (Ray's node id and
+address), and a node the cluster marked dead as lost; ``--resume`` continues from the last
 checkpoint on fresh workers.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +30,7 @@ from typing import ClassVar
 import torch
 
 from teamrl.config import Config, ConfigError, to_dict
+from teamrl.run.files import log_line
 from teamrl.scale.placement import GroupPlan, placement_plan
 from teamrl.scale.requires import require_ray
 from teamrl.scale.worker import PolicyWorker
@@ -39,13 +42,27 @@ from teamrl.team.weights import ADAPTER_FILES, FULL_FILES
 # after a heartbeat or two, is the cause to name when a live rank's collective broke on it.
 DEATH_WAIT_S = 10.0
 
+# How long a worker that became unreachable waits for the cluster to mark its node dead, so
+# that the error names a lost node as such. Ray's default health checks (every 3 s, 5 misses
+# in a row) take about 15 s; the RAY_health_check_* settings of the head shorten it
+# (docs/distributed.md). The caller's own call already failed: this only words the error.
+NODE_DEATH_WAIT_S = 30.0
+
 # Settings a worker process takes from the controller (an offline hub, the builtin model cache).
 _ENV_KEYS = ("HF_HUB_OFFLINE", "TEAMRL_CACHE", "HF_HOME", "TOKENIZERS_PARALLELISM")
 PLACEMENT_TIMEOUT_S = 120.0
 
 
 class WorkerDiedError(RuntimeError):
-    """A worker process of a policy group died (killed, out of memory, node lost)."""
+    """A worker process of a policy group died (killed, out of memory, node lost).
+
+    ``death`` says which worker, where and how (a lost node named by its Ray node id and
+    address); the message adds how to continue. The command line prints ``death`` with the
+    run's last checkpoint and its resume command."""
+
+    def __init__(self, death: str):
+        self.death = death
+        super().__init__(f"{death}. Continue the run from its last checkpoint with --resume")
 
 
 def connect(cfg: Config) -> None:
@@ -161,13 +178,28 @@ class WorkerGroup:
         return None
 
     def _died(self, rank: int, method: str, err: Exception) -> str:
+        """What ``WorkerDiedError`` says: the worker, its process and node, and the cause; a
+        node the cluster marked dead is named as lost (every worker on it is gone)."""
+        ray = require_ray()
         p, info = self.plan, self.info[rank]
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        # An unreachable actor (its socket closed, no death reported) is a node going down or
+        # cut off: give the health checks their time to decide; a reported death needs none.
+        unreachable = isinstance(err, getattr(ray.exceptions, "ActorUnavailableError", ()))
+        if node_lost(info.get("node_id"), NODE_DEATH_WAIT_S if unreachable else 0.0):
+            cause = "its node was lost (the cluster marked it dead: every worker on it is gone)"
+        else:
+            cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return (
             f"worker {rank} of {p.workers} of policy group {p.name!r} (policies "
-            f"{list(p.policies)}, pid {info.get('pid')}, node {info.get('node')}) died during "
-            f"{method}: {first}. Continue the run from its last checkpoint with --resume"
+            f"{list(p.policies)}, pid {info.get('pid')}, {_where(info)}) died during "
+            f"{method}: {cause}"
         )
+
+    def placement(self) -> str:
+        """Where each rank runs, one line: ``group 'shared': rank 0 on node 3f2a… (10.0.0.2),
+        rank 1 on node 9c41… (10.0.0.3)``."""
+        ranks = ", ".join(f"rank {r} on {_where(i)}" for r, i in enumerate(self.info))
+        return f"group {self.plan.name!r}: {ranks}"
 
     def generate(self, requests: list, ignore_eos: bool) -> list:
         """Requests sharded round robin over the workers, results back in request order."""
@@ -218,6 +250,34 @@ class WorkerGroup:
             ray.util.remove_placement_group(self.pg)
         except Exception:  # already gone with its cluster
             pass
+
+
+def _where(info: dict) -> str:
+    """``node <id> (<ip>)``: the id tells apart nodes that share an address."""
+    node_id = info.get("node_id")
+    return f"node {node_id} ({info.get('node')})" if node_id else f"node {info.get('node')}"
+
+
+def node_lost(node_id: str | None, wait_s: float) -> bool:
+    """Whether the cluster marks node ``node_id`` dead within ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while node_id is not None:
+        if node_id in dead_nodes():
+            return True
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    return False
+
+
+def dead_nodes() -> set[str]:
+    """The ids of the nodes the cluster has marked dead (its health checks missed them);
+    empty when the cluster cannot say."""
+    ray = require_ray()
+    try:
+        return {n["NodeID"] for n in ray.nodes() if not n["Alive"]}
+    except Exception:  # noqa: BLE001  (the head itself is unreachable: nothing to name)
+        return set()
 
 
 @dataclass
@@ -343,6 +403,7 @@ def ray_team(cfg: Config, role_prompts: dict[str, str] | None = None) -> Team:
             resolve(plan.model, cfg.seed)
             group = WorkerGroup(plan, cfg)
             team.worker_groups.append(group)
+            log_line(group.placement())  # where each rank runs: on a cluster, which node
             engine = team.policies[plan.policies[0]].engine
             engine.backend = RemoteBackend(group)
             engine.eos_ids = group.info[0]["eos_ids"]

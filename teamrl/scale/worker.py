@@ -88,6 +88,7 @@ class PolicyWorker:
         return {
             "pid": os.getpid(),
             "node": _node_ip(),
+            "node_id": _node_id(),  # several nodes may share an IP (one machine, containers)
             "eos_ids": engine.eos_ids if engine else None,
             "hidden_size": int(engine.model.config.hidden_size) if engine else None,
             # computed on the first call after configure, before any update moves the weights
@@ -249,6 +250,19 @@ def _node_ip() -> str:
         return ray.util.get_node_ip_address()
     except Exception:  # outside Ray (a plain-Python test of this class)
         return "127.0.0.1"
+
+
+def _node_id() -> str | None:
+    """The Ray node this worker runs on (hex), None outside Ray."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    # outside Ray (or tests/ray as a namespace package): none; get_runtime_context() would
+    # start a local cluster
+    if not getattr(ray, "is_initialized", lambda: False)():
+        return None
+    return ray.get_runtime_context().get_node_id()
 
 
 def _to_cpu(obj, torch):

@@ -66,6 +66,8 @@ def test_a_worker_killed_mid_step_names_it_and_resume_continues(ray_cluster, tmp
     msg = str(err.value)
     assert msg.startswith(f"worker 1 of 2 of policy group 'shared' (policies ['shared'], pid {pid}")
     assert "died during update" in msg and "--resume" in msg
+    assert f"node {group.info[1]['node_id']} (" in msg  # Ray's node id, then its address
+    assert "its node was lost" not in msg  # a process died; its node lives on
     assert group.workers == []  # the whole group was shut down
 
     again = Trainer(cfg, run_dir=tmp_path / "run")
