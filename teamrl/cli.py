@@ -533,18 +533,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    text = str(message).replace("\r", " ").replace("\n", " ")
-    return f"teamrl: warning: {text}\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from teamrl.run.origin import set_command
 
     set_command(list(sys.argv[1:] if argv is None else argv))  # what run.json records
     # a warning is one line, as an error is (Python's default adds the source line under it)
-    warnings.formatwarning = _one_line_warning
+    from teamrl.errors import one_line_warning
+
+    warnings.formatwarning = one_line_warning
     from teamrl.team.models import quiet_hf  # here: `teamrl --help` loads no torch
 
     quiet_hf()

@@ -53,3 +53,10 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
     ``prefix`` (a section's dotted path), or ``""`` when none is close."""
     close = closest(name, choices)
     return f"did you mean {prefix + close!r}?" if close else ""
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """``warnings.formatwarning`` for the command line: ``teamrl: warning: ...`` on one line, as
+    an error is (Python's default adds the file and the source line under it)."""
+    text = str(message).replace("\r", " ").replace("\n", " ")
+    return f"teamrl: warning: {text}\n"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import time
+import warnings
 
 from teamrl.team.models import quiet_hf
 
@@ -92,6 +93,9 @@ def _outputs(before: dict, after: dict, agents: list[str], posts: int = 2, width
 
 def main(argv: list[str] | None = None) -> int:
     quiet_hf()
+    from teamrl.errors import one_line_warning
+
+    warnings.formatwarning = one_line_warning  # as `teamrl train` prints them
     from teamrl.commands.plot import plot_run
     from teamrl.config import load_config
     from teamrl.trainer import Trainer
