@@ -661,6 +661,44 @@ _add(
     )
 )
 
+# The endpoint's overrides: the same writers as examples/tldr_app.py's openai-client app, one
+# call per agent per episode, so algorithm.app_groups=joint forms MAGRPO's aligned groups.
+ENDPOINT = (
+    "env.name=tldr_endpoint",
+    "env.kwargs={}",
+    "algorithm.name=app",
+    "algorithm.app_groups=joint",
+)
+
+_add(
+    Table(
+        name="quickstart_endpoint",
+        description="make demo's setting trained natively (MAGRPO on the TLDR env) and through "
+        "the OpenAI-compatible endpoint (examples/tldr_app.py, the same writers as plain "
+        "openai-client code): held-out greedy team reward before and after training.",
+        config="quickstart",
+        base=("log.progress_bar=false", "log.save_steps=0"),
+        conditions=(
+            Condition("untrained_native", (), train=False),
+            Condition("untrained_endpoint", ENDPOINT, train=False),
+            Condition("native", (), threads=2),
+            Condition("endpoint", ENDPOINT, threads=2),
+        ),
+        splits=TABLES["quickstart_seeds"].splits,
+        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
+        metrics=("greedy/reward",),
+        sample_outputs=2,
+        test_outputs=True,
+        extra={"baseline": "untrained_native", "min_rise": 0.3},
+        notes="Both conditions see the same prompt ids (the app's messages are the env's system "
+        "and user prompts) and the same reward (score_pair), so their untrained greedy rows "
+        "must agree. The endpoint serves each agent's call as its own batch (the app asks the "
+        "concise writer, then the detailed one), where the native rollout samples both agents "
+        "in one generate call, so one seed draws other samples in the two conditions: they "
+        "should agree within the spread over seeds, not per seed.",
+    )
+)
+
 
 def get_table(name: str) -> Table:
     if name not in TABLES:

@@ -165,3 +165,34 @@ def tldr_own_part_task() -> Task:
         return OwnPartWritingEnv(base.make_env())
 
     return dataclasses.replace(base, name="tldr_own_part", make_env=make_env)
+
+
+def _tldr_app_module():
+    """examples/tldr_app.py, loaded from its file (examples/ is not a package): the app the
+    endpoint table trains is the documented example itself, not a copy of it."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tldr_app.py"
+    spec = importlib.util.spec_from_file_location("teamrl_example_tldr_app", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@register_task(
+    "tldr_endpoint",
+    "examples/tldr_app.py's openai-client writers as an app task, on the demo's splits.",
+)
+def tldr_endpoint_task() -> Task:
+    from teamrl.apps import app_task
+
+    native = tldr_task(source="offline")
+    return app_task(
+        "tldr_endpoint",
+        _tldr_app_module().episode,
+        ["concise", "detailed"],
+        train=native.train,
+        eval=native.eval,
+        test=native.test,
+    )
