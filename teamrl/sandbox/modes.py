@@ -78,15 +78,14 @@ def mode_problem(isolation: str) -> str | None:
     """Why ``isolation`` cannot run here, in one line, or None; without running a program,
     so a config check can call it before anything loads. ``"auto"`` is None: which mode it
     gets is probed at the first program (``isolation_mode``). A named mode is checked for
-    what it needs of this process and kernel (``check_mode``: root or not; seccomp for the
-    strong modes; Landlock for "landlock"); what only a run shows (namespaces a container
-    forbids) still fails at the first program."""
+    what it needs of this process and kernel (``check_mode``: root or not; seccomp, which
+    every mode installs; Landlock for "landlock"); what only a run shows (namespaces a
+    container forbids) still fails at the first program."""
     if isolation == "auto":
         return None
     try:
         check_mode(isolation)
-        if isolation in ("namespaces", "userns", "landlock"):
-            seccomp.require(isolation)
+        seccomp.require(isolation)
         if isolation == "landlock":
             landlock.require()
     except (ValueError, RuntimeError) as exc:
