@@ -33,6 +33,7 @@ from teamrl.sandbox import (
 )
 from teamrl.sandbox.boot import USERNS_UID
 from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, UID_KILL_MODES
+from teamrl.tasks.coding.harness import build_test_program, unit_results
 from teamrl.tasks.coding.stdio import stdio_pass_ratio
 
 # Small limits keep the file fast; the corpus checks every run against them.
@@ -500,17 +501,20 @@ print(json.dumps({
 """
 
 
-# Runs one program in the mode argv[2] as the caller it is started as (`nobody`).
+# Runs one program (a JSON job on stdin) in the mode argv[2] as the caller it is started as.
 FILTER_CALLER = """\
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from teamrl.sandbox import Limits, run_python
-r = run_python(sys.stdin.read(), isolation=sys.argv[2], limits=Limits(wall_seconds=20))
+job = json.load(sys.stdin)
+r = run_python(job.pop("code"), isolation=sys.argv[2], limits=Limits(wall_seconds=20), **job)
 print(json.dumps(r.__dict__))
 """
 
 
-def run_in_mode(mode: str, code: str, package: str) -> ExecResult:
+def run_in_mode(
+    mode: str, code: str, package: str, stdin: str = "", report: bool = False
+) -> ExecResult:
     """``code`` run in ``mode`` by a caller that may use it: this process, or (as root, for
     the modes refused to root) a caller running as `nobody`; skips where none may."""
     root = os.geteuid() == 0
@@ -522,12 +526,20 @@ def run_in_mode(mode: str, code: str, package: str) -> ExecResult:
         pytest.skip("landlock: no Landlock ABI >= 3 here")
     if not root and mode == "userns" and MODE != "userns":
         pytest.skip(f"userns: not here (the corpus runs in {MODE})")
+    job = {"stdin": stdin, "report": report}
     if not (root and mode in ("userns", "rlimits")):
         python = reachable_python() if mode in UID_KILL_MODES else None
-        return run_python(code, isolation=mode, limits=Limits(wall_seconds=20), python=python)
+        limits = Limits(wall_seconds=20)
+        return run_python(code, isolation=mode, limits=limits, python=python, **job)
     argv = [reachable_python(), "-I", "-c", FILTER_CALLER, package, mode]
     done = subprocess.run(
-        argv, input=code, capture_output=True, text=True, cwd="/", timeout=60, **AS_NOBODY
+        argv,
+        input=json.dumps({"code": code, **job}),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+        **AS_NOBODY,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return ExecResult(**json.loads(done.stdout))
@@ -552,6 +564,21 @@ def test_every_mode_runs_under_the_seccomp_filter(mode, readable_package):
         "unshare": "EPERM",
         "sysv_shm": "EPERM",
     }
+
+
+@pytest.mark.parametrize("mode", ISOLATION_MODES)
+def test_the_coding_harness_runs_under_the_filter_in_every_mode(mode, readable_package):
+    # The function tasks' judge (a forked worker, pipes, SIGALRM, the report channel) is
+    # what the filter must not break: one unit passes, one fails, on the report channel.
+    test = (
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(1, 1) == 3\n"
+    )
+    program, stdin, sources = build_test_program(
+        "def add(a, b):\n    return a + b\n", test, "add", per_test_timeout_s=2.0, max_timeouts=1
+    )
+    r = run_in_mode(mode, program, readable_package, stdin=stdin, report=True)
+    units, error = unit_results(r, sources)
+    assert error == "" and [u.passed for u in units] == [True, False], r
 
 
 def test_isolation_mode_matches_privileges():
