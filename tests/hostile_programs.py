@@ -34,7 +34,7 @@ READS_AS_US = {"rlimits": f"{SAME_UID}: it may read the caller's files and /proc
 SETSID = {"rlimits": "a new session escapes the process-group kill"}
 # The seccomp filter (every mode) refuses socket(2) but for AF_UNIX: only a resolver that
 # asks a host daemon over a unix socket (nscd, systemd-resolved) may get an answer.
-SOCKET_GUARD = "no network namespace: the resolver may ask a host daemon over a unix socket"
+HOST_RESOLVER = "no network namespace: the resolver may ask a host daemon over a unix socket"
 # Where a program may write outside its folder (the world-writable marker folder).
 WRITES_OUTSIDE = {"setuid": "the program may write to world-writable places", **WRITES_AS_US}
 
@@ -394,7 +394,7 @@ CORPUS: list[Hostile] = [
     Hostile(
         "dns_lookup",
         "import socket\nprint(socket.getaddrinfo('example.com', 80))\nprint('ESCAPED')\n",
-        xfail={"setuid": SOCKET_GUARD, "rlimits": SOCKET_GUARD},
+        xfail={"setuid": HOST_RESOLVER, "rlimits": HOST_RESOLVER},
     ),
     Hostile(
         "unix_socket",
