@@ -32,18 +32,9 @@ KILLS_US = {"rlimits": f"{SAME_UID}: it would signal the test run itself"}
 WRITES_AS_US = {"rlimits": f"{SAME_UID}: it may write wherever the caller can"}
 READS_AS_US = {"rlimits": f"{SAME_UID}: it may read the caller's files and /proc entries"}
 SETSID = {"rlimits": "a new session escapes the process-group kill"}
-SOCKET_GUARD = "the socket guard stops Python's socket class only, not libc's resolver"
-# Without seccomp nothing stops socket(2) itself: ctypes, curl or a child interpreter.
-PAST_THE_GUARD = {
-    m: "the socket guard stops Python's socket class in the program's own interpreter only"
-    for m in ("setuid", "rlimits")
-}
-# The weak modes run the program without the seccomp filter: these kernel surfaces stay open.
-NO_FILTER = {
-    m: "no seccomp filter in the weak modes: io_uring, keyrings, ptrace of its own processes, "
-    "new namespaces, bpf and every socket family stay reachable"
-    for m in ("setuid", "rlimits")
-}
+# The seccomp filter (every mode) refuses socket(2) but for AF_UNIX: only a resolver that
+# asks a host daemon over a unix socket (nscd, systemd-resolved) may get an answer.
+HOST_RESOLVER = "no network namespace: the resolver may ask a host daemon over a unix socket"
 # Where a program may write outside its folder (the world-writable marker folder).
 WRITES_OUTSIDE = {"setuid": "the program may write to world-writable places", **WRITES_AS_US}
 
@@ -365,6 +356,13 @@ CORPUS: list[Hostile] = [
         "import os\nprint(os.listdir('/proc/@TEST_PID@/cwd'))\n",
         xfail=READS_AS_US,
     ),
+    Hostile(  # the trainer's memory (API keys, tokens): its first mapping, an ELF header
+        "proc_parent_mem",
+        "with open('/proc/@TEST_PID@/maps') as f:\n    start = int(f.readline().split('-')[0], 16)\n"
+        "with open('/proc/@TEST_PID@/mem', 'rb') as f:\n    f.seek(start)\n"
+        "    print('ESCAPED', f.read(4))\n",
+        xfail=READS_AS_US,
+    ),
     # (pid 1 may be the caller's uid, in a container)
     Hostile("proc_init_environ", "print(open('/proc/1/environ').read())\n", xfail=READS_AS_US),
     # The secret file is world-readable; only a home others cannot enter protects it.
@@ -396,7 +394,7 @@ CORPUS: list[Hostile] = [
     Hostile(
         "dns_lookup",
         "import socket\nprint(socket.getaddrinfo('example.com', 80))\nprint('ESCAPED')\n",
-        xfail={"setuid": SOCKET_GUARD, "rlimits": SOCKET_GUARD},
+        xfail={"setuid": HOST_RESOLVER, "rlimits": HOST_RESOLVER},
     ),
     Hostile(
         "unix_socket",
@@ -421,9 +419,8 @@ CORPUS: list[Hostile] = [
     Hostile(
         "http_via_curl",  # (a fresh interpreter where curl is not installed)
         _run(f"{_CURL} if shutil.which('curl') else {_FETCH}"),
-        xfail=PAST_THE_GUARD,
     ),
-    Hostile("http_via_child_python", _run(_FETCH), xfail=PAST_THE_GUARD),
+    Hostile("http_via_child_python", _run(_FETCH)),
     Hostile(
         "http_via_ctypes",
         "import ctypes, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -434,7 +431,6 @@ CORPUS: list[Hostile] = [
         "    libc.send(fd, request, len(request), 0)\n"
         "    print('ESCAPED', libc.recv(fd, ctypes.create_string_buffer(64), 64, 0))\n"
         "raise SystemExit(ctypes.get_errno() or 1)\n",
-        xfail=PAST_THE_GUARD,
     ),
     Hostile(
         "raw_socket",
@@ -469,9 +465,8 @@ CORPUS: list[Hostile] = [
     Hostile(
         "io_uring",
         _syscall("io_uring_setup", "8, ctypes.create_string_buffer(120)"),
-        xfail=NO_FILTER,
     ),
-    Hostile("unshare_user_namespace", _syscall("unshare", "0x10000000"), xfail=NO_FILTER),
+    Hostile("unshare_user_namespace", _syscall("unshare", "0x10000000")),
     Hostile(
         "clone_new_user_namespace",
         "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -479,27 +474,22 @@ CORPUS: list[Hostile] = [
         "pid = libc.syscall(number, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD\n"
         "if pid == 0:\n    os._exit(0)\nif pid > 0:\n    os.waitpid(pid, 0)\n    print('ESCAPED')\n"
         "raise SystemExit(ctypes.get_errno() or 1)\n",
-        xfail=NO_FILTER,
     ),
     Hostile(
         "keyring_add_key",  # into the process keyring (KEY_SPEC_PROCESS_KEYRING = -2)
         _syscall("add_key", "b'user', b'teamrl', b'x', 1, -2"),
-        xfail=NO_FILTER,
     ),
     Hostile(
         "keyring_join_session",  # KEYCTL_JOIN_SESSION_KEYRING
         _syscall("keyctl", "1, b'teamrl-ring'"),
-        xfail=NO_FILTER,
     ),
     Hostile(
         "bpf_map_create",  # BPF_MAP_CREATE of a one-entry array
         _syscall("bpf", "0, (ctypes.c_uint32 * 8)(2, 4, 4, 1), 32"),
-        xfail=NO_FILTER,
     ),
     Hostile(
         "ptrace_traceme",  # PTRACE_TRACEME
         _syscall("ptrace", "0, 0, None, None"),
-        xfail=NO_FILTER,
     ),
     Hostile(
         "ptrace_own_child",  # PTRACE_ATTACH to a child of its own
@@ -507,7 +497,6 @@ CORPUS: list[Hostile] = [
         "number = 117 if os.uname().machine == 'aarch64' else 101\n"
         "done = libc.syscall(number, 16, pid, None, None)\n"
         "os.kill(pid, 9)\nif done == 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
-        xfail=NO_FILTER,
     ),
     Hostile(
         "process_vm_readv_own_child",
@@ -516,14 +505,22 @@ CORPUS: list[Hostile] = [
         "iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 16)\n"
         "done = libc.process_vm_readv(pid, iov, 1, iov, 1, 0)\n"
         "os.kill(pid, 9)\nif done >= 0:\n    print('ESCAPED')\nraise SystemExit(1)\n",
-        xfail=NO_FILTER,
     ),
     Hostile(
         "socket_families",  # netlink, the kernel's crypto API, vsock (no netns fences it)
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "opened = [f for f, t in ((16, 2), (38, 5), (40, 1)) if libc.socket(f, t, 0) >= 0]\n"
         "if opened:\n    print('ESCAPED', opened)\nraise SystemExit(1)\n",
-        xfail={m: "no seccomp filter in the weak modes" for m in ("setuid", "rlimits")},
+    ),
+    Hostile(
+        "ptrace_seize_parent",  # the trainer (its parent in the modes without a pid namespace)
+        "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "number = 117 if platform.machine() == 'aarch64' else 101\n"
+        "# PTRACE_SEIZE traces without stopping the tracee (PTRACE_ATTACH would stop the\n"
+        "# test run); the kernel detaches it when we exit.\n"
+        "pids = sorted({os.getppid(), @TEST_PID@})\n"
+        "seized = [p for p in pids if libc.syscall(number, 0x4206, p, None, None) == 0]\n"
+        "if seized:\n    print('ESCAPED', seized)\nraise SystemExit(ctypes.get_errno() or 1)\n",
     ),
     Hostile("ctypes_segfault", "import ctypes\nctypes.string_at(0)\n", ("signal 11",)),
     Hostile(
@@ -534,6 +531,17 @@ CORPUS: list[Hostile] = [
     ),
 ]
 
+
+# What the seccomp filter alone refuses (every mode installs it): no other fence of the
+# weak modes stops these, so they measure that the filter is there.
+SECCOMP_CASES = frozenset(
+    {
+        *("io_uring", "unshare_user_namespace", "clone_new_user_namespace"),
+        *("keyring_add_key", "keyring_join_session", "bpf_map_create", "ptrace_traceme"),
+        *("ptrace_own_child", "process_vm_readv_own_child", "socket_families"),
+        *("ptrace_seize_parent", "http_via_curl", "http_via_child_python", "http_via_ctypes"),
+    }
+)
 
 # ---------------------------------------------------------------------------------------------
 # Reward tricks (issue 11, item 1): solutions a policy could find that pass no real test.

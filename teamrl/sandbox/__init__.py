@@ -65,22 +65,27 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     without them the mode fails with one line, and ``auto`` never falls back to a weak mode.
 
 ``"setuid"`` (weak; only when asked for by name, as root)
-    Fresh uid/gid, rlimits and the socket guard below; after the run every process of the
-    uid is killed. Residual risk: the program may write to world-writable places (``/tmp``,
+    Fresh uid/gid, ``no_new_privs``, rlimits, the socket guard below and the seccomp filter
+    (``socket(2)`` for ``AF_UNIX`` only, as in "namespaces"), installed in the child after
+    the drop to the fresh uid, before it execs; after the run every process of the uid is
+    killed. Residual risk: the program may write to world-writable places (``/tmp``,
     ``/dev/shm``, any 0777 folder; bounded per file by ``file_size_mb``), directly or
-    through any program it runs, and gets past the socket guard with ctypes, ``curl`` or a
-    child interpreter (loopback servers, unix sockets in ``/tmp``, abstract ones); System V
-    IPC objects it makes outlive the run. No seccomp filter. Its working directory is on the
-    caller's disk, bounded by the watcher as in "landlock".
+    through any program it runs, and connect to unix sockets in ``/tmp`` and abstract ones
+    (the filter cannot see a socket's address). Its working directory is on the caller's
+    disk, bounded by the watcher as in "landlock".
     The interpreter must be reachable by other users (not under ``/root``).
 
 ``"rlimits"`` (weak; only when asked for: ``isolation="rlimits"`` or
 ``TEAMRL_SANDBOX_ISOLATION=rlimits``, and refused as root)
-    Rlimits, own session and the socket guard, as the caller's uid. Residual risk: the
-    program can signal (or ptrace) the caller's processes (same uid), read and write
-    wherever the caller can (its ``/proc/<pid>/environ`` and unix sockets included),
-    escape the process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of
-    the uid; no seccomp filter; its working directory is bounded by the watcher. docs/sandbox.md lists what the hostile corpus measured.
+    Rlimits, own session, ``no_new_privs``, the socket guard and the seccomp filter (as in
+    "setuid"), as the caller's uid. The filter refuses ptrace, so the program cannot trace
+    the caller, but the kernel's file checks for the same uid still let it read the
+    caller's ``/proc/<pid>/environ`` and memory (``/proc/<pid>/mem``). Residual risk: the
+    program can signal the caller's processes (same uid), read and write wherever the
+    caller can (those ``/proc`` files and its unix sockets included), escape the
+    process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of the uid;
+    its working directory is bounded by the watcher. docs/sandbox.md lists what the hostile
+    corpus measured.
 
 When no strong mode works and no weak one was asked for, ``isolation_mode`` raises a
 one-line RuntimeError saying what to enable or set.
@@ -89,7 +94,8 @@ The socket guard (used without a network namespace, when ``network=False``) repl
 ``socket.socket`` and ``_socket.socket`` before the program starts with a class that refuses
 every family but AF_UNIX. It stops ordinary library calls (and words the refusal), not a
 determined program: ``ctypes`` syscalls or a spawned ``curl`` get past it. The fences are
-the network namespace and, in "landlock", the seccomp filter.
+the network namespace and the seccomp filter, which every mode installs: it refuses the
+same families to every process of the program (every family in "landlock").
 
 Common residual risks: memory is capped per process (RLIMIT_AS), so a program may hold up to
 ``max_processes * memory_mb`` MiB (plus its tmpfs); the CPU rlimit is per process too (the

@@ -5,10 +5,10 @@ as anyone else ("userns") it first makes a user namespace mapping uid 0 to the c
 gives it the capabilities to build the same namespaces and mounts (the boot script then puts
 the program in a nested user namespace without capabilities, see teamrl.sandbox.boot). As
 root without namespaces ("landlock") it drops to a fresh uid and restricts itself with a
-Landlock ruleset. The strong modes' seccomp filter, built in the parent, is the child's last
-step before exec ("namespaces", "landlock") or the boot script's before the program runs
-("userns", whose boot still makes a user namespace and mounts /proc); it is inherited across
-exec and fork.
+Landlock ruleset. Every mode's seccomp filter, built in the parent, is the child's last
+step before exec ("namespaces", "landlock", and the weak "setuid", after the drop to the fresh
+uid, and "rlimits") or the boot script's before the program runs ("userns", whose boot still
+makes a user namespace and mounts /proc); it is inherited across exec and fork.
 """
 
 from __future__ import annotations
@@ -38,21 +38,15 @@ class Plan:
     limits: Limits
     error_fd: int
     ruleset_fd: int = -1  # "landlock": the Landlock ruleset to restrict the child with
-    # The seccomp filter the child installs before exec ("namespaces", "landlock"; "userns"
+    # The seccomp filter the child installs before exec (every mode but "userns", which
     # installs it in the boot script, after the program's own user namespace is made).
     syscalls: seccomp.Filter | None = None
 
 
-# The modes whose program runs under the seccomp filter (``teamrl.sandbox.seccomp``).
-FILTERED_MODES = ("namespaces", "userns", "landlock")
-
-
-def confinement(mode: str, workdir: str, network: bool) -> tuple[int, seccomp.Filter | None]:
+def confinement(mode: str, workdir: str, network: bool) -> tuple[int, seccomp.Filter]:
     """The Landlock ruleset fd ("landlock" mode, else -1; the caller closes it) and the seccomp
-    filter (the strong modes, else None) for one run, built here in the parent so that a
-    kernel without them is a one-line RuntimeError before any fork."""
-    if mode not in FILTERED_MODES:
-        return -1, None
+    filter (every mode) for one run, built here in the parent so that a kernel without them
+    is a one-line RuntimeError before any fork."""
     syscalls = seccomp.Filter(seccomp.socket_policy(mode, network), mode)  # raises before an fd
     if mode != "landlock":
         return -1, syscalls

@@ -1,8 +1,8 @@
 """Which isolation a run gets: probing, the user's opt-in to a weak mode, logging.
 
 ``"auto"`` means the strongest mode that works here; the weak modes (``"setuid"``, which
-leaves world-writable folders and the network past Python's socket class open, and
-``"rlimits"``) are never chosen silently: only when asked for by name, through
+leaves world-writable folders and host unix sockets open, and ``"rlimits"``, which runs as
+the caller's uid) are never chosen silently: only when asked for by name, through
 ``isolation=`` or the ``TEAMRL_SANDBOX_ISOLATION`` environment variable.
 """
 
@@ -31,15 +31,14 @@ RESIDUAL_RISKS = {
     "(each file within file_size_mb) before it is killed; memory and CPU are bounded per "
     "process",
     "setuid": "WEAK: writes to world-writable places (/tmp, /dev/shm, any 0777 folder), "
-    "directly or through any program it runs; the socket guard stops Python's sockets only "
-    "(ctypes, curl or a child interpreter reach loopback servers, unix sockets in /tmp and "
-    "abstract ones); no seccomp filter (io_uring, keyrings, new user namespaces, ptrace of its "
-    "own processes, every socket family); System V IPC objects outlive the run; the working "
-    "directory is on disk, bounded by a watcher only",
+    "directly or through any program it runs; connects to unix sockets in /tmp and abstract "
+    "ones (the seccomp filter refuses every other socket family, also to ctypes, curl or a "
+    "child interpreter); the working directory is on disk, bounded by a watcher only",
     "rlimits": "WEAK: runs as your uid without namespaces: it can write and read wherever you "
-    "can, read the trainer's /proc/<pid>/environ, signal or ptrace the trainer, reach loopback "
-    "servers past the socket guard, use io_uring, keyrings and new user namespaces (no "
-    "seccomp filter), and leave daemons running",
+    "can, read the trainer's /proc/<pid>/environ and its memory (/proc/<pid>/mem), signal "
+    "the trainer, connect to your unix sockets and abstract ones, and leave daemons running; "
+    "the seccomp filter refuses ptrace, io_uring, keyrings, new namespaces and every socket "
+    "family but unix",
 }
 
 _lock = threading.Lock()
@@ -78,15 +77,14 @@ def mode_problem(isolation: str) -> str | None:
     """Why ``isolation`` cannot run here, in one line, or None; without running a program,
     so a config check can call it before anything loads. ``"auto"`` is None: which mode it
     gets is probed at the first program (``isolation_mode``). A named mode is checked for
-    what it needs of this process and kernel (``check_mode``: root or not; seccomp for the
-    strong modes; Landlock for "landlock"); what only a run shows (namespaces a container
-    forbids) still fails at the first program."""
+    what it needs of this process and kernel (``check_mode``: root or not; seccomp, which
+    every mode installs; Landlock for "landlock"); what only a run shows (namespaces a
+    container forbids) still fails at the first program."""
     if isolation == "auto":
         return None
     try:
         check_mode(isolation)
-        if isolation in ("namespaces", "userns", "landlock"):
-            seccomp.require(isolation)
+        seccomp.require(isolation)
         if isolation == "landlock":
             landlock.require()
     except (ValueError, RuntimeError) as exc:

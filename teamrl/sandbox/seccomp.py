@@ -2,19 +2,23 @@
 
 A seccomp filter is a small classic-BPF program the kernel runs on every system call of the
 process and of everything it later forks or execs; it sees the call's number, architecture
-and raw arguments (not the memory they point to). Every strong mode installs one as the last
-step before the program runs ("namespaces" and "landlock" in the child before it execs the
-interpreter, "userns" in the boot script once the program's own user namespace is made, see
-``teamrl.sandbox.boot``). Ours refuses, with ``EPERM``:
+and raw arguments (not the memory they point to). Every mode installs one as the last step
+before the program runs ("namespaces", "landlock" and the weak "setuid" and "rlimits" in the
+child before it execs the interpreter, "setuid" after its drop to the fresh uid; "userns" in
+the boot script once the program's own user namespace is made, see ``teamrl.sandbox.boot``).
+Ours refuses, with ``EPERM``:
 
 * ``socket(2)`` unless the run allows the network. "landlock": every family, so no TCP,
   UDP, raw, netlink, nor unix sockets (a socket file in ``/tmp`` or an abstract one both
-  start with ``socket``; Landlock has no rule for connecting to a socket file). With a
-  network namespace ("namespaces", "userns"): every family but ``AF_UNIX``, whose sockets
-  reach only the sandbox's own files and network namespace; the others (netlink, vsock,
-  which no network namespace fences, the kernel's crypto sockets...) are kernel surface a
-  program has no use for. ``socketpair`` stays: a connected pair reaches nothing outside.
-  io_uring, which could open and connect sockets past the filter, is refused outright.
+  start with ``socket``; Landlock has no rule for connecting to a socket file). Every other
+  mode: every family but ``AF_UNIX``. With a network namespace ("namespaces", "userns") unix
+  sockets reach only the sandbox's own files and network namespace; in the weak modes they
+  are the family the Python-level socket guard lets through (``teamrl.sandbox.boot``), and
+  the filter holds the same line for ctypes, a child interpreter or ``curl``. The other
+  families (netlink, vsock, which no network namespace fences, the kernel's crypto
+  sockets...) are kernel surface a program has no use for. ``socketpair`` stays: a
+  connected pair reaches nothing outside. io_uring, which could open and connect sockets
+  past the filter, is refused outright.
 * reaching into other processes: ``ptrace``, ``process_vm_readv``/``writev``,
   ``pidfd_getfd``;
 * new namespaces and mounts: ``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag,
@@ -132,10 +136,12 @@ def require(mode: str = "landlock") -> str:
 
 def socket_policy(mode: str, network: bool) -> str:
     """What ``socket(2)`` may open in ``mode``: any family when the run allows the network;
-    else unix sockets where a network namespace fences them, none in "landlock"."""
+    else none in "landlock" (which has no rule for unix sockets), unix sockets elsewhere
+    (fenced by a network namespace, or in the weak modes the family their socket guard
+    allows)."""
     if network:
         return "all"
-    return "unix" if mode in ("namespaces", "userns") else "none"
+    return "none" if mode == "landlock" else "unix"
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:

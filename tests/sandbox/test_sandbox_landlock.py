@@ -22,6 +22,7 @@ import pytest
 
 from teamrl.sandbox import (
     ISOLATION_ENV,
+    ISOLATION_MODES,
     Limits,
     isolation_mode,
     landlock,
@@ -134,7 +135,10 @@ def test_socket_policy_per_mode():
     assert seccomp.socket_policy("landlock", network=False) == "none"
     assert seccomp.socket_policy("namespaces", network=False) == "unix"
     assert seccomp.socket_policy("userns", network=False) == "unix"
-    assert {seccomp.socket_policy(m, network=True) for m in ("landlock", "userns")} == {"all"}
+    # the weak modes: the family their Python socket guard allows, now for every process
+    assert seccomp.socket_policy("setuid", network=False) == "unix"
+    assert seccomp.socket_policy("rlimits", network=False) == "unix"
+    assert {seccomp.socket_policy(m, network=True) for m in ISOLATION_MODES} == {"all"}
     with pytest.raises(ValueError, match="sockets: expected one of"):
         seccomp.program("x86_64", "inet")
 
@@ -431,6 +435,17 @@ def test_landlock_by_name_without_support_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(seccomp, "machine", lambda: "riscv64")
     with pytest.raises(RuntimeError, match="no seccomp filter for machine 'riscv64'"):
         run_python("pass", isolation="landlock", python=reachable_python())
+
+
+def test_the_weak_modes_need_the_seccomp_filter_too(monkeypatch):
+    # Every mode installs the filter, so a machine without one refuses the weak mode this
+    # process may use (as root "setuid", else "rlimits") in one line, before any program.
+    mode = "setuid" if ROOT else "rlimits"
+    monkeypatch.setattr(seccomp, "machine", lambda: "riscv64")
+    why = f"isolation {mode!r} has no seccomp filter for machine 'riscv64' (known: x86_64, aarch64)"
+    assert modes.mode_problem(mode) == why
+    with pytest.raises(RuntimeError, match=f"^sandbox: {re.escape(why)}$"):
+        run_python("pass", isolation=mode, python=reachable_python())
 
 
 def test_landlock_needs_root(monkeypatch):
