@@ -47,7 +47,12 @@ from teamrl.run import checkpoints
 from teamrl.run.data_stream import DataStream
 from teamrl.run.export import write_team_folder
 from teamrl.run.files import RunLock, log_line, remove_orphans
-from teamrl.run.interrupt import StopRequest, TrainingInterrupted, failed_step_message
+from teamrl.run.interrupt import (
+    StopRequest,
+    TrainingInterrupted,
+    failed_eval_message,
+    failed_step_message,
+)
 from teamrl.run.logging import RunLogger, sample_rows
 from teamrl.run.origin import RunOrigin, origin_of, write_origin
 from teamrl.run.seeding import rng_state, set_rng_state, set_seed
@@ -330,7 +335,11 @@ class Trainer:
                     self._failed_step(err, start)
                     raise  # the same exception, its message now naming the checkpoint
                 if cfg.eval.eval_steps and self.step % cfg.eval.eval_steps == 0:
-                    metrics.update(self._evaluate_logged())
+                    try:
+                        metrics.update(self._evaluate_logged())
+                    except (UserCodeError, ConfigError) as err:
+                        self._failed_eval(err, metrics, history)
+                        raise
                 watch.check(metrics)
                 self.logger.log(metrics)
                 history.append(metrics)
@@ -382,6 +391,19 @@ class Trainer:
                 saved = self.save_checkpoint()
         message = str(err).replace("\r", " ").replace("\n", " ")
         err.args = (failed_step_message(message, self.step + 1, saved, self.run_dir),)
+
+    def _failed_eval(self, err: Exception, metrics: dict, history: list[dict]) -> None:
+        """An evaluation that failed in the user's code, after a step that completed: the step
+        is kept (its metrics logged without eval scores, its checkpoint written) and ``err``'s
+        message says so. Evaluation draws from forked RNG streams and no data position, so the
+        checkpoint is the one an uninterrupted run writes after that step."""
+        self.logger.log(metrics)
+        history.append(metrics)
+        saved = self.run_dir / "checkpoints" / f"step-{self.step}"
+        if self._saved_step != self.step or not saved.is_dir():
+            saved = self.save_checkpoint()
+        message = str(err).replace("\r", " ").replace("\n", " ")
+        err.args = (failed_eval_message(message, self.step, saved, self.run_dir),)
 
     def _origin(self) -> RunOrigin:
         """What the run folder records of where this run came from (``run.json``)."""

@@ -52,6 +52,17 @@ def failed_step_message(message: str, step: int, checkpoint: Path | None, run_di
     )
 
 
+def failed_eval_message(message: str, step: int, checkpoint: Path, run_dir: Path) -> str:
+    """The one line an evaluation that failed in the user's code ends with. The step it
+    followed was complete (its update applied, its metrics logged), so the checkpoint holds that
+    step and a resume continues after it; only that evaluation's scores are missing."""
+    return (
+        f"the evaluation after step {step} failed: {message}; step {step} itself completed "
+        f"and its checkpoint is {checkpoint} (this evaluation's scores are not in "
+        f"metrics.jsonl); after fixing it, resume with: {resume_command(run_dir)}"
+    )
+
+
 class StopRequest:
     """``with StopRequest() as stop:`` handles SIGINT/SIGTERM by setting ``stop.signum``.
 

@@ -236,3 +236,53 @@ def test_an_asynchronous_run_raises_the_users_error_and_checkpoints_what_it_cons
         tr.train()
     state = __import__("json").loads((run / "checkpoints/step-1/trainer_state.json").read_text())
     assert state["step"] == 1 and state["data"] == {"epoch": 0, "index": 2}
+
+
+def test_an_evaluation_that_fails_in_user_code_keeps_its_step(tmp_path, monkeypatch):
+    """The evaluation after step 2 fails (its reward returns NaN): step 2 was complete, so its
+    metrics are logged and its checkpoint written (saves are every 5 steps), the message says
+    the step completed, and a resume with the fixed reward trains as the uninterrupted run."""
+    steps = 4
+
+    def cfg(save_steps: int):
+        extra = {"eval.eval_steps": 2, "eval.num_examples": 2}
+        extra.update(
+            {"train.prompts_per_step": 2, "log.save_steps": save_steps, "log.save_total_limit": 10}
+        )
+        return load_config(None, tiny_overrides("shared", steps, **extra))
+
+    ref = Trainer(cfg(1), task=task(), run_dir=tmp_path / "ref")
+    ref.train()
+
+    real = Trainer.evaluate
+
+    def evaluate(self):  # the user's reward is broken in the evaluation after step 2 only
+        Broken.on = self.step == 2
+        try:
+            return real(self)
+        finally:
+            Broken.on = False
+
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    monkeypatch.setattr(Broken, "on", False)
+    run = tmp_path / "run"
+    with pytest.raises(RewardError) as failed:
+        Trainer(cfg(5), task=task(reward), run_dir=run).train()
+    message = str(failed.value)
+    ckpt = run / "checkpoints" / "step-2"
+    assert message.startswith("the evaluation after step 2 failed: "), message
+    assert "the team reward is nan, returned by reward (test_failed_step.py:" in message
+    assert f"step 2 itself completed and its checkpoint is {ckpt}" in message
+    assert message.endswith(f"resume with: teamrl train {run} --resume"), message
+    assert [r["step"] for r in rows(run)] == [0, 1, 2]  # step 0: the evaluation before training
+    assert weights(run, 2) == weights(tmp_path / "ref", 2)
+
+    monkeypatch.undo()
+    Trainer(cfg(5), task=task(), run_dir=run).train(resume=True)
+    # training is the uninterrupted run's; only the failed evaluation's scores are missing
+    assert rows(run) == rows(tmp_path / "ref")
+    assert weights(run, steps) == weights(tmp_path / "ref", steps)
+    evals = [
+        r["step"] for r in run_files.read_jsonl(run / "metrics.jsonl") if "eval/reward/mean" in r
+    ]
+    assert evals == [0, 4]
