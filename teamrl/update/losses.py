@@ -44,6 +44,8 @@ weight (given ``chunk_size`` and ``minibatch_size``): callers never special-case
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -195,8 +197,13 @@ def score_tokens(
     with_entropy: bool = False,
     truncate: bool = False,
     with_full: bool = False,
+    route: Router | None = None,
 ) -> Scores:
     """Log-prob of each completion token under ``model``, and (optionally) its entropy.
+
+    ``route``: in a one-pass LoRA update (``teamrl.update.joint``), the context that sends each
+    row of a forward through its adapter, given the rows' adapter indices (the batch's
+    ``prompt_route`` for the prompts' forward, ``row_route`` for the completions').
 
     ``truncate``: score under the sampler's own distribution, the temperature-scaled softmax
     restricted to each row's top-k / top-p set and renormalised (``truncated_scoring``), so
@@ -215,7 +222,7 @@ def score_tokens(
     # inputs, and a slice's backward zero-fills a tensor of the whole before copying in.
     parts = [
         _score_part(logits.float(), batch, cols, with_entropy, truncate, with_full)
-        for logits, cols in _completion_logit_parts(model, batch)
+        for logits, cols in _completion_logit_parts(model, batch, route or _unrouted)
     ]
     logp, entropy, full = (
         None if parts[0][i] is None else torch.cat([part[i] for part in parts], dim=1)
@@ -272,8 +279,16 @@ def _score_part(
     return logp, entropy, full
 
 
+# rows' adapter indices (None: the active adapter) -> the context a forward of those rows runs in
+Router = Callable[[torch.Tensor | None], AbstractContextManager]
+
+
+def _unrouted(rows: torch.Tensor | None) -> AbstractContextManager:
+    return nullcontext()
+
+
 def _completion_logit_parts(
-    model: torch.nn.Module, batch: Batch
+    model: torch.nn.Module, batch: Batch, route: Router
 ) -> list[tuple[torch.Tensor, slice]]:
     """The logits that predict each completion token (position t-1 for token t), as
     (logits (B, columns, vocab), the completion columns they predict) parts.
@@ -291,36 +306,39 @@ def _completion_logit_parts(
     pos = start[:, None] + torch.arange(c, device=device)[None]
     if drops_kv_cache(model):
         length = batch.prompt_ids.shape[1] + c
-        full = model(
-            input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
-            attention_mask=attn,
-            position_ids=torch.cat([p_pos[idx], pos], dim=1),
-            use_cache=False,
-            # the prompt's last position and every completion position but the last
-            logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
-        )
+        with route(batch.row_route):
+            full = model(
+                input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
+                attention_mask=attn,
+                position_ids=torch.cat([p_pos[idx], pos], dim=1),
+                use_cache=False,
+                # the prompt's last position and every completion position but the last
+                logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
+            )
         return [(_at(full.logits, keep), slice(0, c))]
-    prefix = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=p_pos,
-        use_cache=c > 1,
-        logits_to_keep=1,
-    )
+    with route(batch.prompt_route):
+        prefix = model(
+            input_ids=batch.prompt_ids,
+            attention_mask=batch.prompt_mask,
+            position_ids=p_pos,
+            use_cache=c > 1,
+            logits_to_keep=1,
+        )
     # token 0's logit comes from the prompt's last position
     parts = [(prefix.logits[idx, -1:], slice(0, 1))]
     if c > 1:  # tokens 1.. from the completion's positions 0 .. c-2
         cache = output_cache(prefix)
         if not batch.prompts_in_order:
             cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
-        suffix = model(
-            input_ids=batch.completion_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=(keep := torch.arange(c - 1, device=device)),
-            **cache_kwargs(model, cache),
-        )
+        with route(batch.row_route):
+            suffix = model(
+                input_ids=batch.completion_ids,
+                attention_mask=attn,
+                position_ids=pos,
+                use_cache=True,
+                logits_to_keep=(keep := torch.arange(c - 1, device=device)),
+                **cache_kwargs(model, cache),
+            )
         parts.append((_at(suffix.logits, keep), slice(1, c)))
     return parts
 

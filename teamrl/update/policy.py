@@ -133,7 +133,7 @@ class UpdateRun:
         batch.max_top_k, batch.nucleus = max(top_k), any(p < 1 for p in top_p)
         return batch.to(self.device)
 
-    def score(self, model, batch, with_entropy: bool = False):
+    def score(self, model, batch, with_entropy: bool = False, route=None):
         # Under truncated scoring the KL to the reference compares full softmaxes on both
         # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
         truncated = self.settings.truncated_scoring
@@ -143,6 +143,7 @@ class UpdateRun:
             with_entropy=with_entropy,
             truncate=truncated,
             with_full=truncated and self.settings.loss.beta > 0,
+            route=route,
         )
 
     def rows(self, chunk: Minibatch) -> torch.Tensor:
@@ -217,9 +218,15 @@ def update_policy(
 
 
 def prepare(
-    pol: Policy, samples: list[Sample], settings: UpdateSettings, ctx: DistContext | None
+    pol: Policy,
+    samples: list[Sample],
+    settings: UpdateSettings,
+    ctx: DistContext | None,
+    width: int | None = None,
 ) -> UpdateRun:
-    """0. Train mode (no dropout), the statistics to gather, each sample's rank."""
+    """0. Train mode (no dropout), the statistics to gather, each sample's rank. ``width``: of
+    the old log-probs' table (default: the longest completion; a joint update's batches may
+    be wider, teamrl.update.joint)."""
     u = settings
     ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
     pol.activate()
@@ -232,7 +239,7 @@ def prepare(
     keys += ["ratio_dev_first_pass"] + (["kl"] if u.loss.beta > 0 else [])  # none at beta 0
     keys += ["outside_nucleus_fraction"] if u.truncated_scoring else []
     device = torch.device(ctx.device)
-    width = max([1] + [len(s.completion_ids) for s in samples])
+    width = max([1, width or 0] + [len(s.completion_ids) for s in samples])
     return UpdateRun(
         pol=pol,
         settings=settings,
