@@ -190,8 +190,21 @@ def update_policies(
             for j in range(width_j):
                 active = [k for k, p in enumerate(passes) if it < len(p) and j < len(p[it])]
                 mbs = {k: passes[k][it][j] for k in active}
-                _accumulate(runs, mbs, it, it == 0 and j == 0, max_completion_length, route)
+                first = it == 0 and j == 0
+                marks = {k: {key: len(v) for key, v in runs[k].stats.items()} for k in active}
+                _accumulate(runs, mbs, it, first, max_completion_length, route)
                 flags = step_finite([runs[k] for k in active], step, it)
+                if any(flags) and not all(flags):
+                    # a non-finite loss reaches every adapter's gradient through the shared
+                    # pass (0 * NaN in the other rows' terms): the finite agents' step runs
+                    # again without it, its first statistics dropped (a rare, counted event)
+                    redo = {k: mbs[k] for k, ok in zip(active, flags) if ok}
+                    for k in redo:
+                        for key, n in marks[k].items():
+                            del runs[k].stats[key][n:]
+                    _accumulate(runs, redo, it, first, max_completion_length, route)
+                    again = dict(zip(redo, step_finite([runs[k] for k in redo], step, it)))
+                    flags = [again.get(k, False) for k in active]
                 for k, finite in zip(active, flags):
                     if apply_step(runs[k], finite):
                         stepped[k] = True

@@ -156,3 +156,19 @@ def test_where_one_pass_cannot_apply_it_says_why_once(tmp_path, extra, why):
             tr.update_team(work)
             tr.update_team(work)
         assert len([w for w in seen if "one_pass_lora" in str(w.message)]) == 1
+
+
+def test_a_nan_in_one_agents_loss_skips_only_its_step(tmp_path):
+    tr, work = trainer(tmp_path, **{"train.nan_policy": "skip"})
+    work["alice"][0].advantage = float("nan")  # alice's every step holding it is skipped
+    ref = copy.deepcopy(tr)
+    before = {n: snapshot(p) for n, p in tr.team.policies.items()}
+    got = tr.update_team(work)
+    ref.cfg.train.one_pass_lora = False
+    want = ref.update_team(work)
+    assert tr.nan_skips == ref.nan_skips == 2  # one minibatch per pass holds it, 2 passes
+    assert_same_update(
+        snapshot(tr.team.policies["bob"]), snapshot(ref.team.policies["bob"]), before["bob"], "bob"
+    )
+    assert got["bob"]["loss"] == pytest.approx(want["bob"]["loss"], rel=1e-4)
+    assert got["alice"]["loss"] == pytest.approx(want["alice"]["loss"], rel=1e-4)
