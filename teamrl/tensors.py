@@ -11,14 +11,12 @@ import torch
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # padded in Python, then one tensor each: a row-by-row copy would dispatch an operation per
+    # sequence (the update's op count must not grow with its samples)
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(s)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
+    return ids.reshape(len(seqs), width), mask.reshape(len(seqs), width)
 
 
 # --- the KV cache's name across transformers versions ------------------------------------------

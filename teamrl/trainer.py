@@ -39,7 +39,7 @@ from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
 from teamrl.errors import UserCodeError
 from teamrl.execution.choose import make_execution
-from teamrl.execution.protocol import Execution
+from teamrl.execution.protocol import Execution, UpdateJob
 from teamrl.plugins import task_imports
 from teamrl.preflight import preflight as run_preflight
 from teamrl.rollout.common import RolloutResult
@@ -121,6 +121,17 @@ class Trainer:
     def update(self, pol: Policy, samples: list[Sample]) -> dict[str, float]:
         """One policy's update on its samples (``teamrl.update.policy``, where the
         execution runs it)."""
+        return self.update_team({pol.name: samples})[pol.name]
+
+    def update_team(self, work: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+        """The updates of the policies named in ``work``, on their samples: the execution may
+        run them together (one pass for LoRA agents, ``teamrl.update.joint``)."""
+        jobs = [self._job(self.team.policies[name], samples) for name, samples in work.items()]
+        results = self.execution.update_team(jobs, self.cfg, step=self.step, ctx=self.ctx)
+        self.nan_skips += sum(skipped for _, skipped in results)
+        return {name: metrics for name, (metrics, _) in zip(work, results)}
+
+    def _job(self, pol: Policy, samples: list[Sample]) -> UpdateJob:
         max_len = max(self.team.agents[s.agent].max_completion_length for s in samples)
         n = self.cfg.train.num_mini_batches
         if len(samples) < n and pol.name not in self._warned_few_samples:
@@ -133,11 +144,7 @@ class Trainer:
                 f"pass, not {n} (said once per policy)",
                 stacklevel=2,
             )
-        metrics, skipped = self.execution.update(
-            pol, samples, self.cfg, step=self.step, max_completion_length=max_len, ctx=self.ctx
-        )
-        self.nan_skips += skipped
-        return metrics
+        return UpdateJob(pol, samples, max_len)
 
     # --- one step -----------------------------------------------------------------------------
 
@@ -173,11 +180,12 @@ class Trainer:
         train_samples = assigned.samples
         t1 = time.perf_counter()
         self._updating = True
+        # a policy with no samples this step skips its update, not its schedule
+        work = {n: [s for s in train_samples if s.policy == n] for n in self.team.policies}
+        updated = self.update_team({n: mine for n, mine in work.items() if mine})
         for name, pol in self.team.policies.items():
-            mine = [s for s in train_samples if s.policy == name]
-            if mine:  # a policy with no samples this step skips its update, not its schedule
-                for k, v in self.update(pol, mine).items():
-                    metrics[f"{k}/{name}"] = v
+            for k, v in updated.get(name, {}).items():
+                metrics[f"{k}/{name}"] = v
             metrics[f"lr/{name}"] = pol.optimizer.param_groups[0]["lr"]  # the LR it trained with
             # LR(step) depends on the trainer step alone: stepped here once per trainer step,
             # even when the policy had no samples or every update was skipped (NaN). torch

@@ -10,16 +10,29 @@ from __future__ import annotations
 import torch
 
 
-def truncation_keep(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+def truncation_keep(
+    scaled: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    max_k: int | None = None,
+    nucleus: bool | None = None,
+) -> torch.Tensor:
     """Which tokens of each row of (temperature-scaled) logits the sampler may draw: the top_k
     largest (top_k > 0), then the smallest prefix of the sorted rest whose mass reaches top_p
-    (a token is dropped when the mass strictly before it already reaches top_p; >= 1 kept)."""
+    (a token is dropped when the mass strictly before it already reaches top_p; >= 1 kept).
+
+    ``max_k`` (the largest top_k) and ``nucleus`` (some top_p < 1), when the caller knows them
+    on the host (the update does, from its settings), spare two reads of the device."""
     keep = torch.ones_like(scaled, dtype=torch.bool)
-    if bool((top_k > 0).any()):
-        kth = torch.topk(scaled, int(top_k.max()), dim=-1).values
+    if max_k is None:
+        max_k = int(top_k.max()) if bool((top_k > 0).any()) else 0
+    if max_k > 0:
+        kth = torch.topk(scaled, max_k, dim=-1).values
         thresh = kth.gather(-1, (top_k.clamp_min(1) - 1).unsqueeze(-1))
         keep &= ~((scaled < thresh) & (top_k > 0).unsqueeze(-1))
-    if bool((top_p < 1).any()):
+    if nucleus is None:
+        nucleus = bool((top_p < 1).any())
+    if nucleus:
         masked = scaled.masked_fill(~keep, float("-inf"))
         sorted_logits, order = torch.sort(masked, descending=True, dim=-1)
         probs = sorted_logits.softmax(-1)

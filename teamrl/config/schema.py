@@ -226,6 +226,15 @@ class TrainConfig:
         "its backward written out, instead of PEFT's five ops (teamrl.update.lora_linear). "
         "The same function; False runs PEFT's forward.",
     )
+    one_pass_lora: bool = _f(
+        True,
+        "team.policies=lora: update every agent's adapter in one forward/backward over all "
+        "their samples, each row through its own adapter, each adapter stepping on its own "
+        "gradients with its own LR and num_iterations (teamrl.update.joint). Where it cannot "
+        "apply (sharding, data parallel, gradient checkpointing, DoRA, dropout, per-agent "
+        "settings that differ) the agents update one after the other, said once in a warning. "
+        "False: always one after the other.",
+    )
 
 
 @dataclass

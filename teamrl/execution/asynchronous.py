@@ -112,6 +112,9 @@ class AsyncExecution:
             pol, samples, cfg, step=step, max_completion_length=max_completion_length, ctx=ctx
         )
 
+    def update_team(self, jobs, cfg, *, step, ctx):
+        return self.learner.update_team(jobs, cfg, step=step, ctx=ctx)
+
     def weights_updated(self, version: int) -> None:
         """Publish the learner's weights as ``version`` (a copy: the learner steps on)."""
         snapshot = _weights(self.team)

@@ -29,17 +29,19 @@ on the task's envs, which every execution receives) and ``RolloutBatch``.
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 from teamrl.config import Config
 from teamrl.distributed import DistContext
-from teamrl.execution.protocol import RolloutBatch, TrainingRollout
+from teamrl.execution.protocol import RolloutBatch, TrainingRollout, UpdateJob, one_by_one
 from teamrl.run import checkpoints
 from teamrl.run.data_stream import DataStream
 from teamrl.sample import Sample
 from teamrl.team.optim import lr_lambda, make_optimizer
 from teamrl.team.policies import Policy, Team
-from teamrl.update.policy import update_policy
+from teamrl.update.joint import joint_blocker, update_policies
+from teamrl.update.policy import UpdateResult, update_policy
 from teamrl.update.settings import UpdateSettings, update_settings
 
 
@@ -49,6 +51,7 @@ class LocalExecution:
     def __init__(self, cfg: Config, rollout: TrainingRollout, data: DataStream):
         self.cfg, self.data, self.rollout = cfg, data, rollout
         self.settings: dict[str, UpdateSettings] = {}  # per policy, built at its first update
+        self.told: set[str] = set()  # why a one-pass LoRA update fell back (said once each)
         self.team = Team(cfg, rollout.role_prompts)
         for pol in self.team.policies.values():
             make_optimizer(pol, cfg)
@@ -67,16 +70,51 @@ class LocalExecution:
         max_completion_length: int,
         ctx: DistContext,
     ) -> tuple[dict[str, float], int]:
-        if pol.name not in self.settings:  # once per run: the config does not change
-            self.settings[pol.name] = update_settings(cfg, pol.agents)
         out = update_policy(
             pol,
             samples,
-            self.settings[pol.name],
+            self._settings(pol, cfg),
             step=step,
             max_completion_length=max_completion_length,
             ctx=ctx,
         )
+        return self._done(pol, out)
+
+    def update_team(
+        self, jobs: list[UpdateJob], cfg: Config, *, step: int, ctx: DistContext
+    ) -> list[tuple[dict[str, float], int]]:
+        """With team.policies=lora (train.one_pass_lora), every agent's adapter in one
+        forward/backward (teamrl.update.joint); else, or where that cannot apply (a warning
+        says why, once), one policy after the other."""
+        if cfg.team.policies != "lora" or not cfg.train.one_pass_lora or len(jobs) < 2:
+            return one_by_one(self, jobs, cfg, step=step, ctx=ctx)
+        pols = [j.pol for j in jobs]
+        settings = [self._settings(p, cfg) for p in pols]
+        why = joint_blocker(pols, settings, ctx)
+        if why:
+            if why not in self.told:
+                self.told.add(why)
+                warnings.warn(
+                    f"train.one_pass_lora: the agents' adapters update one after the other: {why}",
+                    stacklevel=2,
+                )
+            return one_by_one(self, jobs, cfg, step=step, ctx=ctx)
+        outs = update_policies(
+            pols,
+            [j.samples for j in jobs],
+            settings,
+            step=step,
+            max_completion_length=[j.max_completion_length for j in jobs],
+            ctx=ctx,
+        )
+        return [self._done(p, out) for p, out in zip(pols, outs)]
+
+    def _settings(self, pol: Policy, cfg: Config) -> UpdateSettings:
+        if pol.name not in self.settings:  # once per run: the config does not change
+            self.settings[pol.name] = update_settings(cfg, pol.agents)
+        return self.settings[pol.name]
+
+    def _done(self, pol: Policy, out: UpdateResult) -> tuple[dict[str, float], int]:
         if out.stepped and pol.engine.backend is not None:  # the sampler reloads its copy
             pol.engine.backend.weights_changed(pol.adapter)
         return out.metrics, out.skipped

@@ -52,6 +52,27 @@ class RolloutBatch:
     stats: dict[str, float] = field(default_factory=dict)  # the generator's own timings
 
 
+@dataclass(frozen=True)
+class UpdateJob:
+    """One policy's update of a step: its samples and its agents' largest budget."""
+
+    pol: Any
+    samples: list[Sample]
+    max_completion_length: int
+
+
+def one_by_one(
+    execution: Execution, jobs: list[UpdateJob], cfg: Config, *, step: int, ctx: DistContext
+) -> list[tuple[dict[str, float], int]]:
+    """``update_team`` as one ``update`` per policy, in order."""
+    return [
+        execution.update(
+            j.pol, j.samples, cfg, step=step, max_completion_length=j.max_completion_length, ctx=ctx
+        )
+        for j in jobs
+    ]
+
+
 class Execution(Protocol):
     """Who samples a step's rollout, where the policies live, how they update."""
 
@@ -71,6 +92,12 @@ class Execution(Protocol):
         ctx: DistContext,
     ) -> tuple[dict[str, float], int]:
         """One policy's update: its metrics and the number of steps skipped (NaN)."""
+
+    def update_team(
+        self, jobs: list[UpdateJob], cfg: Config, *, step: int, ctx: DistContext
+    ) -> list[tuple[dict[str, float], int]]:
+        """Several policies' updates of one step (``update``'s result for each, in order): an
+        execution may run them together (LocalExecution: one pass for LoRA agents)."""
 
     def weights_updated(self, version: int) -> None: ...
 

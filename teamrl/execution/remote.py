@@ -8,7 +8,7 @@ import dataclasses
 from contextlib import contextmanager
 
 from teamrl.config import Config
-from teamrl.execution.protocol import RolloutBatch, TrainingRollout
+from teamrl.execution.protocol import RolloutBatch, TrainingRollout, UpdateJob, one_by_one
 from teamrl.run.data_stream import DataStream
 from teamrl.scale.group import ray_team
 
@@ -28,6 +28,9 @@ class RayExecution:
         return pol.remote_update(
             samples, cfg, step=step, max_completion_length=max_completion_length
         )
+
+    def update_team(self, jobs: list[UpdateJob], cfg: Config, *, step: int, ctx):
+        return one_by_one(self, jobs, cfg, step=step, ctx=ctx)  # each group updates its own
 
     def weights_updated(self, version: int) -> None:
         pass  # each worker samples from the replica its update just stepped

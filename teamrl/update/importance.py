@@ -88,18 +88,19 @@ def importance_weights(
 
 def mismatch_stats(
     old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
-) -> dict[str, float]:
+) -> dict[str, torch.Tensor]:
     """How far the sampler is from the trainer, per real token (samples are drawn from q):
 
     logp_diff: mean |log pi_old - log q|; kl_sampler_k1: mean (log q - log pi_old), an
     estimate of KL(q || pi_old); kl_sampler_k3: mean (rho - log rho - 1), rho = pi_old / q,
-    its non-negative, lower-variance estimate.
+    its non-negative, lower-variance estimate. Each a 0-d tensor on the device (read once,
+    with the update's other statistics).
     """
     with torch.no_grad():
         d = torch.where(mask > 0, old_logp - sampler_logp, 0.0)  # pads never enter
         n = mask.sum().clamp_min(1.0)
         return {
-            "logp_diff": float(d.abs().sum() / n),
-            "kl_sampler_k1": float((-d).sum() / n),
-            "kl_sampler_k3": float(((torch.exp(d) - d - 1) * mask).sum() / n),
+            "logp_diff": d.abs().sum() / n,
+            "kl_sampler_k1": (-d).sum() / n,
+            "kl_sampler_k3": ((torch.exp(d) - d - 1) * mask).sum() / n,
         }

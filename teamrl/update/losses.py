@@ -44,6 +44,8 @@ weight (given ``chunk_size`` and ``minibatch_size``): callers never special-case
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -71,38 +73,59 @@ class Batch:
     truncated: torch.Tensor  # (B,) float, 1 when the completion hit its budget without EOS
     top_p: torch.Tensor  # (B,) the sampler's nucleus mass (used by truncated scoring)
     top_k: torch.Tensor  # (B,) long, the sampler's top-k (0 = off)
+    # What the host knows from the samples, so that scoring never asks the device: every
+    # temperature is 1 (no division of the logits), and prompt row i is sample i's (no copy of
+    # the prompts' KV cache to the samples)
+    unit_temperature: bool = False
+    prompts_in_order: bool = False
+    # which adapter each prompt row and each sample row runs through (indices into the adapters
+    # of a one-pass LoRA update, teamrl.update.joint); None: the model's active adapter
+    prompt_route: torch.Tensor | None = None
+    row_route: torch.Tensor | None = None
+    # the largest top_k and whether some top_p < 1, when known on the host (truncation_keep)
+    max_top_k: int | None = None
+    nucleus: bool | None = None
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+        moved = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        return Batch(**{k: moved(v) for k, v in self.__dict__.items()})
 
 
-def collate(samples: list[Sample], pad_id: int) -> Batch:
+def collate(samples: list[Sample], pad_id: int, route: list[int] | None = None) -> Batch:
     """Pad samples into a batch (no sampler truncation: top_p 1, top_k 0; the update sets
-    each row's own when it scores under the sampler's truncation)."""
-    distinct: dict[tuple[int, ...], int] = {}
-    index = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in samples]
-    prompt_ids, prompt_mask = left_pad([list(p) for p in distinct], pad_id)
+    each row's own when it scores under the sampler's truncation).
+
+    ``route``: each sample's adapter index (a one-pass LoRA update): a prompt is then shared
+    only by the samples of one adapter, since its forward runs through that adapter.
+
+    Padded in Python and made one tensor per field: a row-by-row copy would dispatch
+    operations per sample (the update's op count does not grow with its samples)."""
+    keys = [(0 if route is None else route[i], tuple(s.prompt_ids)) for i, s in enumerate(samples)]
+    distinct: dict[tuple[int, tuple[int, ...]], int] = {}
+    index = [distinct.setdefault(k, len(distinct)) for k in keys]
+    prompt_ids, prompt_mask = left_pad([list(p) for _, p in distinct], pad_id)
     width = max(1, max(len(s.completion_ids) for s in samples))
-    comp = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(samples), width))
-    sampler = torch.zeros((len(samples), width))
-    for i, s in enumerate(samples):
-        n = len(s.completion_ids)
-        comp[i, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
-        mask[i, :n] = 1.0
-        sampler[i, :n] = torch.tensor(s.sampler_logprobs)
+    pads = [width - len(s.completion_ids) for s in samples]
+    comp = [list(s.completion_ids) + [pad_id] * k for s, k in zip(samples, pads)]
+    mask = [[1.0] * len(s.completion_ids) + [0.0] * k for s, k in zip(samples, pads)]
+    sampler = [list(s.sampler_logprobs) + [0.0] * k for s, k in zip(samples, pads)]
+    temperatures = [max(s.temperature, 1e-6) for s in samples]
     return Batch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         prompt_index=torch.tensor(index, dtype=torch.long),
-        completion_ids=comp,
-        completion_mask=mask,
+        completion_ids=torch.tensor(comp, dtype=torch.long).reshape(len(samples), width),
+        completion_mask=torch.tensor(mask).reshape(len(samples), width),
         advantages=_advantages(samples, width),
-        temperatures=torch.tensor([max(s.temperature, 1e-6) for s in samples]),
-        sampler_logprobs=sampler,
+        temperatures=torch.tensor(temperatures),
+        sampler_logprobs=torch.tensor(sampler).reshape(len(samples), width),
         truncated=torch.tensor([float(s.truncated) for s in samples]),
         top_p=torch.ones(len(samples)),
         top_k=torch.zeros(len(samples), dtype=torch.long),
+        unit_temperature=all(t == 1 for t in temperatures),
+        prompts_in_order=index == list(range(len(distinct))),
+        prompt_route=None if route is None else torch.tensor([r for r, _ in distinct]),
+        row_route=None if route is None else torch.tensor(route),
     )
 
 
@@ -111,19 +134,19 @@ def _advantages(samples: list[Sample], width: int) -> torch.Tensor:
     token-level critic): the others' then fill their row, pads stay 0."""
     if all(s.token_advantages is None for s in samples):
         return torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    out = torch.zeros((len(samples), width))
-    for i, s in enumerate(samples):
+    rows = []
+    for s in samples:
         n = len(s.completion_ids)
         if s.token_advantages is None:
-            out[i, :n] = s.advantage
+            rows.append([s.advantage] * n + [0.0] * (width - n))
         elif len(s.token_advantages) != n:
             raise ValueError(
                 f"sample of agent {s.agent!r}: {len(s.token_advantages)} token advantages for "
                 f"{n} completion tokens"
             )
         else:
-            out[i, :n] = torch.tensor(s.token_advantages)
-    return out
+            rows.append(list(s.token_advantages) + [0.0] * (width - n))
+    return torch.tensor(rows, dtype=torch.float32).reshape(len(samples), width)
 
 
 def loss_mask(batch: Batch, mask_truncated_completions: bool) -> torch.Tensor:
@@ -174,8 +197,13 @@ def score_tokens(
     with_entropy: bool = False,
     truncate: bool = False,
     with_full: bool = False,
+    route: Router | None = None,
 ) -> Scores:
     """Log-prob of each completion token under ``model``, and (optionally) its entropy.
+
+    ``route``: in a one-pass LoRA update (``teamrl.update.joint``), the context that sends each
+    row of a forward through its adapter, given the rows' adapter indices (the batch's
+    ``prompt_route`` for the prompts' forward, ``row_route`` for the completions').
 
     ``truncate``: score under the sampler's own distribution, the temperature-scaled softmax
     restricted to each row's top-k / top-p set and renormalised (``truncated_scoring``), so
@@ -194,7 +222,7 @@ def score_tokens(
     # inputs, and a slice's backward zero-fills a tensor of the whole before copying in.
     parts = [
         _score_part(logits.float(), batch, cols, with_entropy, truncate, with_full)
-        for logits, cols in _completion_logit_parts(model, batch)
+        for logits, cols in _completion_logit_parts(model, batch, route or _unrouted)
     ]
     logp, entropy, full = (
         None if parts[0][i] is None else torch.cat([part[i] for part in parts], dim=1)
@@ -212,7 +240,7 @@ def _score_part(
     with_full: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)."""
-    if not bool((batch.temperatures == 1).all()):  # x / 1 == x: skip a (rows, c, vocab) pass
+    if not batch.unit_temperature:  # x / 1 == x: skip a (rows, c, vocab) pass
         logits = logits / batch.temperatures[:, None, None]
     completion_ids = batch.completion_ids[:, cols]
     ids = completion_ids.unsqueeze(-1)
@@ -223,7 +251,13 @@ def _score_part(
         b, c, v = logits.shape
         rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
         with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
-            keep = truncation_keep(logits.reshape(b * c, v), rows(batch.top_p), rows(batch.top_k))
+            keep = truncation_keep(
+                logits.reshape(b * c, v),
+                rows(batch.top_p),
+                rows(batch.top_k),
+                max_k=batch.max_top_k,
+                nucleus=batch.nucleus,
+            )
             keep = keep.reshape(b, c, v)
         if with_full:
             full = token - torch.logsumexp(logits, dim=-1)
@@ -245,8 +279,16 @@ def _score_part(
     return logp, entropy, full
 
 
+# rows' adapter indices (None: the active adapter) -> the context a forward of those rows runs in
+Router = Callable[[torch.Tensor | None], AbstractContextManager]
+
+
+def _unrouted(rows: torch.Tensor | None) -> AbstractContextManager:
+    return nullcontext()
+
+
 def _completion_logit_parts(
-    model: torch.nn.Module, batch: Batch
+    model: torch.nn.Module, batch: Batch, route: Router
 ) -> list[tuple[torch.Tensor, slice]]:
     """The logits that predict each completion token (position t-1 for token t), as
     (logits (B, columns, vocab), the completion columns they predict) parts.
@@ -264,36 +306,39 @@ def _completion_logit_parts(
     pos = start[:, None] + torch.arange(c, device=device)[None]
     if drops_kv_cache(model):
         length = batch.prompt_ids.shape[1] + c
-        full = model(
-            input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
-            attention_mask=attn,
-            position_ids=torch.cat([p_pos[idx], pos], dim=1),
-            use_cache=False,
-            # the prompt's last position and every completion position but the last
-            logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
-        )
+        with route(batch.row_route):
+            full = model(
+                input_ids=torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1),
+                attention_mask=attn,
+                position_ids=torch.cat([p_pos[idx], pos], dim=1),
+                use_cache=False,
+                # the prompt's last position and every completion position but the last
+                logits_to_keep=(keep := torch.arange(length - c - 1, length - 1, device=device)),
+            )
         return [(_at(full.logits, keep), slice(0, c))]
-    prefix = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=p_pos,
-        use_cache=c > 1,
-        logits_to_keep=1,
-    )
+    with route(batch.prompt_route):
+        prefix = model(
+            input_ids=batch.prompt_ids,
+            attention_mask=batch.prompt_mask,
+            position_ids=p_pos,
+            use_cache=c > 1,
+            logits_to_keep=1,
+        )
     # token 0's logit comes from the prompt's last position
     parts = [(prefix.logits[idx, -1:], slice(0, 1))]
     if c > 1:  # tokens 1.. from the completion's positions 0 .. c-2
         cache = output_cache(prefix)
-        if not torch.equal(idx, torch.arange(len(batch.prompt_ids), device=idx.device)):
+        if not batch.prompts_in_order:
             cache.reorder_cache(idx)  # differentiable copy of each prompt's KV to its samples
-        suffix = model(
-            input_ids=batch.completion_ids,
-            attention_mask=attn,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=(keep := torch.arange(c - 1, device=device)),
-            **cache_kwargs(model, cache),
-        )
+        with route(batch.row_route):
+            suffix = model(
+                input_ids=batch.completion_ids,
+                attention_mask=attn,
+                position_ids=pos,
+                use_cache=True,
+                logits_to_keep=(keep := torch.arange(c - 1, device=device)),
+                **cache_kwargs(model, cache),
+            )
         parts.append((_at(suffix.logits, keep), slice(1, c)))
     return parts
 
@@ -353,11 +398,15 @@ def kl_loss_term(
 
 @dataclass
 class LossOut:
+    """The loss and its statistics. The statistics are detached 0-d tensors on the loss's
+    device, never Python floats: reading one would wait for the device (the update reads them
+    all once, at its end)."""
+
     loss: torch.Tensor
-    clip_fraction: float
-    ratio_mean: float
-    ratio_max_dev: float  # max |ratio - 1| over real tokens (exactly 0 on an update's first step)
-    kl: float | None  # mean per-token KL to the reference; None when beta == 0 (not computed)
+    clip_fraction: torch.Tensor
+    ratio_mean: torch.Tensor
+    ratio_max_dev: torch.Tensor  # max |ratio - 1| over real tokens (exactly 0 on a first step)
+    kl: torch.Tensor | None  # mean per-token KL to the reference; None when beta == 0
     # float(loss) * report_scale is the chunk's loss before its accumulation weight (for logs)
     report_scale: float = 1
 
@@ -473,10 +522,10 @@ def policy_loss(
         is_clipped = ((ratio < 1 - s.epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
         if s.delta is not None:
             is_clipped |= (ratio > s.delta) & (adv < 0)
-        clip_fraction = float((is_clipped.float() * mask).sum() / tokens)
-        ratio_mean = float((ratio * mask).sum() / tokens)
-        ratio_max_dev = float(((ratio - 1).abs() * mask).max())
-        kl = float((kl_tok * mask).sum() / tokens) if kl_tok is not None else None
+        clip_fraction = (is_clipped.float() * mask).sum() / tokens
+        ratio_mean = (ratio * mask).sum() / tokens
+        ratio_max_dev = ((ratio - 1).abs() * mask).max()
+        kl = (kl_tok * mask).sum() / tokens if kl_tok is not None else None
     return LossOut(
         loss=loss,
         clip_fraction=clip_fraction,

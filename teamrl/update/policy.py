@@ -43,7 +43,7 @@ from __future__ import annotations
 import random
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -86,8 +86,15 @@ class UpdateRun:
     ctx: DistContext
     device: torch.device
     rank_of: dict[int, int]  # id(sample) -> the rank that works on it
-    stats: dict[str, list[float]]
-    old_logp: dict[int, torch.Tensor] = field(default_factory=dict)  # id(sample) -> unpadded
+    row_of: dict[int, int]  # id(sample) -> its row of ``old_logp``
+    # every sample's old log-probs, (samples, longest completion), 0 past each one's length:
+    # written and read a chunk at a time by one indexed copy each
+    old_logp: torch.Tensor
+    # per statistic, its values as (0-d tensor on the device, gate, host scale): the gate (a
+    # 0-d bool tensor, or None) says whether it counts (every loss of its optimizer step so far
+    # was finite); all are read in one transfer at the end (``metrics``)
+    stats: dict[str, list[tuple[torch.Tensor, torch.Tensor | None, float]]]
+    ok: torch.Tensor | None = None  # this optimizer step's losses were all finite (device)
     warned: bool = False  # a sample over the token budget was reported (once per update)
 
     def chunks(self, mb: Minibatch) -> list[Minibatch]:
@@ -120,11 +127,13 @@ class UpdateRun:
         """The padded batch, with each row's sampler truncation (truncated_scoring)."""
         batch = collate(chunk, self.pol.engine.pad_id)
         u = self.settings
-        batch.top_p = torch.tensor([u.top_p[s.agent] for s in chunk])
-        batch.top_k = torch.tensor([u.top_k[s.agent] for s in chunk], dtype=torch.long)
+        top_p, top_k = [u.top_p[s.agent] for s in chunk], [u.top_k[s.agent] for s in chunk]
+        batch.top_p = torch.tensor(top_p)
+        batch.top_k = torch.tensor(top_k, dtype=torch.long)
+        batch.max_top_k, batch.nucleus = max(top_k), any(p < 1 for p in top_p)
         return batch.to(self.device)
 
-    def score(self, model, batch, with_entropy: bool = False):
+    def score(self, model, batch, with_entropy: bool = False, route=None):
         # Under truncated scoring the KL to the reference compares full softmaxes on both
         # sides (the reference is scored in full): 0 at theta = theta_ref, whatever the sets.
         truncated = self.settings.truncated_scoring
@@ -134,14 +143,36 @@ class UpdateRun:
             with_entropy=with_entropy,
             truncate=truncated,
             with_full=truncated and self.settings.loss.beta > 0,
+            route=route,
         )
 
+    def rows(self, chunk: Minibatch) -> torch.Tensor:
+        return torch.tensor([self.row_of[id(s)] for s in chunk], device=self.device)
+
     def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
-        for s, row in zip(chunk, logp):
-            self.old_logp[id(s)] = row[: len(s.completion_ids)]
+        """Store the chunk's old log-probs (0 on its pads, as ``score_tokens`` gives them)."""
+        self.old_logp[self.rows(chunk), : logp.shape[1]] = logp.detach()
+
+    def old(self, chunk: Minibatch, width: int) -> torch.Tensor:
+        """The chunk's old log-probs, (rows, width), 0 on pads."""
+        return self.old_logp[self.rows(chunk), :width]
+
+    def record(self, key: str, value: torch.Tensor, gate: torch.Tensor | None = None, scale=1.0):
+        self.stats[key].append((value.detach(), gate, scale))
 
     def metrics(self) -> dict[str, float]:
-        return {k: (sum(v) / len(v) if v else float("nan")) for k, v in self.stats.items()}
+        """Each statistic's mean over the values that count: the update's one read of the
+        device (the values and gates in one transfer, averaged on the host as before)."""
+        entries = [(k, v, g, scale) for k, vs in self.stats.items() for v, g, scale in vs]
+        flat = [v.double() for _, v, _, _ in entries]
+        flat += [g.double() for _, _, g, _ in entries if g is not None]
+        host = torch.stack(flat).tolist() if flat else []
+        gates = iter(host[len(entries) :])
+        kept: dict[str, list[float]] = {k: [] for k in self.stats}
+        for (k, _, gate, scale), x in zip(entries, host):
+            if gate is None or next(gates) > 0:
+                kept[k].append(x * scale)
+        return {k: (sum(v) / len(v) if v else float("nan")) for k, v in kept.items()}
 
 
 @dataclass(frozen=True)
@@ -177,7 +208,8 @@ def update_policy(
         for it, minibatches in enumerate(passes):
             for j, mb in enumerate(minibatches):
                 first_step = it == 0 and j == 0  # the policy has not moved yet
-                finite = accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
+                accumulate_gradients(run, mb, it, first_step, step, max_completion_length)
+                (finite,) = step_finite([run], step, it)
                 if apply_step(run, finite):
                     stepped = True
                 else:
@@ -186,9 +218,15 @@ def update_policy(
 
 
 def prepare(
-    pol: Policy, samples: list[Sample], settings: UpdateSettings, ctx: DistContext | None
+    pol: Policy,
+    samples: list[Sample],
+    settings: UpdateSettings,
+    ctx: DistContext | None,
+    width: int | None = None,
 ) -> UpdateRun:
-    """0. Train mode (no dropout), the statistics to gather, each sample's rank."""
+    """0. Train mode (no dropout), the statistics to gather, each sample's rank. ``width``: of
+    the old log-probs' table (default: the longest completion; a joint update's batches may
+    be wider, teamrl.update.joint)."""
     u = settings
     ctx = ctx or DistContext(device=str(next(pol.model.parameters()).device))
     pol.activate()
@@ -200,12 +238,16 @@ def prepare(
     keys += ["is_weight", "is_clipped_fraction"] if u.importance_sampling_correction else []
     keys += ["ratio_dev_first_pass"] + (["kl"] if u.loss.beta > 0 else [])  # none at beta 0
     keys += ["outside_nucleus_fraction"] if u.truncated_scoring else []
+    device = torch.device(ctx.device)
+    width = max([1, width or 0] + [len(s.completion_ids) for s in samples])
     return UpdateRun(
         pol=pol,
         settings=settings,
         ctx=ctx,
-        device=torch.device(ctx.device),
+        device=device,
         rank_of={id(s): i % ctx.world_size for i, s in enumerate(samples)},
+        row_of={id(s): i for i, s in enumerate(samples)},
+        old_logp=torch.zeros((len(samples), width), device=device),
         stats={k: [] for k in keys},
     )
 
@@ -242,14 +284,12 @@ def take_old_logprobs(run: UpdateRun, passes: list[list[Minibatch]]) -> None:
 
 def accumulate_gradients(
     run: UpdateRun, mb: Minibatch, it: int, first_step: bool, step: int, max_len: int
-) -> bool:
+) -> None:
     """3. One optimizer step's gradients: forward, loss and backward per chunk of this rank's
-    share. Returns False when a loss was not finite (train.nan_policy=skip: the step is
-    skipped; 'error' raises)."""
-    u, stats = run.settings, run.stats
+    share. Nothing here reads the device: whether every loss was finite is kept on it
+    (``run.ok``) and read once per step by ``step_finite``."""
+    begin_step(run)
     step_tokens = float(sum(run.counted(s) for s in mb))
-    run.pol.optimizer.zero_grad(set_to_none=True)
-    finite = True
     for chunk in run.chunks(mb):
         piece, ghost = run.share(chunk), False
         if not piece:
@@ -258,79 +298,96 @@ def accumulate_gradients(
             # FSDP: every rank joins every forward and backward; this one runs a row of the
             # chunk whose loss counts 0 (teamrl.scale.sharding)
             piece, ghost = chunk[:1], True
-        whole = (float(sum(run.counted(s) for s in chunk)), len(chunk))  # for bnpo
-        chunk, batch = piece, run.batch(piece)
-        scores = run.score(run.pol.model, batch, with_entropy=(it == 0 and not ghost))
-        logp, mask = scores.logp, batch.completion_mask
-        if first_step and not ghost:
-            run.keep(chunk, logp.detach())
-        old = logp.detach().clone()  # pads: 0 in both (and out of every sum)
-        for i, s in enumerate(chunk if not ghost else ()):
-            old[i, : len(s.completion_ids)] = run.old_logp[id(s)]
-        if u.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
-            outside = (mask > 0) & ~torch.isfinite(old)
-            if it == 0 and not ghost:
-                stats["outside_nucleus_fraction"].append(
-                    float(outside.sum() / mask.sum().clamp_min(1.0))
-                )
-            # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
-            mask = torch.where(outside, 0.0, mask)
-        weights = importance(
-            run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost
+        dens = Denominators(
+            max_completion_length=max_len,
+            step_tokens=step_tokens,
+            chunk_size=len(piece),
+            minibatch_size=len(mb),
+            chunk_tokens=float(sum(run.counted(s) for s in chunk)),  # bnpo: the whole chunk's
+            chunk_rows=len(chunk),
         )
-        # after the stats; tokens outside the nucleus stay out
-        mask = torch.minimum(mask, loss_mask(batch, u.mask_truncated_completions))
+        batch = run.batch(piece)
+        scores = run.score(run.pol.model, batch, with_entropy=(it == 0 and not ghost))
         ref = None
-        if u.loss.beta > 0:
+        if run.settings.loss.beta > 0:
             with torch.no_grad(), run.pol.reference() as ref_model:
                 ref = score_tokens(ref_model, batch).logp  # full softmax
-        out = policy_loss(
-            logp,
-            old,
-            batch.advantages,
-            mask,
-            u.loss,
-            ref_logp=ref,
-            kl_logp=scores.full_logp,
-            is_weights=weights,
-            denominators=Denominators(
-                max_completion_length=max_len,
-                step_tokens=step_tokens,
-                chunk_size=len(chunk),
-                minibatch_size=len(mb),
-                chunk_tokens=whole[0],
-                chunk_rows=whole[1],
-            ),
-        )
-        # 4. The NaN policy: an error, or no backward and the whole step skipped.
-        if not torch.isfinite(out.loss):
-            if u.nan_policy == "error":
-                raise FloatingPointError(
-                    f"non-finite loss for policy {run.pol.name!r} at step {step} "
-                    f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
-                )
-            finite = False
-        if not finite:
-            continue  # no backward; the first step's later chunks still keep their old logp
+        loss = chunk_loss(run, piece, batch, scores, ref, dens, it, first_step, ghost)
         if ghost:
-            (out.loss * 0.0).backward()  # joins the reduce-scatter, adds nothing
+            (loss * 0.0).backward()  # joins the reduce-scatter, adds nothing
             continue
         # FSDP averages the ranks' gradients; each loss is a share of one sum: scale it back
-        (out.loss * run.ctx.world_size if run.pol.sharded else out.loss).backward()
-        stats["loss"].append(float(out.loss.detach()) * out.report_scale)
+        (loss * run.ctx.world_size if run.pol.sharded else loss).backward()
+
+
+def begin_step(run: UpdateRun) -> None:
+    run.pol.optimizer.zero_grad(set_to_none=True)
+    run.ok = torch.ones((), dtype=torch.bool, device=run.device)
+
+
+def chunk_loss(
+    run: UpdateRun,
+    chunk: Minibatch,
+    batch,
+    scores,
+    ref: torch.Tensor | None,
+    dens: Denominators,
+    it: int,
+    first_step: bool,
+    ghost: bool = False,
+) -> torch.Tensor:
+    """The loss of one chunk's rows (``batch`` and ``scores`` hold those rows only), its
+    statistics recorded, ``run.ok`` updated; the caller runs the backward.
+
+    A non-finite loss (train.nan_policy) is not branched on here: its backward poisons only
+    gradients that its step then drops (``step_finite`` reads ``run.ok`` once per step, and
+    ``apply_step`` zeroes them), and the statistics of its step from it on do not count,
+    exactly as when the loop stopped at it."""
+    u = run.settings
+    logp, mask = scores.logp, batch.completion_mask
+    if first_step and not ghost:
+        run.keep(chunk, logp)
+    # pads: 0 in both (and out of every sum); a ghost row's ratio is 1
+    old = logp.detach().clone() if ghost else run.old(chunk, logp.shape[1])
+    if u.truncated_scoring:  # pi_old(y) = 0: the sets disagree at their edge
+        outside = (mask > 0) & ~torch.isfinite(old)
+        if it == 0 and not ghost:
+            run.record("outside_nucleus_fraction", outside.sum() / mask.sum().clamp_min(1.0))
+        # IS weight pi_old / q = 0: out of every sum (a -inf would make NaN)
+        mask = torch.where(outside, 0.0, mask)
+    weights = importance(run, old, batch, mask, scores.entropy, first_pass=(it == 0), log=not ghost)
+    # after the stats; tokens outside the nucleus stay out
+    mask = torch.minimum(mask, loss_mask(batch, u.mask_truncated_completions))
+    out = policy_loss(
+        logp,
+        old,
+        batch.advantages,
+        mask,
+        u.loss,
+        ref_logp=ref,
+        kl_logp=scores.full_logp,
+        is_weights=weights,
+        denominators=dens,
+    )
+    # 4. The NaN policy, on the device: from a non-finite loss on, the step's statistics do
+    # not count, and the step is skipped (or, train.nan_policy=error, raises) at its end
+    run.ok = run.ok & torch.isfinite(out.loss)
+    if not ghost:
+        ok = run.ok
+        run.record("loss", out.loss, ok, out.report_scale)
         if out.kl is not None:
-            stats["kl"].append(out.kl)
-        stats["clip_fraction"].append(out.clip_fraction)
-        stats["ratio"].append(out.ratio_mean)
+            run.record("kl", out.kl, ok)
+        run.record("clip_fraction", out.clip_fraction, ok)
+        run.record("ratio", out.ratio_mean, ok)
         if first_step:  # exactly 0 by construction: a check, not a measurement
-            stats["ratio_dev_first_pass"].append(out.ratio_max_dev)
-    return finite
+            run.record("ratio_dev_first_pass", out.ratio_max_dev, ok)
+    return out.loss
 
 
 def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log: bool = True):
     """The detached IS weights pi_old / q bounded by C (None when the correction is off), and
     on the first pass the mismatch statistics, before any masking of truncated completions."""
-    u, stats = run.settings, run.stats
+    u = run.settings
     q = batch.sampler_logprobs
     weights = capped = None
     if u.importance_sampling_correction:
@@ -339,22 +396,37 @@ def importance(run: UpdateRun, old, batch, mask, entropy, first_pass: bool, log:
         )
     if first_pass and log:
         for k, v in mismatch_stats(old, q, mask).items():
-            stats[k].append(v)
-        stats["entropy"].append(float((entropy * mask).sum() / mask.sum()))
+            run.record(k, v)
+        run.record("entropy", (entropy * mask).sum() / mask.sum())
         if u.importance_sampling_correction:
             n = mask.sum().clamp_min(1.0)
-            stats["is_weight"].append(float((weights * mask).sum() / n))
-            stats["is_clipped_fraction"].append(float((capped * mask).sum() / n))
+            run.record("is_weight", (weights * mask).sum() / n)
+            run.record("is_clipped_fraction", (capped * mask).sum() / n)
     return weights
 
 
-def apply_step(run: UpdateRun, finite: bool) -> bool:
-    """5. The step, unless a loss anywhere was not finite (every rank skips together):
-    gradients summed over ranks (nothing to do in one process), clipped, stepped."""
-    pol, ctx = run.pol, run.ctx
+def step_finite(runs: list[UpdateRun], step: int, it: int) -> list[bool]:
+    """Whether each run's losses of this optimizer step were all finite, on every rank: the
+    update's one read of the device per optimizer step (all runs' flags in one transfer).
+    train.nan_policy=error raises here, naming the policy."""
+    bad = torch.stack([~run.ok for run in runs]).float()
+    ctx = runs[0].ctx
     if ctx.world_size > 1:  # a non-finite loss on any rank skips the step on every rank
-        bad = ctx.all_reduce_sum(torch.tensor([0.0 if finite else 1.0], device=run.device))
-        finite = bool(bad.item() == 0)
+        bad = ctx.all_reduce_sum(bad)
+    flags = [b == 0 for b in bad.tolist()]
+    for run, finite in zip(runs, flags):
+        if not finite and run.settings.nan_policy == "error":
+            raise FloatingPointError(
+                f"non-finite loss for policy {run.pol.name!r} at step {step} "
+                f"(iteration {it}); set train.nan_policy=skip to skip and count such updates"
+            )
+    return flags
+
+
+def apply_step(run: UpdateRun, finite: bool) -> bool:
+    """5. The step, unless a loss anywhere was not finite (``step_finite``, every rank skips
+    together): gradients summed over ranks (nothing to do in one process), clipped, stepped."""
+    pol, ctx = run.pol, run.ctx
     if not finite:
         pol.optimizer.zero_grad(set_to_none=True)
         return False
@@ -370,7 +442,7 @@ def apply_step(run: UpdateRun, finite: bool) -> bool:
         norm = torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
     if hasattr(norm, "full_tensor"):  # a DTensor (sharded gradients)
         norm = norm.full_tensor()
-    run.stats["grad_norm"].append(float(norm))
+    run.record("grad_norm", norm)
     pol.optimizer.step()
     return True
 
