@@ -227,13 +227,15 @@ class TrainConfig:
         "The same function; False runs PEFT's forward.",
     )
     one_pass_lora: bool = _f(
-        True,
+        False,
         "team.policies=lora: update every agent's adapter in one forward/backward over all "
         "their samples, each row through its own adapter, each adapter stepping on its own "
         "gradients with its own LR and num_iterations (teamrl.update.joint). Where it cannot "
         "apply (sharding, data parallel, gradient checkpointing, DoRA, dropout, per-agent "
         "settings that differ) the agents update one after the other, said once in a warning. "
-        "False: always one after the other.",
+        "Off by default: one pass holds every agent's micro-batch at once, so its activation "
+        "memory is the agents' sum, not one agent's (docs/performance.md); turn it on where "
+        "memory allows.",
     )
 
 

@@ -2,9 +2,9 @@
 
 - ``shared``: one model serves every role (role prompts tell them apart).
 - ``lora``: one frozen base and one LoRA adapter per agent; generation is one batched call
-  across adapters (PEFT mixed-adapter batches); the update runs every agent's adapter in one
-  forward/backward (``teamrl.update.joint``, ``train.one_pass_lora``) where it can, else one
-  adapter at a time.
+  across adapters (PEFT mixed-adapter batches); the update runs one adapter at a time, or every
+  agent's adapter in one forward/backward with ``train.one_pass_lora`` (``teamrl.update.joint``,
+  at the memory of every agent's micro-batch at once).
 - ``separate``: one model per agent; the models may differ (heterogeneous teams).
 
 A ``Policy`` is the unit that owns trainable parameters and an optimizer. An ``Engine`` is a

@@ -28,7 +28,8 @@ SIGNAL = [1.0, -0.5, 0.25, -1.0, 0.75, -0.25]
 def trainer(tmp_path, **extra) -> tuple[Trainer, dict]:
     """A lora team of alice and bob, one rollout with planted advantages: (trainer, samples per
     policy)."""
-    overrides = {**SGD, "algorithm.num_iterations": 2, "train.num_mini_batches": 2, **extra}
+    overrides = {**SGD, "algorithm.num_iterations": 2, "train.num_mini_batches": 2}
+    overrides.update({"train.one_pass_lora": "true", **extra})  # opt-in: its memory is N chunks
     cfg = load_config(None, tiny_overrides("lora", 1, **overrides))
     tr = Trainer(cfg, run_dir=tmp_path)
     torch.manual_seed(0)  # B = 0 at init would give A no gradient: every weight is tested
@@ -103,7 +104,7 @@ def test_per_agent_lr_and_iterations_give_the_per_agent_weights(tmp_path):
     ref = copy.deepcopy(tr)
     before = {n: snapshot(p) for n, p in tr.team.policies.items()}
 
-    tr.update_team(work)  # the joint path (the default)
+    tr.update_team(work)  # the joint path (train.one_pass_lora=true)
     for n, p in ref.team.policies.items():  # one after the other, on the same samples
         ref.execution.update_team([UpdateJob(p, work[n], 8)], ref.cfg, step=ref.step, ctx=ref.ctx)
     for n, p in tr.team.policies.items():
