@@ -253,7 +253,10 @@ class _Stepper:
                 if cuda:
                     torch.compiler.cudagraph_mark_step_begin()
                 logits = s.step(model, ids, mask, position, cache_kw)
-        except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+        except (
+            torch._dynamo.exc.TorchDynamoException,
+            torch._dynamo.exc.FailOnRecompileLimitHit,
+        ) as e:
             self.compiled = False
             if isinstance(e, torch._dynamo.exc.FailOnRecompileLimitHit):
                 why = (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.sampling import lora_model as _lora_model
+from helpers.sampling import tokens
 
 from teamrl.generation import fast_decode
 from teamrl.generation.hf import generate
@@ -18,10 +20,6 @@ def requests(temperature: float, budgets=(12, 7, 12), **kw) -> list[Request]:
         Request(prompt_ids=p, n=n, temperature=temperature, max_new_tokens=b, **kw)
         for p, n, b in zip(PROMPTS, (3, 1, 2), budgets)
     ]
-
-
-def tokens(gens) -> list[list[list[int]]]:
-    return [[g.completion_ids for g in per_req] for per_req in gens]
 
 
 def assert_same(ref, fast, atol=1e-5):
@@ -80,20 +78,6 @@ def test_the_cache_is_reused_across_calls_of_the_same_shape():
     assert tokens(again) == tokens(first)
     fast_decode.release(model)
     assert model not in fast_decode._STATES
-
-
-def _lora_model(**extra):
-    from peft import LoraConfig, get_peft_model
-
-    torch.manual_seed(0)
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], **extra)
-    model = get_peft_model(load_model("tiny-llama"), cfg, adapter_name="alice")
-    model.add_adapter("bob", cfg)
-    with torch.no_grad():  # B starts at zero (adapter = base); make the adapters differ
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    return model
 
 
 def test_mixed_lora_rows_give_the_reference_tokens():
