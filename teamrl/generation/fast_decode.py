@@ -29,7 +29,7 @@ are the same unless a last-bit difference in a probability moves a draw across a
 
 Compilation. ``compile=None`` (auto) compiles the decode step on CUDA (``mode="reduce-overhead"``:
 CUDA graphs) and runs it eagerly elsewhere; ``compile=True`` compiles on CPU too (inductor's C++
-kernels), which costs minutes on 2 cores for SmolLM2 and has not been faster there
+kernels), which takes over a minute on 2 cores for SmolLM2 and has not been faster there
 (docs/performance.md). Rows that use LoRA adapters run through the grouped multi-LoRA forward of
 ``teamrl.generation.multi_lora``, one set of patched forwards and stacked adapter weights per
 model for every adapter mix, refreshed in place at each call, so the compiled step replays with
@@ -45,9 +45,13 @@ graph break is an error here rather than a silent split. The shape of a step is 
   ``CACHE_BUCKET`` (64, 96, 128, 192, ..., 4096: 13 buckets up to 4k tokens, at most half of a
   cache unused).
 
-A rollout repeats one row count and a few lengths, so a run compiles a handful of shapes, each
-once (``stats(model)`` has the count and the seconds spent; each compile also logs a line). At
-most ``max_shapes`` shapes compile per model (``generation.fast_decode_max_shapes``); a call
+Dynamo compiles the first shape with static sizes and, at the first call whose rows (or cache
+length) differ, once more with that size symbolic (its automatic dynamic shapes): a model
+compiles at most three graphs per kind of call (with or without LoRA rows), however many buckets
+it meets. The buckets bound what stays per shape: the CUDA graphs captured (one per distinct
+shape) and the static caches. ``stats(model)`` has the buckets met and the seconds their first
+calls took (the compiles, captures included); each also logs a line. At most ``max_shapes``
+buckets use the compiled step per model (``generation.fast_decode_max_shapes``); a call
 with a shape beyond them, or one that dynamo cannot compile, runs eagerly with one warning
 naming the shape and the knob (``DecodeFallbackWarning``), never silently.
 
@@ -151,11 +155,11 @@ def release(model: torch.nn.Module) -> None:
 
 
 def stats(model: torch.nn.Module) -> dict[str, float]:
-    """What the compiled path cost ``model`` so far: shapes compiled, seconds spent compiling
+    """What the compiled path cost ``model`` so far: shape buckets compiled for, seconds spent compiling
     (the first call of each shape, capture included), calls that fell back to eager."""
     state = _STATES.get(model) or _State()
     return {
-        "compiles": float(len(state.shapes)),
+        "shapes": float(len(state.shapes)),
         "compile_s": state.compile_s,
         "eager_calls": float(state.eager_calls),
     }

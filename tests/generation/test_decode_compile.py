@@ -96,8 +96,9 @@ def test_dynamo_sees_one_graph_and_no_break_in_the_decode_step(kind, monkeypatch
 
 
 def test_calls_with_new_mixes_widths_and_budgets_compile_once_per_bucket(counter):
-    """Six calls on one LoRA model, three shape buckets: three compiles, with the eager loop's
-    greedy tokens in every call. Row counts 5 and 6 share the bucket of 8, a call with bob's
+    """Six calls on one LoRA model, three shape buckets: at most three compiles (dynamo may
+    make a changed size symbolic and compile fewer), with the eager loop's greedy tokens in
+    every call. Row counts 5 and 6 share the bucket of 8, a call with bob's
     rows alone or alice's reuses the grouped forward of every adapter, and widths and budgets
     whose sums stay under 64 share one cache length."""
     model = _lora_model()
@@ -117,9 +118,9 @@ def test_calls_with_new_mixes_widths_and_budgets_compile_once_per_bucket(counter
         assert tokens(fast) == tokens(ref)
     buckets = {(*shape, True) for _, shape in calls}
     assert len(buckets) == 3
-    assert counter.frame_count == 3
+    assert 1 <= counter.frame_count <= 3
     assert sorted(fast_decode._STATES[model].shapes) == sorted(buckets)
-    assert fast_decode.stats(model)["compiles"] == 3
+    assert fast_decode.stats(model)["shapes"] == 3
     assert fast_decode.stats(model)["eager_calls"] == 0
     fast_decode.release(model)
 
@@ -130,7 +131,7 @@ def test_shared_rows_compile_once_and_give_the_eager_tokens(counter):
         reqs = [req([5, 9, 14, 3], n, budget=budget), req([7, 21], 1, budget=7)]
         ref = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
         assert tokens(fast_decode.generate(model, reqs, [0], 0, True, compile=True)) == tokens(ref)
-    assert counter.frame_count == 2
+    assert 1 <= counter.frame_count <= 2
     fast_decode.release(model)
 
 
@@ -172,7 +173,7 @@ def test_a_shape_beyond_the_budget_runs_eagerly_with_one_warning(counter):
             assert messages == []
     assert counter.frame_count == 1
     assert fast_decode.stats(model) == {
-        "compiles": 1.0,
+        "shapes": 1.0,
         "compile_s": fast_decode.stats(model)["compile_s"],
         "eager_calls": 2.0,
     }
@@ -236,6 +237,6 @@ def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu():
         warnings.simplefilter("error", DecodeFallbackWarning)
         fast = fast_decode.generate(model, reqs, [0], 0, True, compile=True)
     assert tokens(fast) == tokens(ref)
-    assert fast_decode.stats(model)["compiles"] == 1
+    assert fast_decode.stats(model)["shapes"] == 1
     fast_decode.release(model)
     torch._dynamo.reset()
