@@ -248,21 +248,21 @@ class _Stepper:
         s = self.state
         if s.step is None:
             s.step = _own_step({})
+        from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
+        from torch._inductor.exc import InductorError
+
         t0 = time.perf_counter()
         cuda = self.device.type == "cuda"
         try:
             # fullgraph=True: a graph break or dynamo's recompile limit raises instead of
-            # quietly running (part of) the step eagerly.
+            # quietly running (part of) the step eagerly; so does a backend that fails.
             with torch._dynamo.config.patch(recompile_limit=self.max_shapes):
                 if cuda:
                     torch.compiler.cudagraph_mark_step_begin()
                 logits = s.step(model, ids, mask, position, cache_kw)
-        except (
-            torch._dynamo.exc.TorchDynamoException,
-            torch._dynamo.exc.FailOnRecompileLimitHit,
-        ) as e:
+        except (TorchDynamoException, FailOnRecompileLimitHit, InductorError) as e:
             self.compiled = False
-            if isinstance(e, torch._dynamo.exc.FailOnRecompileLimitHit):
+            if isinstance(e, FailOnRecompileLimitHit):
                 why = (
                     f"dynamo's recompile limit was hit (an unexpected recompile); "
                     f"generation.fast_decode_max_shapes={self.max_shapes}"

@@ -226,17 +226,44 @@ def test_the_config_compiles_on_cpu_when_asked_and_passes_the_shape_budget(count
     fast_decode.release(model)
 
 
+def test_the_compiled_step_under_cpu_prepack_multiplies_by_the_weights(counter, monkeypatch):
+    """generation.cpu_prepack wraps every large linear while sampling, with copies repacked at
+    every call (new tensors): they neither break the compiled graph nor recompile it. (Inside
+    it the wrapper multiplies by the weight itself; the inductor test below needs that.)"""
+    from teamrl.generation import cpu_prepack
+
+    if not cpu_prepack.available():
+        pytest.skip("no oneDNN linear operators in this PyTorch build")
+    monkeypatch.setattr(cpu_prepack, "MIN_PACKED_ELEMENTS", 0)  # pack the tiny model's linears
+    model = load_model("tiny-llama")
+    reqs = [req([5, 9, 14, 3], 2), req([7, 21], 1)]
+    ref = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+    for _ in range(2):  # trainable weights: repacked (new tensors) at every call
+        with cpu_prepack.prepacked(model), warnings.catch_warnings():
+            warnings.simplefilter("error", DecodeFallbackWarning)
+            fast = fast_decode.generate(model, reqs, [0], 0, True, compile=True)
+        assert tokens(fast) == tokens(ref)
+    assert counter.frame_count == 1
+    fast_decode.release(model)
+
+
 @pytest.mark.slow
-def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu():
-    """The real CPU compiler (inductor's C++ kernels) on a tiny model, LoRA rows and shared."""
+def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu(monkeypatch):
+    """The real CPU compiler (inductor's C++ kernels) on a tiny model: LoRA rows beside a base
+    row, under cpu_prepack (which inductor could not lower: the wrapper must multiply by the
+    weight itself when compiling), twice: the second call compiles nothing new."""
+    from teamrl.generation import cpu_prepack
+
+    monkeypatch.setattr(cpu_prepack, "MIN_PACKED_ELEMENTS", 0)  # pack the tiny model's linears
     torch._dynamo.reset()
     model = _lora_model()
     reqs = [req([5, 9, 14, 3], 2, "alice"), req([7, 21], 1, "bob"), req([30, 2], 1)]
     ref = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DecodeFallbackWarning)
-        fast = fast_decode.generate(model, reqs, [0], 0, True, compile=True)
-    assert tokens(fast) == tokens(ref)
+    for _ in range(2):
+        with cpu_prepack.prepacked(model), warnings.catch_warnings():
+            warnings.simplefilter("error", DecodeFallbackWarning)
+            fast = fast_decode.generate(model, reqs, [0], 0, True, compile=True)
+        assert tokens(fast) == tokens(ref)
     assert fast_decode.stats(model)["shapes"] == 1
     fast_decode.release(model)
     torch._dynamo.reset()
