@@ -2,6 +2,13 @@
 
     python benchmarks/roofline.py                        # SmolLM2-135M, 5 rounds
     python benchmarks/roofline.py --model tiny-llama --rounds 1 --warmup 0   # smoke
+    python benchmarks/roofline.py --compiled --out roofline-compiled
+        # sampling through the compiled decode step on CPU (generation.fast_decode_compile=on)
+
+``--set KEY=VALUE`` (repeatable) applies a config override to every mode; ``--compiled`` is
+``--set generation.fast_decode_compile=on``. The compile itself happens in the warm-up round
+(at least one with ``--compiled``) and is reported apart: seconds per mode, summed over its
+models (``teamrl.generation.fast_decode.stats``).
 
 The machine first (best of several tries, at the start and again at the end):
 
@@ -73,6 +80,7 @@ class Step:
     """One policy mode's MAGRPO step on the quickstart task, every completion at full length."""
 
     def __init__(self, args, policies: str, extra: tuple[str, ...] = ()):
+        extra = (*extra, *args.set)
         from teamrl.config import load_config
         from teamrl.trainer import Trainer
 
@@ -114,6 +122,12 @@ class Step:
         prompt = self.trainer.rollout(self.trainer.data.next(1)).samples[0].prompt_ids
         return {"params": base, "models": len(engines), "prompt_tokens": len(prompt)}
 
+    def compile_s(self) -> float:
+        """Seconds the models of this mode spent compiling their decode steps so far."""
+        from teamrl.generation import fast_decode
+
+        return sum(fast_decode.stats(e.model)["compile_s"] for e in self.trainer.team.engines())
+
 
 def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: float) -> dict:
     p, models = work["params"], work["models"]
@@ -152,6 +166,10 @@ def render(result: dict) -> str:
                 f"({row['floor'][k]:.2f}, {row['ratio'][k]:.1f}x)"
             )
         lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
+    compiled = {mode: row.get("compile_s", 0.0) for mode, row in result["modes"].items()}
+    if any(compiled.values()):
+        spent = ", ".join(f"{mode} {s:.1f} s" for mode, s in compiled.items())
+        lines += ["", f"Compiling the decode steps (in the warm-up, not in the table): {spent}."]
     return "\n".join(lines) + "\n"
 
 
@@ -163,7 +181,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default="roofline")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="sample through the compiled decode step (generation.fast_decode_compile=on)",
+    )
     args = ap.parse_args(argv)
+    if args.compiled:
+        args.set.append("generation.fast_decode_compile=on")
+        args.warmup = max(args.warmup, 1)  # the compile stays out of the timed rounds
     from teamrl.team.models import quiet_hf
 
     quiet_hf()
@@ -191,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "floor": floor,
             "ratio": {k: row[k]["median"] / floor[k] for k in floor},
             "work": work[mode],
+            "compile_s": steps[mode].compile_s(),
         }
     result = {
         **provenance(argv, args, load_start),

@@ -210,6 +210,11 @@ def test_roofline_report_gives_each_median_with_its_spread():
     md = render(result)
     assert "| lora | 2.00 [1.50, 3.25] (0.50, 4.0x) | 4.00 [4.00, 4.50] (2.00, 2.0x) |" in md
     assert "bandwidth 2.0 GB/s" in md and "3 interleaved rounds: median [min, max]" in md
+    assert "Compiling" not in md  # eager sampling: no compile line
+    compiled = report_fields(hardware=hardware, modes={"lora": {**row, "compile_s": 12.25}})
+    assert "Compiling the decode steps (in the warm-up, not in the table): lora 12.2 s" in render(
+        compiled
+    )
 
 
 def test_update_profile_classes_operators():

@@ -21,6 +21,20 @@ class GenerationConfig:
         "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
         "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
     )
+    fast_decode_compile: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "hf backend, with the fast path: compile its decode step with torch.compile "
+        "(fullgraph; CUDA graphs on CUDA, inductor's C++ kernels on CPU), once per shape bucket "
+        "and model. 'auto' = on with CUDA only: on a 2-core CPU compiling SmolLM2-135M takes "
+        "minutes and was not faster (docs/performance.md); 'on' compiles on CPU too (and "
+        "turns fast_decode on).",
+    )
+    fast_decode_max_shapes: int = _f(
+        8,
+        "hf backend, compiled fast path: at most this many (rows, cache length) buckets compile "
+        "per model (rows bucket to powers of two, cache lengths to 2^k or 3*2^(k-1)); a call "
+        "beyond them, or one that dynamo cannot compile, runs eagerly with one warning.",
+    )
     cpu_prepack: Literal["auto", "on", "off"] = _f(
         "auto",
         "hf backend only: while sampling on CPU in float32, multiply by copies of the large "

@@ -152,6 +152,7 @@ RULES: list[tuple[str, Any, str]] = [
     ),
     ("seed", lambda v: 0 <= v < SEED_LIMIT, "an int in [0, 2**32) (numpy's seed range)"),
     ("model.name_or_path", lambda v: _model_name_ok(v), MODEL_NAME),
+    ("generation.fast_decode_max_shapes", _ge(1), ">= 1"),
     ("model.lora_r", _ge(1), ">= 1"),
     ("model.lora_alpha", _gt(0), "> 0"),
     ("model.lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),

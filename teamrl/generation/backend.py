@@ -37,7 +37,13 @@ def make_backend(cfg: GenerationConfig, spec: EngineSpec) -> Backend:
     if cfg.backend == "hf":
         from teamrl.generation.hf_backend import HFBackend
 
-        return HFBackend(spec, fast_decode=cfg.fast_decode, cpu_prepack=cfg.cpu_prepack)
+        return HFBackend(
+            spec,
+            fast_decode=cfg.fast_decode,
+            cpu_prepack=cfg.cpu_prepack,
+            compile=cfg.fast_decode_compile,
+            max_shapes=cfg.fast_decode_max_shapes,
+        )
     if cfg.backend == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("generation.backend=vllm needs vLLM: pip install 'teamrl[vllm]'")

@@ -117,7 +117,9 @@ def prepacked(model: torch.nn.Module, enabled: bool = True):
             packed, bias = _packed_weight(module), module.bias
 
             def forward(x, _w=packed, _b=bias, _m=module):
-                if torch.is_grad_enabled():  # the packed op has no backward
+                # The packed op has no backward, and inductor cannot lower it (a compiled
+                # decode step on CPU multiplies by the weight itself).
+                if torch.is_grad_enabled() or torch.compiler.is_compiling():
                     return F.linear(x, _m.weight, _b)
                 return torch.ops.mkldnn._linear_pointwise(x, _w, _b, "none", [], "")
 

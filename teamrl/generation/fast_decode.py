@@ -7,7 +7,7 @@ only the cache layout differs:
   layer's keys and values, so step t copies O(t) memory and every shape changes every step.
 - Here every layer's keys and values live in one tensor of shape (rows, kv heads, L, head dim)
   allocated once (transformers' ``StaticCache``), with L = prompt width + budget rounded up to a
-  multiple of ``CACHE_BUCKET``. Step t writes column ``width + t`` in place. The 2-D attention
+  bucket (below). Step t writes column ``width + t`` in place. The 2-D attention
   mask is fixed for the whole call (prompt padding, then ones): the causal rule (key index <=
   query index, from the cache's own counter) hides the columns not yet written, so
   softmax gives them weight exactly 0. Every decode step therefore has the same shapes and the
@@ -27,17 +27,33 @@ exactly as the reference does: ``sample_tokens`` draws one uniform per row from 
 are the same unless a last-bit difference in a probability moves a draw across a bucket edge
 (never seen on the tiny models in float32; in bf16 on GPU expect rare divergences).
 
-Compilation. ``compile=None`` (auto) compiles the decode step with ``mode="reduce-overhead"``
-(CUDA graphs) on CUDA and runs it eagerly elsewhere; compiling on CPU is allowed
-(``compile=True``) but mostly pays off on GPU. Rows that use LoRA adapters run through the
-grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, which keeps its patched
-forwards and stacked adapter weights per model and shape and refreshes the weights in place at
-each call, so the compiled step replays with LoRA rows too (docs/performance.md, "On GPU",
-has what this path measures on a GPU).
-Each distinct (rows, cache length) compiles and captures once (cache lengths are bucketed to
-``CACHE_BUCKET``); dynamo stops after ``torch._dynamo.config.recompile_limit`` shapes (8 by
-default, counted across models) and then runs the step eagerly, so a caller with many shapes
-raises that limit (benchmarks/gpu_generation.py sets 64).
+Compilation. ``compile=None`` (auto) compiles the decode step on CUDA (``mode="reduce-overhead"``:
+CUDA graphs) and runs it eagerly elsewhere; ``compile=True`` compiles on CPU too (inductor's C++
+kernels), which takes over a minute on 2 cores for SmolLM2 and has not been faster there
+(docs/performance.md). Rows that use LoRA adapters run through the grouped multi-LoRA forward of
+``teamrl.generation.multi_lora``, one set of patched forwards and stacked adapter weights per
+model for every adapter mix, refreshed in place at each call, so the compiled step replays with
+LoRA rows too.
+
+Shapes. Every model compiles its own step (its own code object, so separate policies do not
+share dynamo's recompile budget) with ``fullgraph=True``: the whole forward is one graph, and a
+graph break is an error here rather than a silent split. The shape of a step is bucketed:
+
+- rows: the next power of two (a call with 5 rows decodes 8; the 3 extra rows repeat row 0 and
+  are dropped), so 1..256 rows fall in 9 buckets;
+- cache length: prompt width + budget rounded up to the next 2^k or 3 x 2^(k-1), at least
+  ``CACHE_BUCKET`` (64, 96, 128, 192, ..., 4096: 13 buckets up to 4k tokens, at most half of a
+  cache unused).
+
+Dynamo compiles the first shape with static sizes and, at the first call whose rows (or cache
+length) differ, once more with that size symbolic (its automatic dynamic shapes): a model
+compiles at most three graphs per kind of call (with or without LoRA rows), however many buckets
+it meets. The buckets bound what stays per shape: the CUDA graphs captured (one per distinct
+shape) and the static caches. ``stats(model)`` has the buckets met and the seconds their first
+calls took (the compiles, captures included); each also logs a line. At most ``max_shapes``
+buckets use the compiled step per model (``generation.fast_decode_max_shapes``); a call
+with a shape beyond them, or one that dynamo cannot compile, runs eagerly with one warning
+naming the shape and the knob (``DecodeFallbackWarning``), never silently.
 
 ``supported(model, requests)`` says whether this path can serve a call; ``generate`` falls back
 to the reference loop when it cannot (a sliding-window or hybrid cache layout; per-row adapters
@@ -46,8 +62,13 @@ on a LoRA model the grouped forward does not handle, i.e. PEFT's ``adapter_names
 
 from __future__ import annotations
 
+import itertools
+import logging
+import time
+import types
+import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -57,7 +78,32 @@ from teamrl.generation.hf import Batch, Decoded
 from teamrl.generation.types import Request
 from teamrl.tensors import cache_kwargs, output_cache
 
-CACHE_BUCKET = 64  # cache lengths are rounded up to this, so a few sizes serve many calls
+log = logging.getLogger(__name__)
+
+CACHE_BUCKET = 64  # the smallest cache length
+MAX_SHAPES = 8  # compiled shapes per model (generation.fast_decode_max_shapes)
+# Static caches kept per model for reuse (one per recent shape): a repeated shape then decodes
+# into the same tensors (what a CUDA graph replays), while a run that alternates between more
+# shapes than this does not hold every cache at once (at 256 rows x 4k tokens of a 1.5B model
+# one cache takes tens of GB).
+KEPT_CACHES = 2
+
+
+class DecodeFallbackWarning(UserWarning):
+    """The compiled decode step could not serve a call, which then ran eagerly."""
+
+
+def row_bucket(rows: int) -> int:
+    """The rows a step of ``rows`` rows decodes: the next power of two."""
+    return 1 << (rows - 1).bit_length()
+
+
+def length_bucket(length: int) -> int:
+    """The cache length for ``length`` positions: the next 2^k or 3 x 2^(k-1), at least
+    ``CACHE_BUCKET`` (64, 96, 128, 192, 256, 384, ...)."""
+    length = max(length, CACHE_BUCKET)
+    power = 1 << (length - 1).bit_length()  # the next power of two
+    return power * 3 // 4 if power * 3 // 4 >= length else power
 
 
 def decline_reason(model: torch.nn.Module, requests: list[Request]) -> str | None:
@@ -82,63 +128,190 @@ def supported(model: torch.nn.Module, requests: list[Request]) -> bool:
 
 @dataclass
 class _State:
-    """Per model: the reusable static cache and the (compiled) decode step."""
+    """Per model: its reusable static caches, its compiled decode step and what it compiled."""
 
-    cache: object | None = None
-    cache_key: tuple | None = None
-    compiled: object | None = None
+    caches: dict = field(default_factory=dict)  # shape key -> StaticCache, the most recent last
+    step: object | None = None  # this model's compiled step (None: not compiled yet)
+    shapes: list = field(default_factory=list)  # the (rows, cache length, LoRA) compiled
+    warned: set = field(default_factory=set)  # shapes already warned about
+    broken: str | None = None  # why compiling was given up for this model
+    compile_s: float = 0.0  # seconds spent in the first call of each compiled shape
+    eager_calls: int = 0  # calls that asked for the compiled step and ran eagerly
 
 
 _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MODEL_IDS = itertools.count()
 
 
 def release(model: torch.nn.Module) -> None:
-    """Drop the model's reusable static cache and compiled step (frees their memory).
+    """Drop the model's reusable static caches and compiled step (frees their memory).
 
-    The cache is kept between calls so that CUDA graphs replay at the same addresses; a trainer
-    short of GPU memory for the update can release it after each rollout at the cost of a new
-    allocation (and, when compiled, a new capture) at the next call.
+    The caches are kept between calls so that CUDA graphs replay at the same addresses; a
+    trainer short of GPU memory for the update can release them after each rollout at the cost
+    of a new allocation (and, when compiled, a new compile) at the next call.
     """
     _STATES.pop(model, None)
     multi_lora.release(model)
 
 
-def _decode_step(model, input_ids, attention_mask, position_ids, cache):
+def stats(model: torch.nn.Module) -> dict[str, float]:
+    """What the compiled path cost ``model`` so far: shape buckets compiled for, seconds spent compiling
+    (the first call of each shape, capture included), calls that fell back to eager."""
+    state = _STATES.get(model) or _State()
+    return {
+        "shapes": float(len(state.shapes)),
+        "compile_s": state.compile_s,
+        "eager_calls": float(state.eager_calls),
+    }
+
+
+def _decode_step(model, input_ids, attention_mask, position_ids, cache_kw):
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
         use_cache=True,
-        **cache_kwargs(model, cache),
+        **cache_kw,
     )
     return out.logits[:, -1]
 
 
-def _static_cache(model, state: _State, rows: int, length: int, sample_kv: torch.Tensor):
-    """A zeroed StaticCache of ``rows`` x ``length``, reused when the shape repeats."""
+def _own_step(compile_kwargs: dict):
+    """``_decode_step`` compiled under a code object of its own. Dynamo keeps its compiled
+    graphs, and counts recompiles against its limit, per code object: one per model keeps one
+    model's shapes from using up another's budget (separate policies decode several models)."""
+    code = _decode_step.__code__
+    code = code.replace(co_name=f"{code.co_name}_{next(_MODEL_IDS)}")
+    fn = types.FunctionType(code, _decode_step.__globals__, code.co_name)
+    return torch.compile(fn, mode="reduce-overhead", fullgraph=True, **compile_kwargs)
+
+
+def _static_cache(model, state: _State, key: tuple, sample_kv: torch.Tensor):
+    """A zeroed StaticCache for the shape ``key`` (rows, length, ...), reused when it repeats."""
     from transformers.cache_utils import StaticCache
 
-    key = (rows, length, sample_kv.dtype, sample_kv.device)
-    if state.cache_key != key:
-        state.cache = StaticCache(
-            config=model.config.get_text_config(decoder=True), max_cache_len=length
-        )
-        state.cache_key = key
+    key = (*key, sample_kv.dtype, sample_kv.device)
+    cache = state.caches.pop(key, None)
+    if cache is None:
+        cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=key[1])
     else:
-        state.cache.reset()
-    return state.cache
+        cache.reset()
+    state.caches[key] = cache  # the most recent last
+    while len(state.caches) > KEPT_CACHES:
+        state.caches.pop(next(iter(state.caches)))
+    return cache
+
+
+def _fallback(state: _State, shape: tuple, why: str) -> None:
+    """Warn once per model and shape that the compiled step is not used for ``shape``."""
+    state.eager_calls += 1
+    if shape in state.warned:
+        return
+    state.warned.add(shape)
+    rows, length, lora = shape
+    warnings.warn(
+        f"fast_decode: the decode step for {rows} rows x {length} cache positions"
+        f"{' with LoRA rows' if lora else ''} runs eagerly (slower): {why}",
+        DecodeFallbackWarning,
+        stacklevel=3,
+    )
+
+
+class _Stepper:
+    """One call's decode step: compiled when the model's shape budget and dynamo allow, else
+    eager (warned). Times the first call of a newly compiled shape (its compile)."""
+
+    def __init__(self, state: _State, shape: tuple, compile: bool, max_shapes: int, device):
+        self.state, self.shape, self.device = state, shape, device
+        self.max_shapes = max_shapes
+        self.compiled = compile and self._admit()
+        self.first = self.compiled and shape not in state.shapes
+
+    def _admit(self) -> bool:
+        s = self.state
+        if s.broken is not None:
+            _fallback(s, self.shape, s.broken)
+            return False
+        if self.shape in s.shapes or len(s.shapes) < self.max_shapes:
+            return True
+        _fallback(
+            s,
+            self.shape,
+            f"{len(s.shapes)} shapes already compiled ({s.shapes}) and "
+            f"generation.fast_decode_max_shapes={self.max_shapes}; raise it to compile more",
+        )
+        return False
+
+    def __call__(self, model, ids, mask, position, cache_kw) -> torch.Tensor:
+        if not self.compiled:
+            return _decode_step(model, ids, mask, position, cache_kw)
+        s = self.state
+        if s.step is None:
+            s.step = _own_step({})
+        from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
+        from torch._inductor.exc import InductorError
+
+        t0 = time.perf_counter()
+        cuda = self.device.type == "cuda"
+        try:
+            # fullgraph=True: a graph break or dynamo's recompile limit raises instead of
+            # quietly running (part of) the step eagerly; so does a backend that fails.
+            with torch._dynamo.config.patch(recompile_limit=self.max_shapes):
+                if cuda:
+                    torch.compiler.cudagraph_mark_step_begin()
+                logits = s.step(model, ids, mask, position, cache_kw)
+        except (TorchDynamoException, FailOnRecompileLimitHit, InductorError) as e:
+            self.compiled = False
+            if isinstance(e, FailOnRecompileLimitHit):
+                why = (
+                    f"dynamo's recompile limit was hit (an unexpected recompile); "
+                    f"generation.fast_decode_max_shapes={self.max_shapes}"
+                )
+            else:
+                s.broken = f"it does not compile ({type(e).__name__}: {str(e).splitlines()[0]})"
+                why = s.broken
+            _fallback(s, self.shape, why)
+            return _decode_step(model, ids, mask, position, cache_kw)
+        if cuda:
+            logits = logits.clone()  # the next replay overwrites the graph's output
+        if self.first:
+            self.first = False
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
+            s.shapes.append(self.shape)
+            s.compile_s += dt
+            rows, length, lora = self.shape
+            log.info(
+                "fast_decode: compiled the decode step for %d rows x %d cache positions%s in "
+                "%.1f s (%d of at most %d shapes)",
+                rows,
+                length,
+                " with LoRA rows" if lora else "",
+                dt,
+                len(s.shapes),
+                self.max_shapes,
+            )
+        return logits
 
 
 @torch.no_grad()
 def generate(
-    model, requests: list[Request], eos_ids, pad_id, ignore_eos=False, decode=None, compile=None
+    model,
+    requests: list[Request],
+    eos_ids,
+    pad_id,
+    ignore_eos=False,
+    decode=None,
+    compile=None,
+    max_shapes: int = MAX_SHAPES,
 ):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``decode``: the tokenizer's, for stop strings (checked between decode steps, as in the
-    reference loop). ``compile``: None = compile the decode step with CUDA graphs on CUDA only;
-    True/False force. Falls back to the reference loop when ``supported(model, requests)`` is
-    False.
+    reference loop). ``compile``: None = compile the decode step on CUDA only; True/False
+    force. ``max_shapes``: how many (rows, cache length) buckets compile for this model. Falls
+    back to the reference loop when ``supported(model, requests)`` is False.
     """
     if not any(r.n for r in requests):
         return []
@@ -154,35 +327,32 @@ def generate(
     try:
         out, position = batch.prefill(model)
         dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
-        n_rows, width, expand = len(batch.rows), batch.ids.shape[1], batch.expand
-        length = -(-(width + dec.max_new) // CACHE_BUCKET) * CACHE_BUCKET
+        n, width = len(batch.rows), batch.ids.shape[1]
+        rows, length = row_bucket(n), length_bucket(width + dec.max_new)
+        # Rows n..rows-1 pad the batch to its bucket: copies of row 0, decoded and dropped.
+        padded = torch.cat([batch.expand, batch.expand.new_zeros(rows - n)])
+        adapters = batch.row_adapters + [None] * (rows - n)
+        lora = any(a is not None for a in adapters)
         prefill = output_cache(out)
-        cache = _static_cache(model, state, n_rows, length, prefill.layers[0].keys)
+        cache = _static_cache(model, state, (rows, length), prefill.layers[0].keys)
         for src, dst in zip(prefill.layers, cache.layers):
             # update() allocates on first use, writes columns 0..width-1, advances the counter.
-            dst.update(src.keys.index_select(0, expand), src.values.index_select(0, expand))
-        logits, last_pos = out.logits[expand, -1], position[expand, -1]
+            dst.update(src.keys.index_select(0, padded), src.values.index_select(0, padded))
+        logits, last_pos = out.logits[batch.expand, -1], position[padded, -1]
         del out, prefill
         # Fixed for the whole call: the prompt's padding, then ones (causality hides the rest).
-        mask = torch.ones((n_rows, length), dtype=batch.attn.dtype, device=device)
-        mask[:, :width] = batch.attn[expand]
-
-        step = _decode_step
-        if compile:
-            if state.compiled is None:
-                state.compiled = torch.compile(_decode_step, mode="reduce-overhead")
-            step = state.compiled
-
-        with reference._adapters(model, batch.row_adapters):
+        mask = torch.ones((rows, length), dtype=batch.attn.dtype, device=device)
+        mask[:, :width] = batch.attn[padded]
+        ids = torch.full((rows, 1), pad_id, dtype=torch.long, device=device)
+        cache_kw = cache_kwargs(model, cache)  # outside the step: nothing to trace
+        step = _Stepper(state, (rows, length, lora), compile, max_shapes, device)
+        with reference._adapters(model, adapters):
             for t in range(dec.max_new):
                 if dec.sample(t, logits):
                     break
                 last_pos = last_pos + 1
-                if compile:
-                    torch.compiler.cudagraph_mark_step_begin()
-                logits = step(model, dec.tokens[:, t : t + 1], mask, last_pos.unsqueeze(-1), cache)
-                if compile:
-                    logits = logits.clone()  # the next replay overwrites the graph's output
+                ids[:n] = dec.tokens[:, t : t + 1]
+                logits = step(model, ids, mask, last_pos.unsqueeze(-1), cache_kw)[:n]
     finally:
         model.train(was_training)
     return dec.generations()

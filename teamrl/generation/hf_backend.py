@@ -16,10 +16,20 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, spec: EngineSpec, fast_decode: str = "off", cpu_prepack: str = "off"):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        fast_decode: str = "off",
+        cpu_prepack: str = "off",
+        compile: str = "auto",
+        max_shapes: int = static_loop.MAX_SHAPES,
+    ):
         self.spec = spec
         on_cuda = str(spec.device).startswith("cuda")
-        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda)
+        # fast_decode_compile=on asks for the fast path's compiled step, so it implies the path
+        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda) or compile == "on"
+        self.compile = compile == "on" or (compile == "auto" and on_cuda)
+        self.max_shapes = max_shapes
         # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so
         # when it cannot (checked here, once, rather than silently per call).
         self.prepack = cpu_prepack != "off" and prepack.available() and prepack.eligible(spec.model)
@@ -36,7 +46,14 @@ class HFBackend:
         with prepack.prepacked(s.model, enabled=self.prepack):
             if self.fast:  # static KV cache + compiled decode; declines where unsupported
                 return static_loop.generate(
-                    s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
+                    s.model,
+                    requests,
+                    s.eos_ids,
+                    s.pad_id,
+                    ignore_eos,
+                    self._decode,
+                    compile=self.compile,
+                    max_shapes=self.max_shapes,
                 )
             return eager_loop.generate(
                 s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode

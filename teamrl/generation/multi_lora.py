@@ -10,10 +10,14 @@ with adapter a(i) needs  y_i = W x_i + s_a(i) B_a(i) A_a(i) x_i.  Stacking the a
 which is two matmuls per layer whatever K is, instead of PEFT's gather/scatter per adapter.
 Rows whose adapter is None use the base weights only (all-zero mask).
 
-The stacks, the masks and the patched forwards are kept per model and shape (``_Grouped``) and
-refreshed in place at every call, so a compiled decode step sees the same functions and tensor
-addresses on every call (``teamrl.generation.fast_decode`` compiles LoRA rows too) while always
-reading the adapters' current weights.
+The stacks hold *every* adapter of the model, whichever ones a call uses (an unused adapter's
+block is masked to 0 on every row: K r extra columns of a rank-r product, next to the d_in x
+d_out base matmul), and the mask has room for ``capacity`` rows, of which a call with B rows
+reads the first B. So one ``_Grouped`` per model serves every adapter mix and every row count:
+its stacks, mask and patched forwards are built once and refreshed in place at every call, and
+a compiled decode step (``teamrl.generation.fast_decode``) sees the same functions and tensor
+addresses whatever the call's adapters, recompiling only for a new shape, while always reading
+the adapters' current weights.
 """
 
 from __future__ import annotations
@@ -53,14 +57,20 @@ def supported(model: torch.nn.Module) -> bool:
     )
 
 
+# Rows the mask has room for at first (a decode batch of up to 256 rows); a larger call rebuilds
+# the stacks once, for the next power of two.
+MIN_CAPACITY = 256
+
+
 class _Grouped:
-    """The grouped forwards of one model for one shape: its adapter names (and ranks) and its
-    row count. Built once and kept with the model, so every call with that shape installs the
-    *same* forward functions reading the *same* tensors, whose contents are refreshed in place
-    at each call: a compiled decode step (``fast_decode``, CUDA graphs) then replays instead of
+    """The grouped forwards of one model: all its adapter names (and ranks), room for
+    ``capacity`` rows. Built once and kept with the model, so every call installs the *same*
+    forward functions reading the *same* tensors, whose contents are refreshed in place at each
+    call: a compiled decode step (``fast_decode``, CUDA graphs) then replays instead of
     recompiling, and still reads the adapters' current weights."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str], rows: int):
+    def __init__(self, model: torch.nn.Module, names: list[str], capacity: int):
+        self.capacity = capacity
         self.names = names
         self.layers = list(_lora_linears(model))
         self.tensors = []  # per layer: (stacked A, stacked B, row mask)
@@ -72,11 +82,12 @@ class _Grouped:
             b_cat = torch.empty(
                 layer.lora_B[names[0]].weight.shape[0], sum(ranks), dtype=a0.dtype, device=a0.device
             )
-            mask = torch.zeros(rows, sum(ranks), dtype=a0.dtype, device=a0.device)
+            mask = torch.zeros(capacity, sum(ranks), dtype=a0.dtype, device=a0.device)
             self.tensors.append((a_cat, b_cat, mask))
 
             def forward(x, *args, _a=a_cat, _b=b_cat, _m=mask, _base=layer.base_layer, **kwargs):
-                low = (x.to(_a.dtype) @ _a.T) * _m[:, None, :]
+                # x: (B, T, d_in); the first B rows of the mask, one per batch row
+                low = (x.to(_a.dtype) @ _a.T) * _m[: x.shape[0], None, :]
                 return _base(x, *args, **kwargs) + (low @ _b.T).to(x.dtype)
 
             self.forwards.append(forward)
@@ -91,7 +102,7 @@ class _Grouped:
         for layer, (a_cat, b_cat, mask) in zip(self.layers, self.tensors):
             torch.cat([layer.lora_A[n].weight for n in self.names], dim=0, out=a_cat)
             torch.cat([layer.lora_B[n].weight for n in self.names], dim=1, out=b_cat)
-            mask.zero_()
+            mask.zero_()  # rows past the call's, and unused adapters' blocks: 0
             offset = 0
             for n in self.names:
                 r = layer.lora_A[n].weight.shape[0]
@@ -101,12 +112,9 @@ class _Grouped:
                 offset += r
 
 
-# model -> {(adapter names, ranks, rows, dtype, device): _Grouped}, the most recent last
+# model -> (adapter names, ranks, dtype, device), _Grouped: one per model (it holds every
+# adapter's A and B once more: ~20 MB per adapter for SmolLM2-135M at rank 16)
 _GROUPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Shapes kept per model. A rollout's decode calls repeat one row count (samples per step), so a
-# few suffice; the oldest is dropped beyond it, bounding the copies (each holds every adapter's
-# A and B once: ~20 MB per adapter for SmolLM2-135M at rank 16).
-MAX_KEPT = 4
 
 
 def release(model: torch.nn.Module) -> None:
@@ -117,19 +125,22 @@ def release(model: torch.nn.Module) -> None:
 @contextmanager
 def grouped_lora(model: torch.nn.Module, row_adapters: list[str | None]):
     """Within the block, LoRA layers apply ``row_adapters[i]`` to batch row i."""
-    names = sorted({a for a in row_adapters if a is not None})
     layers = list(_lora_linears(model))
-    if not names or not layers:
+    if all(a is None for a in row_adapters) or not layers:
         yield
         return
+    names = sorted(layers[0].lora_A.keys())  # every adapter, used in this call or not
+    unknown = sorted({a for a in row_adapters if a is not None} - set(names))
+    if unknown:
+        raise ValueError(f"grouped_lora: unknown adapter(s) {unknown}; the model has {names}")
     first = layers[0].lora_A[names[0]].weight
     ranks = tuple(tuple(layer.lora_A[n].weight.shape[0] for n in names) for layer in layers)
-    key = (tuple(names), ranks, len(row_adapters), first.dtype, first.device)
-    kept = _GROUPED.setdefault(model, {})
-    grouped = kept.pop(key, None) or _Grouped(model, names, len(row_adapters))
-    kept[key] = grouped  # the most recent last
-    while len(kept) > MAX_KEPT:
-        kept.pop(next(iter(kept)))
+    key = (tuple(names), ranks, first.dtype, first.device)
+    kept = _GROUPED.get(model)
+    if kept is None or kept[0] != key or kept[1].capacity < len(row_adapters):
+        capacity = max(MIN_CAPACITY, 1 << (len(row_adapters) - 1).bit_length())
+        kept = _GROUPED[model] = (key, _Grouped(model, names, capacity))
+    grouped = kept[1]
     grouped.load(row_adapters)
     patched = []
     try:

@@ -8,6 +8,7 @@ tiny_overrides``: pytest puts tests/ on sys.path for tests/conftest.py, as it di
 - ``coding``: function-task and contest rows in the upstream formats, written as JSONL.
 - ``rollout_turns``: a scripted team and a counter env for agent-turn (AT-GRPO) rollouts.
 - ``rollout_joint``: a scripted team and reward tables for joint-action (MAGRPO) rollouts.
+- ``sampling``: a two-adapter tiny LoRA model and the completion ids of a generate call.
 
 tests/ray and tests/vllm have their own (``ray_helpers``, ``vllm_helpers``): not named
 ``helpers``, since pytest puts their folders on sys.path too.
