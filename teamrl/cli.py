@@ -289,7 +289,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from teamrl.commands.report import write_report
 
-    print(write_report(args.run_dir, args.output))
+    page = write_report(args.run_dir, args.output)
+    print(f"wrote {page}: open it in a browser (one file; it loads nothing from the network)")
     return 0
 
 

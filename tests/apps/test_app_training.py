@@ -99,3 +99,15 @@ def test_every_grouping_trains_under_other_losses(tmp_path, loss, groups, extra)
     assert m["app/dropped_samples"] == 0.0 and "loss/alice" in m
     after = tr.team.policies["alice"].state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # it learned something
+
+
+def test_an_app_trains_asynchronously(tmp_path):
+    """algorithm.max_staleness=1: the generator thread's rollouts run their own episodes on the
+    same endpoint while the learner updates; every step trains both agents on whole groups."""
+    tr = trainer(tmp_path, "async", 3, "algorithm.max_staleness=1")
+    history = tr.train()
+    assert [m["step"] for m in history] == [1, 2, 3]
+    for m in history:
+        assert m["app/dropped_samples"] == 0.0
+        assert {"loss/alice", "loss/bob"} <= set(m)
+    assert max(m["async/staleness"] for m in history) <= 1
