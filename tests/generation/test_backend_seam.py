@@ -58,13 +58,14 @@ def run_step(tmp_path, monkeypatch, policies, **extra):
             lambda opt, args, kwargs, _name=name: events.append(("optimizer_step", _name))
         )
     seen = []
-    real_update = tr.update
+    real_update = tr.update_team
 
-    def update(pol, samples):
-        seen.extend(samples)
-        return real_update(pol, samples)
+    def update_team(work):  # every policy's samples of the step, as the update gets them
+        for samples in work.values():
+            seen.extend(samples)
+        return real_update(work)
 
-    tr.update = update
+    tr.update_team = update_team
     metrics = tr.train_step()
     return tr, events, specs, seen, metrics
 
