@@ -94,7 +94,7 @@ def test_a_token_budget_on_2_workers_equals_one_process_without_it(replicas, tmp
 
 def test_a_rank_without_samples_still_matches(replicas, tmp_path):
     # 2 workers, minibatches of one sample: rank 1 has nothing in every step
-    extra = {"train.num_mini_batches": 8, "algorithm.num_generations": 2}
+    extra = {"train.num_mini_batches": 4, "algorithm.num_generations": 2}  # 4 samples
     cfg = load_config(None, tiny_overrides("shared", 1, **extra, **SGD))
     by_policy, before, after, max_len = one_process_step(tmp_path, cfg, [1.0, -0.5, 0.25])
     assert len(by_policy["shared"]) == 4  # 2 agents x 2 samples: 4 minibatches of 1
