@@ -111,7 +111,7 @@ def worker_died_line(died, run_dir: Path) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from teamrl.config import ConfigError
-    from teamrl.evaluation import evaluate_trainer, render, write_report
+    from teamrl.evaluation import evaluate_trainer, held_out_split, render, write_report
     from teamrl.trainer import Trainer
 
     from_run_folder(args)
@@ -119,6 +119,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.checkpoint and not Path(args.checkpoint).is_dir():
         raise ConfigError(f"--checkpoint {args.checkpoint}: no such folder")
     trainer = Trainer(cfg, task=task, run_dir=run_dir, preflight=False)
+    if args.split is None:
+        args.split = held_out_split(trainer.task)
     meta = {"config": str(args.config), "model": cfg.model.name_or_path}
 
     reports = {}
@@ -440,7 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="With --checkpoint: skip the untrained model's column.",
     )
-    e.add_argument("--split", default="test", choices=["test", "eval", "train"])
+    e.add_argument(
+        "--split",
+        default=None,
+        choices=["test", "eval", "train"],
+        help="Split to evaluate (default: test, else eval: the held-out ones; train only when "
+        "asked).",
+    )
     e.add_argument("--num-samples", type=int, default=4, help="Sampled episodes per problem.")
     e.add_argument("--ks", type=_ks, default=(1, 2, 4), help="Comma-separated k for pass@k.")
     e.add_argument("--limit", type=int, default=None, help="Evaluate the first N problems only.")

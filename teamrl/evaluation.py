@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from teamrl.algorithms.registry import recipe_for
+from teamrl.errors import ConfigError
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -228,6 +229,26 @@ EVAL_CHUNKS = 10
 EVAL_MIN_CHUNK = 8
 
 
+def split_sizes(task: Any) -> str:
+    """``train (12), eval (4)``: a task's non-empty splits and their sizes, for messages."""
+    sizes = [
+        f"{s} ({len(getattr(task, s))})" for s in ("train", "eval", "test") if getattr(task, s)
+    ]
+    return ", ".join(sizes) or "none"
+
+
+def held_out_split(task: Any) -> str:
+    """The split ``teamrl eval`` reports when none is named: test, else eval. A task with
+    neither is refused in one line rather than scored on its training data silently."""
+    for name in ("test", "eval"):
+        if getattr(task, name):
+            return name
+    raise ConfigError(
+        f"task {task.name!r} has no held-out split (test or eval) to evaluate on; its splits: "
+        f"{split_sizes(task)}; pass --split train to score the training data"
+    )
+
+
 def evaluate_trainer(
     trainer,
     split: str = "test",
@@ -250,7 +271,10 @@ def evaluate_trainer(
 
     data = getattr(trainer.task, split)
     if not data:
-        raise ValueError(f"task {trainer.task.name!r} has no {split!r} split to evaluate on")
+        raise ConfigError(
+            f"--split {split}: task {trainer.task.name!r} has no {split!r} split to evaluate "
+            f"on; its splits: {split_sizes(trainer.task)}"
+        )
     n = len(data) if limit is None else min(limit, len(data))
     examples = [(i, data[i]) for i in range(n)]
     if progress is None:

@@ -137,3 +137,57 @@ def test_the_interrupt_message_is_a_pasteable_command():
     stop = TrainingInterrupted(3, Path("/r/checkpoints/step-3"), 2, Path("/r"))
     command = str(stop).split("resume with: ", 1)[1]
     assert shlex.split(command) == ["teamrl", "train", "/r", "--resume"]
+
+
+SPLITS_FILE = """
+from teamrl.envs.base import Task, register_task
+from teamrl.envs.functional import FunctionEnv
+
+ROWS = [{{"prompt": f"p{{i}}"}} for i in range(4)]
+
+
+def reward(completions, example):
+    return float(len(completions["left"]) % 3)
+
+
+@register_task("{name}_nt", "train and eval only")
+def no_test():
+    return Task("{name}_nt", lambda: FunctionEnv(["left", "right"], reward), ROWS[:3], eval=ROWS[3:])
+
+
+@register_task("{name}_to", "train only")
+def train_only():
+    return Task("{name}_to", lambda: FunctionEnv(["left", "right"], reward), ROWS)
+"""
+
+
+def test_eval_of_a_run_takes_its_held_out_split_or_says_which_exist(tmp_path, capsys):
+    """A task with train and eval only (no test): `teamrl eval RUN_DIR` scores eval, the
+    held-out split it has; `--split test` and a task with no held-out split are one line naming
+    the splits there are (never a traceback, never the training data silently)."""
+    name = f"splits_{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "split_tasks.py"
+    path.write_text(SPLITS_FILE.format(name=name))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run_name: r\n")
+    for task, run in ((f"{name}_nt", "nt"), (f"{name}_to", "to")):
+        argv = ["train", str(cfg), *TINY, f"env.name={task}", f"run_name={run}"]
+        assert (
+            main([*argv, f"log.output_dir={tmp_path}", "train.max_steps=1", "--import", str(path)])
+            == 0
+        )
+    capsys.readouterr()
+    run = tmp_path / "nt"
+    assert main(["eval", str(run), "--num-samples", "1", "--ks", "1"]) == 0
+    report = json.loads((run / "eval" / "step-1" / "eval.json").read_text())
+    assert [r["split"] for r in report.values()] == ["eval", "eval"]  # untrained, step-1
+    line = one_line_error(capsys, "eval", str(run), "--split", "test")
+    assert line == (
+        f"teamrl: error: --split test: task '{name}_nt' has no 'test' split to evaluate "
+        "on; its splits: train (3), eval (1)"
+    )
+    line = one_line_error(capsys, "eval", str(tmp_path / "to"))
+    assert line == (
+        f"teamrl: error: task '{name}_to' has no held-out split (test or eval) to "
+        "evaluate on; its splits: train (4); pass --split train to score the training data"
+    )
