@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("ray.util")  # not the tests/ray folder itself
-pytest.importorskip("openai")
+pytest.importorskip("openai", reason="the apps extra: pip install 'teamrl[apps]'")
 
+from helpers.apps import tiny_cfg  # noqa: E402
 from ray_cluster import CPU, ray_cluster  # noqa: E402, F401
 
 from teamrl.apps import app_task  # noqa: E402
-from teamrl.config import load_config  # noqa: E402
 from teamrl.scale import shutdown_team  # noqa: E402
 from teamrl.trainer import Trainer  # noqa: E402
 
@@ -31,25 +31,12 @@ def writers(client, example):
 def test_an_app_trains_on_a_ray_worker_group(ray_cluster, tmp_path):  # noqa: F811
     rows = [{"text": f"post number {i}"} for i in range(4)]
     task = app_task("writers_ray_app", writers, ["alice", "bob"], train=rows, eval=rows[:2])
-    overrides = {
-        "distributed.backend": "ray",
-        "distributed.address": ray_cluster,
-        "distributed.num_workers_per_policy": 1,
-        **CPU,
-    }
-    cfg = load_config(
-        None,
-        [
-            "model.name_or_path=tiny-llama",
-            "team.policies=lora",
-            "algorithm.name=app",
-            "team.agents=[{name: alice, max_completion_length: 6}, "
-            "{name: bob, max_completion_length: 6}]",
-            "algorithm.num_generations=3",
-            "train.max_steps=2",
-            "log.progress_bar=false",
-            *(f"{k}={v}" for k, v in overrides.items()),
-        ],
+    cfg = tiny_cfg(
+        "train.max_steps=2",
+        "distributed.backend=ray",
+        f"distributed.address={ray_cluster}",
+        "distributed.num_workers_per_policy=1",
+        *(f"{k}={v}" for k, v in CPU.items()),
     )
     tr = Trainer(cfg, task=task, run_dir=tmp_path / "run")
     try:
