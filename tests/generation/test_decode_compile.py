@@ -248,13 +248,16 @@ def test_the_compiled_step_under_cpu_prepack_multiplies_by_the_weights(counter, 
 
 
 @pytest.mark.slow
-def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu(monkeypatch):
+def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu(monkeypatch, tmp_path):
     """The real CPU compiler (inductor's C++ kernels) on a tiny model: LoRA rows beside a base
     row, under cpu_prepack (which inductor could not lower: the wrapper must multiply by the
     weight itself when compiling), twice: the second call compiles nothing new."""
     from teamrl.generation import cpu_prepack
 
     monkeypatch.setattr(cpu_prepack, "MIN_PACKED_ELEMENTS", 0)  # pack the tiny model's linears
+    # a cache of this test's own: inductor's shared /tmp cache keeps precompiled headers built
+    # for the ISA of an earlier process (another ATEN_CPU_CAPABILITY), which then fail to build
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch._dynamo.reset()
     model = _lora_model()
     reqs = [req([5, 9, 14, 3], 2, "alice"), req([7, 21], 1, "bob"), req([30, 2], 1)]
