@@ -116,7 +116,9 @@ GPU_PLAN = {
     ],
     # Rows per forward of the update: 16 x 512 tokens at 0.5B, 8 at 1.5B, so that the four
     # contenders' processes (separate holds two models) fit one card's memory side by side.
-    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "16"],
+    # At 0.5B also lora with every adapter in one forward/backward (train.one_pass_lora).
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "16", "--contenders",
+                                     "raw,shared,lora,lora-1pass,separate"],
                     "qwen2.5-1.5b": ["--micro-batch-size", "8"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "4", "--new-tokens", "64",
@@ -139,7 +141,8 @@ DRY_PLAN = {
         "--prompt-tokens", "8", "--new-tokens", "4", "--warmup", "1", "--rounds", "1",
         "--threads", "1", "--parallel-start",
     ],
-    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "2"],
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "2", "--contenders",
+                                     "raw,shared,lora,lora-1pass,separate"],
                     "qwen2.5-1.5b": ["--micro-batch-size", "3"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "2", "--new-tokens", "4",
@@ -481,10 +484,9 @@ def verify(step: str, out: Path, plan: dict, on_gpu: bool) -> str | None:
         if result.get("rounds_done") != rounds or sorted(result["report"]) != sorted(wanted):
             return f"{result.get('rounds_done')} of {rounds} rounds, contenders {sorted(result['report'])}"
         return None
-    names = {
-        "raw" if c == "raw" else f"teamrl {c}"
-        for c in _arg(plan["step"], "--contenders").split(",")
-    }
+    model = step.removeprefix("step-")
+    argv = [*plan["step"], *plan.get("step_models", {}).get(model, [])]
+    names = {"raw" if c == "raw" else f"teamrl {c}" for c in _arg(argv, "--contenders").split(",")}
     missing = sorted(names - set(result["report"]))
     if missing:
         why = "; ".join(f"{k}: {v}" for k, v in result["notes"].items() if k in missing)
@@ -495,7 +497,8 @@ def verify(step: str, out: Path, plan: dict, on_gpu: bool) -> str | None:
 
 
 def _arg(argv: list[str], flag: str) -> str:
-    return argv[argv.index(flag) + 1]
+    """The value of the flag's last occurrence, as argparse reads it."""
+    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
 
 
 def log_name(step: str) -> str:

@@ -59,8 +59,9 @@ SHORT_PROMPTS = [
 ]
 TEAMRL = ("lora", "shared", "separate", "vllm")
 ALL = ("raw", *TEAMRL, "comlrl")
-# Opt-in: the vLLM backend with the other policy modes (one more engine each, so more memory).
-EXTRA = ("vllm-shared", "vllm-separate")
+# Opt-in: the vLLM backend with the other policy modes (one more engine each, so more memory), and
+# lora with every agent's adapter updated in one forward/backward (train.one_pass_lora).
+EXTRA = ("vllm-shared", "vllm-separate", "lora-1pass")
 
 
 def prompts(n: int, style: str = "short", tokenizer=None, tokens: int = 0) -> list[str]:
@@ -155,7 +156,9 @@ class RawStep:
 class TeamrlStep:
     """``Trainer.train_step`` with the given policies (and generation backend)."""
 
-    def __init__(self, args, texts: list[str], policies: str, backend: str | None):
+    def __init__(
+        self, args, texts: list[str], policies: str, backend: str | None, one_pass: bool = False
+    ):
         from teamrl.config import load_config
         from teamrl.envs.base import Task
         from teamrl.envs.functional import FunctionEnv
@@ -186,6 +189,8 @@ class TeamrlStep:
         ]
         if args.micro_batch_size:
             overrides.append(f"train.micro_batch_size={args.micro_batch_size}")
+        if one_pass:
+            overrides.append("train.one_pass_lora=true")
         if backend:
             # A prompt plus 64 tokens fits 1024 positions; a 0.5 GiB KV cache keeps the engine
             # (one per base model, beside the trainer's own copy) small on a shared machine.
@@ -287,8 +292,9 @@ def serve(args) -> int:
     else:
         # "lora", "shared", "separate"; "vllm" is lora on vLLM, "vllm-shared" shared on vLLM...
         backend = "vllm" if args.worker.startswith("vllm") else None
-        policies = args.worker.removeprefix("vllm").removeprefix("-") or "lora"
-        contender = TeamrlStep(args, texts, policies, backend)
+        one_pass = args.worker == "lora-1pass"
+        policies = "lora" if one_pass else args.worker.removeprefix("vllm").removeprefix("-")
+        contender = TeamrlStep(args, texts, policies or "lora", backend, one_pass=one_pass)
     rounds.send(
         channel,
         {
