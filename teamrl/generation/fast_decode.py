@@ -295,6 +295,19 @@ class _Stepper:
         return logits
 
 
+def _step_module(model: torch.nn.Module, lora: bool) -> torch.nn.Module:
+    """The module the decode step calls. PEFT's wrapper looks up its *active* adapter in its
+    forward, and the update makes each agent's adapter active in turn: dynamo guards on that
+    name, so each rollout that starts with another adapter active would compile the step again
+    (about a minute at 1.5B on a GPU). With LoRA rows the grouped forward routes every row to its
+    own adapter and the active one plays no part, so the step calls the wrapped model itself."""
+    if not lora:
+        return model
+    from peft import PeftModel
+
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -347,12 +360,13 @@ def generate(
         cache_kw = cache_kwargs(model, cache)  # outside the step: nothing to trace
         step = _Stepper(state, (rows, length, lora), compile, max_shapes, device)
         with reference._adapters(model, adapters):
+            target = _step_module(model, lora)
             for t in range(dec.max_new):
                 if dec.sample(t, logits):
                     break
                 last_pos = last_pos + 1
                 ids[:n] = dec.tokens[:, t : t + 1]
-                logits = step(model, ids, mask, last_pos.unsqueeze(-1), cache_kw)[:n]
+                logits = step(target, ids, mask, last_pos.unsqueeze(-1), cache_kw)[:n]
     finally:
         model.train(was_training)
     return dec.generations()

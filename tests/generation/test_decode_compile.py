@@ -125,6 +125,25 @@ def test_calls_with_new_mixes_widths_and_budgets_compile_once_per_bucket(counter
     fast_decode.release(model)
 
 
+def test_switching_the_active_adapter_between_calls_does_not_recompile(counter):
+    """The update makes each agent's adapter active in turn, so every rollout starts with another
+    one active. Under the grouped forward each row takes its own adapter: the active one must
+    not be part of the compiled step (a guard on its name recompiled the step at the second
+    rollout, about a minute at 1.5B on a GPU)."""
+    model = _lora_model()
+    reqs = [req([5, 9, 14, 3], 2, "alice"), req([7, 21], 2, "bob")]
+    ref = tokens(generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True))
+    for active in ("alice", "bob", "alice", "bob"):
+        model.set_adapter(active)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DecodeFallbackWarning)
+            fast = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=True)
+        assert tokens(fast) == ref
+        assert model.active_adapter == active  # the caller's choice is left as it was
+    assert counter.frame_count == 1
+    fast_decode.release(model)
+
+
 def test_shared_rows_compile_once_and_give_the_eager_tokens(counter):
     model = load_model("tiny-qwen2")
     for n, budget in ((3, 12), (4, 9), (2, 12)):  # rows 3 and 4: bucket 4; 2: bucket 2
