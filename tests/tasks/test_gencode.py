@@ -153,3 +153,64 @@ def test_the_task_loads_via_the_registry_and_the_config_passes_dry_run(capsys):
     assert main(["train", str(config), "--dry-run", "model.name_or_path=tiny-llama"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("task gencode: rows 512 train, 64 eval, 128 test; agents helper, main")
+
+
+def _pair_and_solo(row):
+    fns = _functions(row["canonical_solution"])
+    return fns.get("aux", ""), fns[row["entry_point"]]
+
+
+def test_one_agent_writes_both_parts_and_gets_the_pairs_reward():
+    """The one-agent baseline: ``coder`` sees one prompt asking for aux and the entry point,
+    and its one text is scored as the helper's aux plus main's entry point would be."""
+    pair = make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4)
+    solo = make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4, solo=True)
+    assert list(solo.agents) == ["coder"]
+    row = next(r for r in pair.train if r["helper_spec"])
+    aux, entry = _pair_and_solo(row)
+    solo_env, pair_env = solo.make_env(), pair.make_env()
+    prompt = solo_env.reset(row)
+    assert list(prompt) == ["coder"] and "`aux`" in prompt["coder"]
+    assert row["entry_point"] in prompt["coder"]
+    pair_env.reset(row)
+    together = solo_env.step({"coder": aux + "\n\n" + entry})
+    apart = pair_env.step({"helper": aux, "main": entry})
+    assert together.reward == apart.reward == 4.0  # unshifted: every level at full marks
+    assert together.reward_components == apart.reward_components
+    assert together.terminations == {"coder": True}
+    # Only the entry point, inlined: 0.6 + 0.5 + 1.0 (no aux, so no cooperation): 2.1.
+    solo_env.reset(row)
+    inline = f"def {row['entry_point']}(*args):\n    return None\n"
+    assert solo_env.step({"coder": inline}).reward_components["definitions"] == 0.6
+    with pytest.raises(ValueError, match="solo: one agent writes both functions"):
+        make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4, solo=True, max_turns=2)
+    with pytest.raises(ValueError, match="env.kwargs.solo"):
+        make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4, solo="yes")
+
+
+def test_each_agents_own_reward_counts_only_what_it_wrote():
+    """local_rewards: helper 0.4 (aux returns) + 0.5 (aux compiles alone); main the leveled
+    reward of its text with no helper (0.6 + 0.5 + pass rate). The team reward is unchanged."""
+    task = make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4, local_rewards=True)
+    row = next(r for r in task.train if r["helper_spec"])
+    aux, entry = _pair_and_solo(row)
+    env = task.make_env()
+
+    env.reset(row)  # the reference team: main relies on aux, so alone it fails every test
+    step = env.step({"helper": aux, "main": entry})
+    assert step.reward == 4.0
+    assert step.local_rewards == {"helper": pytest.approx(0.9), "main": pytest.approx(1.1)}
+
+    # main inlines the helper's work (a nested copy of aux): alone it passes everything, 2.1;
+    # a helper that does not return earns nothing.
+    inner = "\n".join("    " + line for line in aux.split("\n\n\n", 1)[1].splitlines())
+    body = entry.split("\n\n\n", 1)[1]
+    head, rest = body.split("\n", 1)
+    inlined = f"{head}\n{inner}\n{rest}"
+    env.reset(row)
+    step = env.step({"helper": "def aux(x):\n    print(x)\n", "main": inlined})
+    assert step.local_rewards == {"helper": 0.0, "main": pytest.approx(2.1)}
+
+    plain = make_task("gencode", tier=2, n_train=4, n_eval=4, n_test=4).make_env()
+    plain.reset(row)
+    assert plain.step({"helper": aux, "main": entry}).local_rewards == {}

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from teamrl.envs.base import Task, register_task
 from teamrl.tasks.coding import gen_tier2, gen_tier3  # noqa: F401  (registers their templates)
 from teamrl.tasks.coding.gen_templates import TEMPLATES, Spec, Template
-from teamrl.tasks.coding.helper_main import AUX_MAIN_ROLES, AuxMainCodingEnv
+from teamrl.tasks.coding.helper_main import AUX_MAIN_ROLES, SOLO_ROLE, AuxMainCodingEnv
 from teamrl.tasks.coding.reward import AUX_NAME, LeveledRewardConfig
 from teamrl.tasks.rows import limit_rows
 from teamrl.tasks.run_program import Runner
@@ -180,7 +180,8 @@ def gencode_splits(
     "tiers 1-3, splits disjoint by template; helper writes aux (named in the prompt for the "
     "cooperative families), main the entry point; the leveled reward of humaneval. kwargs: "
     "tier (1, 2, 3 or a list), n_train, n_eval, n_test, seed, limit, max_turns, feedback, "
-    "reward_shift, reward, feedback_tests.",
+    "reward_shift, reward, feedback_tests, solo (one agent writes both), local_rewards (each "
+    "agent's own reward too).",
 )
 def gencode_task(
     tier: int | list[int] = 2,
@@ -194,13 +195,23 @@ def gencode_task(
     reward_shift: float = 0.0,
     reward: dict | None = None,
     feedback_tests: int | None = None,
+    solo: bool = False,
+    local_rewards: bool = False,
     runner: Runner | None = None,
 ) -> Task:
-    """Build ``gencode``; ``runner`` replaces the sandbox (tests)."""
+    """Build ``gencode``; ``runner`` replaces the sandbox (tests). ``solo``: one agent,
+    ``coder``, writes aux and the entry point (the one-agent baseline); ``local_rewards``: each
+    step also gives each agent its own reward (``helper_main.own_rewards``), which MAGRPO uses
+    with ``algorithm.reward_per_agent=true`` (independent learners with ``alpha=0``)."""
     cfg = LeveledRewardConfig(**{"reward_shift": reward_shift, **(reward or {})})
+    for key, value in (("solo", solo), ("local_rewards", local_rewards)):
+        if not isinstance(value, bool):
+            raise ValueError(f"env.kwargs.{key}: expected true or false, got {value!r}")
 
     def make_env() -> AuxMainCodingEnv:
-        return AuxMainCodingEnv(max_turns, feedback, cfg, runner, feedback_tests)
+        return AuxMainCodingEnv(
+            max_turns, feedback, cfg, runner, feedback_tests, solo=solo, local_rewards=local_rewards
+        )
 
     make_env()  # validate the arguments before generating
     splits = gencode_splits(tier, n_train, n_eval, n_test, seed)
@@ -210,7 +221,7 @@ def gencode_task(
         train=limit_rows(splits["train"], limit),
         eval=limit_rows(splits["eval"], limit),
         test=limit_rows(splits["test"], limit),
-        agents=dict(AUX_MAIN_ROLES),
+        agents=dict(SOLO_ROLE if solo else AUX_MAIN_ROLES),
         description="gencode: generated function problems; helper writes aux, main the entry "
         "point; leveled reward.",
     )

@@ -26,9 +26,10 @@ from teamrl.tasks.coding.feedback import FEEDBACK_MODES, feedback
 from teamrl.tasks.coding.harness import check_units
 from teamrl.tasks.coding.reward import (
     AUX_NAME,
+    AuxMainJob,
     LeveledReward,
     LeveledRewardConfig,
-    leveled_reward,
+    leveled_rewards,
 )
 from teamrl.tasks.rows import limit_rows
 from teamrl.tasks.run_program import Runner
@@ -57,6 +58,20 @@ _TASKS = {
     "not define `{aux}`. Output only the Python code of `{entry}` (with any imports it needs), "
     "with no explanation and no markdown.",
 }
+
+
+# The one-agent baseline: the same program (aux and the entry point) from one agent, scored by the
+# same leveled reward, so the team's split of the work is the only difference.
+SOLO_ROLE = {
+    "coder": "You are a Python programmer. You write a small helper function and the main "
+    "function of a problem, and the main function calls the helper."
+}
+_TASKS["coder"] = (
+    "Write a helper function named `{aux}` that does one useful part of the work, then "
+    "implement `{entry}`, which calls `{aux}` and uses its result and adds the rest of the "
+    "logic. Output only the Python code of `{aux}` and `{entry}` (with any imports they need), "
+    "with no explanation and no markdown."
+)
 
 
 def _agent_prompt(agent: str, problem: str, entry_point: str) -> str:
@@ -106,6 +121,8 @@ class AuxMainCodingEnv:
     reward_config: LeveledRewardConfig = field(default_factory=LeveledRewardConfig)
     runner: Runner | None = None
     feedback_tests: int | None = None
+    solo: bool = False
+    local_rewards: bool = False
     agents: list[str] = field(default_factory=lambda: ["helper", "main"])
     _example: dict | None = field(default=None, repr=False)
     _turn: int = field(default=0, repr=False)
@@ -120,6 +137,14 @@ class AuxMainCodingEnv:
             )
         if self.feedback_tests is not None and self.feedback_tests < 0:
             raise ValueError(f"feedback_tests: expected >= 0 or None, got {self.feedback_tests}")
+        if self.solo and (self.max_turns > 1 or self.local_rewards):
+            raise ValueError(
+                "solo: one agent writes both functions in a single turn (max_turns 1, no "
+                f"local_rewards); got max_turns={self.max_turns}, "
+                f"local_rewards={self.local_rewards}"
+            )
+        if self.solo:
+            self.agents = ["coder"]
 
     def reset(self, example: dict) -> dict[str, str]:
         for key in ("prompt", "test", "entry_point"):
@@ -132,7 +157,7 @@ class AuxMainCodingEnv:
         self._turn = 0
         self._visible = self._visible_units(len(check_units(example["test"])))
         prompt, entry = example["prompt"], example["entry_point"]
-        return {"helper": _helper_prompt(prompt, entry), "main": _main_prompt(prompt, entry)}
+        return {agent: _agent_prompt(agent, prompt, entry) for agent in self.agents}
 
     def _visible_units(self, n_units: int) -> int:
         shows_tests = self.max_turns > 1 and self.feedback_mode != "plain"
@@ -147,15 +172,17 @@ class AuxMainCodingEnv:
                 f"AuxMainCodingEnv.step: expected actions for {self.agents}, got {sorted(actions)}"
             )
         ex = self._example
-        result = leveled_reward(
-            actions["helper"],
-            actions["main"],
-            prompt=ex["prompt"],
-            test=ex["test"],
-            entry_point=ex["entry_point"],
-            config=self.reward_config,
-            runner=self.runner,
+        # The one agent's text is both parts: aux and the entry point are found in it by name.
+        helper_text, main_text = (
+            (actions["coder"], actions["coder"])
+            if self.solo
+            else (actions["helper"], actions["main"])
         )
+        jobs = [AuxMainJob(helper_text, main_text, ex["prompt"], ex["test"], ex["entry_point"])]
+        if self.local_rewards:  # main's own program: its text without the helper's
+            jobs.append(AuxMainJob("", main_text, ex["prompt"], ex["test"], ex["entry_point"]))
+        result, *alone = leveled_rewards(jobs, config=self.reward_config, runner=self.runner)
+        local = own_rewards(result, alone[0]) if self.local_rewards else {}
         self._turn += 1
         hidden = result.units[self._visible :]
         success = bool(hidden) and all(u.passed for u in hidden)
@@ -166,11 +193,11 @@ class AuxMainCodingEnv:
         observations = {
             agent: feedback(
                 self.feedback_mode,
-                agent,
+                "main" if agent == "coder" else agent,  # the one agent sees main's view
                 problem=ex["prompt"],
                 entry_point=ex["entry_point"],
-                helper_text=actions["helper"],
-                main_text=actions["main"],
+                helper_text=helper_text,
+                main_text=main_text,
                 result=result,
                 visible=self._visible,
             )
@@ -188,7 +215,35 @@ class AuxMainCodingEnv:
             },
             success=success,
             reward_components=result.components(),
+            local_rewards=local,
         )
+
+
+def own_rewards(team: LeveledReward, main_alone: LeveledReward) -> dict[str, float]:
+    """Each agent's reward for what it wrote alone (the independent-learners baseline, with
+    ``algorithm.reward_per_agent=true alpha=0``).
+
+    - helper: 0.4 for an ``aux`` that returns (the definitions level's helper share) plus 0.5
+      when ``aux`` compiles on its own (the syntax level): at most 0.9. Nothing rewards the
+      helper for being useful to main, which is the point of the baseline.
+    - main: the leveled reward of main's text with no helper (definitions, syntax, the hidden
+      tests; no cooperation level, there is no ``aux``), shift excluded: at most 2.1. A main that
+      calls ``aux`` fails every test alone, so nothing rewards it for relying on the helper.
+    """
+    aux = team.aux
+    helper = 0.0
+    if aux is not None and aux.has_return:
+        helper = 0.4 + (0.5 if _compiles(aux.source) else 0.0)
+    main = main_alone.definitions + main_alone.syntax + main_alone.tests
+    return {"helper": helper, "main": main}
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<aux>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _well_formed(r: LeveledReward) -> bool:
