@@ -40,6 +40,7 @@ from teamrl.envs.sequential import SequentialTurns
 from teamrl.errors import UserCodeError
 from teamrl.execution.choose import make_execution
 from teamrl.execution.protocol import Execution, UpdateJob
+from teamrl.generation import fast_decode
 from teamrl.plugins import task_imports
 from teamrl.preflight import preflight as run_preflight
 from teamrl.rollout.common import RolloutResult
@@ -110,6 +111,7 @@ class Trainer:
         self.nan_skips = 0
         self._saved_step: int | None = None  # the step the newest checkpoint holds
         self._updating = False  # a step's updates have begun: a failure now is half applied
+        self._compile_seen = 0.0  # fast_decode compile seconds already logged as time/compile
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
         self.logger: RunLogger | None = None
         self.last_eval: RolloutResult | None = None  # the latest evaluation's episodes
@@ -200,6 +202,10 @@ class Trainer:
         self.execution.weights_updated(self.step)  # the sampler may take them now
         self._data_state = batch.data_state
         gen_s = result.stats["time/generate"]
+        # seconds the fast path spent compiling since the last step (inside time/generate; the
+        # first steps of a run, and any new shape bucket later)
+        compiled = fast_decode.compile_seconds(p.model for p in self.team.policies.values())
+        metrics["time/compile"], self._compile_seen = compiled - self._compile_seen, compiled
         metrics.update(
             {
                 "time/rollout": t_rollout,

@@ -165,6 +165,12 @@ def stats(model: torch.nn.Module) -> dict[str, float]:
     }
 
 
+def compile_seconds(models) -> float:
+    """Seconds the compiled path has spent compiling for these models so far (each model once,
+    however many policies share it)."""
+    return sum(stats(m)["compile_s"] for m in {id(m): m for m in models}.values())
+
+
 def _decode_step(model, input_ids, attention_mask, position_ids, cache_kw):
     out = model(
         input_ids=input_ids,

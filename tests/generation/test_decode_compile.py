@@ -289,3 +289,21 @@ def test_inductor_compiled_step_gives_the_eager_greedy_tokens_on_cpu(monkeypatch
     assert fast_decode.stats(model)["shapes"] == 1
     fast_decode.release(model)
     torch._dynamo.reset()
+
+
+def test_the_trainer_compiles_once_and_logs_it_as_time_compile(counter, tmp_path):
+    """A LoRA team's rollouts compile the decode step once (the update switching the active
+    adapter between them does not recompile it), and the step that compiled logs the seconds
+    as time/compile; the next logs 0."""
+    from helpers.runs import tiny_overrides
+
+    from teamrl.config import load_config
+    from teamrl.trainer import Trainer
+
+    cfg = load_config(None, tiny_overrides("lora", 3, **{"generation.fast_decode_compile": "on"}))
+    tr = Trainer(cfg, run_dir=tmp_path)
+    first, second, third = (tr.train_step() for _ in range(3))
+    assert first["time/compile"] > 0
+    assert first["time/compile"] <= first["time/generate"]
+    assert second["time/compile"] == third["time/compile"] == 0.0
+    assert counter.frame_count == 1
