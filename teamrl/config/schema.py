@@ -233,9 +233,11 @@ class TrainConfig:
         "gradients with its own LR and num_iterations (teamrl.update.joint). Where it cannot "
         "apply (sharding, data parallel, gradient checkpointing, DoRA, dropout, per-agent "
         "settings that differ) the agents update one after the other, said once in a warning. "
-        "Off by default: one pass holds every agent's micro-batch at once, so its activation "
-        "memory is the agents' sum, not one agent's (docs/performance.md); turn it on where "
-        "memory allows.",
+        "Agents' chunks share a forward only within one forward's bounds (micro_batch_size, "
+        "max_tokens_per_micro_batch; with neither set, the per-agent path's largest forward), "
+        "so it needs no more activation memory; it saves forwards where chunks are smaller "
+        "than the bounds. Off by default: its speed at equal memory is not yet measured "
+        "(docs/performance.md).",
     )
 
 

@@ -42,6 +42,7 @@ import torch
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
 from teamrl.update.losses import Batch, Denominators, Scores, collate, drops_kv_cache, score_tokens
+from teamrl.update.micro_batches import forward_tokens
 from teamrl.update.policy import (
     Minibatch,
     UpdateResult,
@@ -247,10 +248,44 @@ def _rows_of_scores(scores: Scores, rows: slice) -> Scores:
 
 
 def _joint_chunks(runs: list[UpdateRun], mbs: dict[int, Minibatch]) -> list[dict[int, Minibatch]]:
-    """Chunk c of every agent's minibatch, together (an agent with fewer chunks drops out)."""
+    """The joint forwards of one optimizer step: every agent's own chunks, packed.
+
+    Each agent's minibatch is cut into its own chunks, as in its own update (so each agent's
+    denominators, bnpo's per-chunk means included, are exactly its own update's). The chunks
+    are then taken in the order chunk 0 of every agent, chunk 1 of every agent, ..., and packed
+    greedily into joint forwards of at most one chunk per agent, within the bounds of one
+    forward: ``train.micro_batch_size`` rows and ``train.max_tokens_per_micro_batch`` forward
+    tokens (``forward_tokens``) where either is set; with neither set, the per-agent path's
+    largest forward (its largest chunk's rows and tokens). So a joint forward never holds more
+    than the memory bounds allow: agents whose chunks fill them still run one after the other,
+    and chunks smaller than them (few samples an agent, a last partial chunk, or a
+    micro_batch_size above an agent's minibatch) share one forward."""
     chunks = {k: runs[k].chunks(mb) for k, mb in mbs.items()}
-    n = max(len(c) for c in chunks.values())
-    return [{k: c[i] for k, c in chunks.items() if i < len(c)} for i in range(n)]
+    u = runs[next(iter(mbs))].settings
+    shares = not drops_kv_cache(runs[0].pol.model)
+    every = [c for cs in chunks.values() for c in cs]
+    if u.micro_batch_size is None and u.max_tokens_per_micro_batch is None:
+        max_rows = max(len(c) for c in every)
+        max_tokens = max(forward_tokens(c, shares) for c in every)
+    else:
+        max_rows = u.micro_batch_size or len(every) * max(len(c) for c in every)
+        max_tokens = u.max_tokens_per_micro_batch or float("inf")
+    order = [
+        (k, cs[i])
+        for i in range(max(map(len, chunks.values())))
+        for k, cs in chunks.items()
+        if i < len(cs)
+    ]
+    out: list[dict[int, Minibatch]] = []
+    for k, chunk in order:
+        open_ = out[-1] if out else None
+        if open_ is not None and k not in open_:
+            rows = [s for c in open_.values() for s in c] + list(chunk)
+            if len(rows) <= max_rows and forward_tokens(rows, shares) <= max_tokens:
+                open_[k] = chunk
+                continue
+        out.append({k: chunk})
+    return out
 
 
 def _old_logprobs(runs: list[UpdateRun], passes: list[list[list[Sample]]], route) -> None:

@@ -29,7 +29,8 @@ def trainer(tmp_path, **extra) -> tuple[Trainer, dict]:
     """A lora team of alice and bob, one rollout with planted advantages: (trainer, samples per
     policy)."""
     overrides = {**SGD, "algorithm.num_iterations": 2, "train.num_mini_batches": 2}
-    overrides.update({"train.one_pass_lora": "true", **extra})  # opt-in: its memory is N chunks
+    # opt-in; a micro-batch bound above both agents' minibatches lets their rows share forwards
+    overrides.update({"train.one_pass_lora": "true", "train.micro_batch_size": 64, **extra})
     cfg = load_config(None, tiny_overrides("lora", 1, **overrides))
     tr = Trainer(cfg, run_dir=tmp_path)
     torch.manual_seed(0)  # B = 0 at init would give A no gradient: every weight is tested
@@ -173,3 +174,38 @@ def test_a_nan_in_one_agents_loss_skips_only_its_step(tmp_path):
     )
     assert got["bob"]["loss"] == pytest.approx(want["bob"]["loss"], rel=1e-4)
     assert got["alice"]["loss"] == pytest.approx(want["alice"]["loss"], rel=1e-4)
+
+
+def forward_rows(monkeypatch) -> list[list[str]]:
+    """The agents of every joint forward's rows, in order."""
+    seen = []
+    real = joint_mod._joint_batch
+
+    def record(runs, parts):
+        seen.append([s.agent for k in parts for s in parts[k]])
+        return real(runs, parts)
+
+    monkeypatch.setattr(joint_mod, "_joint_batch", record)
+    return seen
+
+
+@pytest.mark.parametrize("micro", [64, None, 2])
+def test_joint_forwards_stay_within_one_forwards_bounds(tmp_path, monkeypatch, micro):
+    """A joint forward holds at most micro_batch_size rows; with no bound set, at most the
+    per-agent path's largest forward (an agent's whole minibatch), so the one pass needs no more
+    activation memory than one agent after the other. Chunks that fit together share one."""
+    tr, work = trainer(tmp_path, **{"train.micro_batch_size": "null" if micro is None else micro})
+    pols, settings = list(tr.team.policies.values()), settings_of(tr)
+    names = [p.name for p in pols]
+    seen = forward_rows(monkeypatch)
+    update_policies(pols, [work[n] for n in names], [settings[n] for n in names], step=0,
+                    max_completion_length=[8, 8])  # fmt: skip
+    sizes = [len(rows) for rows in seen]
+    both = [len(set(rows)) == 2 for rows in seen]
+    largest_minibatch = max(-(-len(work[n]) // 2) for n in names)  # num_mini_batches = 2
+    if micro == 64:  # both agents' minibatches fit: every forward holds both
+        assert all(both) and max(sizes) <= 64
+    elif micro is None:
+        assert max(sizes) <= largest_minibatch and not any(both)
+    else:
+        assert max(sizes) <= 2
