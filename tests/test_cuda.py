@@ -93,6 +93,9 @@ def test_bf16_on_cuda(tmp_path, policies):
     _finite_step(m, tr.team.policies)
     # The step kept the base weights in bf16 (no silent upcast by the optimizer).
     assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    # One fused AdamW kernel on CUDA, bf16 weights included.
+    for pol in tr.team.policies.values():
+        assert pol.optimizer.defaults["fused"] is True
 
 
 @pytest.mark.cuda

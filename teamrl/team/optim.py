@@ -45,7 +45,10 @@ def make_optimizer(pol: Policy, cfg: Config) -> None:
         # size lr, which is why exactness checks use this optimizer.
         pol.optimizer = torch.optim.SGD(params, lr=lr, weight_decay=t.weight_decay)
     else:
-        fused = {"fused": True} if all(p.dtype == torch.float32 for p in params) else {}
+        # One fused kernel for every parameter: on CUDA in any floating dtype (bf16 weights of a
+        # full fine-tune included), on CPU for float32, where torch has it.
+        on_cuda = all(p.is_cuda for p in params)
+        fused = {"fused": True} if on_cuda or all(p.dtype == torch.float32 for p in params) else {}
         pol.optimizer = torch.optim.AdamW(
             params,
             lr=lr,
