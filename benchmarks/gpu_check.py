@@ -94,20 +94,23 @@ TINY_SHAPE = {
 # H200 (the lease's limit is 10), in the order of what a user needs most: the CUDA tests, then
 # the MAGRPO step at a real step's shape (2 agents, 16 prompts of 256 tokens, G = 8, so 256
 # sequences of 256 new tokens a step, bf16; Qwen2.5-0.5B and 1.5B shapes; raw HF loop, teamrl
-# shared, lora, separate alternated in rounds), then the generation table with what is left.
-# The budgets come from the runs on an H200 (benchmarks/results/gpu-2026-11-28-h200: the CUDA
-# tests take about 160 s on a fresh machine, most of it compiling the fast path's CUDA graphs;
-# a step table's side-by-side load and warm-up 75-90 s, dominated by LoRA sampling). A step table
-# runs under --budget-s: it starts no round that would not fit, writes every step to its
-# .steps.jsonl as it ends and its tables after every round, so a step cut short keeps what it
-# measured. The asynchronous pair runs only when asked for: --steps install,async.
+# shared, lora, separate alternated in rounds), then the fast path's generation at 64 rows with
+# what is left (the step table already times raw HF generate and every mode at 256 rows).
+# The budgets come from the runs on an H200 (benchmarks/results/gpu-2026-11-28-h200-c): the CUDA
+# tests took 108 s on a fresh machine, most of it compiling the fast path's CUDA graphs; a step
+# table's side-by-side load and warm-up 70 s at 0.5B and 90 s at 1.5B (compiling), then a round
+# of the four contenders about 40 s at 0.5B and 60 s at 1.5B; the fast path's first call at
+# 64 rows 30 s. A step table runs under --budget-s: it starts no round that would not fit,
+# writes every step to its .steps.jsonl as it ends and its tables after every round, so a step
+# cut short keeps what it measured. The asynchronous pair runs only when asked for:
+# --steps install,async.
 GPU_DEFAULT_STEPS = ("install", "cuda-tests", "step-table", "generation")
 GPU_PLAN = {
     "device": "cuda",
     "dtype": "bfloat16",
     "generation": [
         "--models", "qwen2.5-0.5b", "--batches", "64", "--new-tokens", "256",
-        "--prompt-len", "64", "--repeats", "2", "--samplers", "fast,hf", "--step-batch", "0",
+        "--prompt-len", "64", "--repeats", "2", "--samplers", "fast", "--step-batch", "0",
     ],
     "step": [
         "--contenders", "raw,shared,lora,separate", "--num-generations", "8",
@@ -116,16 +119,14 @@ GPU_PLAN = {
     ],
     # Rows per forward of the update: 16 x 512 tokens at 0.5B, 8 at 1.5B, so that the four
     # contenders' processes (separate holds two models) fit one card's memory side by side.
-    # At 0.5B also lora with every adapter in one forward/backward (train.one_pass_lora).
-    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "16", "--contenders",
-                                     "raw,shared,lora,lora-1pass,separate"],
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "16"],
                     "qwen2.5-1.5b": ["--micro-batch-size", "8"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "4", "--new-tokens", "64",
         "--warmup", "1", "--rounds", "3", "--steps-per-turn", "2",
     ],
-    "budgets": {"install": 20, "cuda-tests": 170, "generation": 60, "async": (120,),
-                "step-table": (125, 165)},
+    "budgets": {"install": 20, "cuda-tests": 125, "generation": 45, "async": (120,),
+                "step-table": (170, 180)},
 }  # fmt: skip
 DRY_PLAN = {
     "device": "cpu",
@@ -141,8 +142,7 @@ DRY_PLAN = {
         "--prompt-tokens", "8", "--new-tokens", "4", "--warmup", "1", "--rounds", "1",
         "--threads", "1", "--parallel-start",
     ],
-    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "2", "--contenders",
-                                     "raw,shared,lora,lora-1pass,separate"],
+    "step_models": {"qwen2.5-0.5b": ["--micro-batch-size", "2"],
                     "qwen2.5-1.5b": ["--micro-batch-size", "3"]},
     "async": [
         "--contenders", "sync,async", "--num-generations", "2", "--new-tokens", "4",
