@@ -262,3 +262,23 @@ def test_update_profile_report_by_hand():
     assert "| lora | 100 | 4.00 [3.50, 5.00] | 1.00 (4.0x) | 4.00 | 2.00 (50 %) |" in md
     assert "| 1.00 | 0.50 |" in md and "matmul 4.0 GFLOP/s" in md
     assert "`aten::mm` 2.00" in md
+
+
+def test_update_gap_times_both_updates_on_the_same_rows(tmp_path):
+    """benchmarks/update_gap.py at tiny size on the CPU: teamrl's update and the raw loop's run
+    on one rollout's rows (2 prompts x 2 agents x G = 2), every round timed, both profiled."""
+    import json
+
+    import update_gap
+
+    out = tmp_path / "gap"
+    argv = ["--model", "tiny-llama", "--rounds", "2", "--prompt-tokens", "8", "--new-tokens", "4",
+            "--num-generations", "2", "--prompts-per-step", "2", "--micro-batch-size", "3",
+            "--out", str(out)]  # fmt: skip
+    assert update_gap.main(argv) == 0
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["rows"] == 8
+    assert {k: len(v) for k, v in res["times_s"].items()} == {"teamrl": 2, "raw": 2}
+    for prof in res["profiles"].values():
+        assert prof["wall_s"] > 0 and prof["top"] and prof["ops"] > 0
+    assert "teamrl / raw:" in out.with_suffix(".md").read_text()
