@@ -20,7 +20,7 @@ final program (the last turn's helper and main, or the one agent's text):
 Literals: constants, lists, tuples and dicts of at least 4 characters as written (so ``0``,
 ``1``, ``""`` and ``[]`` do not count).
 
-    python experiments/coding_outputs.py experiments/results/gencode_magrpo [--samples 2]
+    python experiments/coding_outputs.py experiments/results/gencode_magrpo [--families]
 """
 
 from __future__ import annotations
@@ -219,10 +219,36 @@ def look(folder: Path) -> dict[str, dict[str, float]]:
     }
 
 
+def by_family(folder: Path) -> dict[str, dict[str, float]]:
+    """Per condition and problem family (template), the mean greedy team reward."""
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    rows_cache: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*__seed*.json")):
+        record = json.loads(path.read_text())
+        key = json.dumps(record["config"]["env"], sort_keys=True)
+        rows = rows_cache.setdefault(key, task_rows(record))
+        for out in record["outputs_after"]:
+            per[record["condition"]][rows[out["problem"]]["template"]].append(out["reward"])
+    return {c: {t: statistics.mean(v) for t, v in fam.items()} for c, fam in per.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("records", help="a coding table's records folder")
+    ap.add_argument("--families", action="store_true", help="mean team reward per family")
     args = ap.parse_args()
+    if args.families:
+        table = by_family(Path(args.records))
+        families = sorted({t for fam in table.values() for t in fam})
+        print("| condition | " + " | ".join(families) + " |")
+        print("|---|" + "---|" * len(families))
+        for cond, fam in table.items():
+            print(
+                f"| {cond} | "
+                + " | ".join(f"{fam.get(t, float('nan')):.2f}" for t in families)
+                + " |"
+            )
+        return 0
     table = look(Path(args.records))
     print("| condition | programs | " + " | ".join(MEASURES) + " |")
     print("|---|---|" + "---|" * len(MEASURES))

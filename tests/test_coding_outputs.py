@@ -74,3 +74,23 @@ def test_the_last_turn_and_the_one_agents_text_are_read():
     assert co.final_texts({"coder@turn0": AUX + MAIN}) == (AUX + MAIN, AUX + MAIN)
     m = co.measures(*co.final_texts({"coder@turn0": AUX + "\n" + MAIN}), ROW)
     assert m["called"] == 1.0 and m["aux"] == 1.0
+
+
+def test_family_means_by_hand(tmp_path):
+    import json
+
+    from teamrl.tasks.registry import make_task
+
+    env = {"name": "gencode", "kwargs": {"tier": 2, "n_train": 4, "n_eval": 4, "n_test": 4}}
+    test = make_task("gencode", **env["kwargs"]).test
+    fam = [row["template"] for row in test]
+    for cond, rewards in (("a", [-1.0, -3.0, -2.0, 0.0]), ("b", [-4.0, -4.0, -4.0, -4.0])):
+        outs = [{"problem": i, "reward": r, "texts": {}} for i, r in enumerate(rewards)]
+        record = {"condition": cond, "config": {"env": env}, "outputs_after": outs}
+        (tmp_path / f"{cond}__seed0.json").write_text(json.dumps(record))
+    got = co.by_family(tmp_path)
+    want = {}
+    for i, r in enumerate([-1.0, -3.0, -2.0, 0.0]):
+        want.setdefault(fam[i], []).append(r)
+    assert got["a"] == {t: sum(v) / len(v) for t, v in want.items()}
+    assert set(got["b"].values()) == {-4.0}
