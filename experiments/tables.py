@@ -768,7 +768,11 @@ _add(
                 ("env.max_turns=2", "algorithm.num_generations=2", "algorithm.discount=0.9"),
             ),
             # the multi-turn row's baseline: the untrained team, two turns with the feedback
-            Condition("untrained_multiturn", ("env.max_turns=2",), train=False),
+            Condition(
+                "untrained_multiturn",
+                ("env.max_turns=2", "algorithm.num_generations=2", "algorithm.discount=0.9"),
+                train=False,
+            ),
             Condition("one_agent", CODE_SOLO),
             Condition(
                 "independent",
