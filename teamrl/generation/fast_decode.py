@@ -167,8 +167,10 @@ def stats(model: torch.nn.Module) -> dict[str, float]:
 
 def compile_seconds(models) -> float:
     """Seconds the compiled path has spent compiling for these models so far (each model once,
-    however many policies share it)."""
-    return sum(stats(m)["compile_s"] for m in {id(m): m for m in models}.values())
+    however many policies share it). A policy whose model lives elsewhere (a Ray worker group:
+    ``None`` here) counts 0."""
+    local = {id(m): m for m in models if m is not None}
+    return sum(stats(m)["compile_s"] for m in local.values())
 
 
 def _decode_step(model, input_ids, attention_mask, position_ids, cache_kw):
