@@ -202,17 +202,24 @@ def task_rows(record: dict) -> list[dict]:
     return getattr(make_task(env["name"], **env["kwargs"]), record.get("split", "test"))
 
 
-def look(folder: Path) -> dict[str, dict[str, float]]:
-    """Per condition, the mean of every measure over its records' evaluated problems."""
-    per: dict[str, list[dict]] = defaultdict(list)
-    rows_cache: dict[str, list[dict]] = {}
+def evaluated(folder: Path):
+    """(condition, output entry, its problem's row) for every record's evaluated problem; the
+    task is built once per env config."""
+    rows_by_env: dict[str, list[dict]] = {}
     for path in sorted(folder.glob("*__seed*.json")):
         record = json.loads(path.read_text())
         key = json.dumps(record["config"]["env"], sort_keys=True)
-        rows = rows_cache.setdefault(key, task_rows(record))
+        if key not in rows_by_env:
+            rows_by_env[key] = task_rows(record)
         for out in record["outputs_after"]:
-            m = measures(*final_texts(out["texts"]), rows[out["problem"]])
-            per[record["condition"]].append(m)
+            yield record["condition"], out, rows_by_env[key][out["problem"]]
+
+
+def look(folder: Path) -> dict[str, dict[str, float]]:
+    """Per condition, the mean of every measure over its records' evaluated problems."""
+    per: dict[str, list[dict]] = defaultdict(list)
+    for cond, out, row in evaluated(folder):
+        per[cond].append(measures(*final_texts(out["texts"]), row))
     return {
         c: {**{k: statistics.mean(m[k] for m in ms) for k in MEASURES}, "n": len(ms)}
         for c, ms in per.items()
@@ -222,13 +229,8 @@ def look(folder: Path) -> dict[str, dict[str, float]]:
 def by_family(folder: Path) -> dict[str, dict[str, float]]:
     """Per condition and problem family (template), the mean greedy team reward."""
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    rows_cache: dict[str, list[dict]] = {}
-    for path in sorted(folder.glob("*__seed*.json")):
-        record = json.loads(path.read_text())
-        key = json.dumps(record["config"]["env"], sort_keys=True)
-        rows = rows_cache.setdefault(key, task_rows(record))
-        for out in record["outputs_after"]:
-            per[record["condition"]][rows[out["problem"]]["template"]].append(out["reward"])
+    for cond, out, row in evaluated(folder):
+        per[cond][row["template"]].append(out["reward"])
     return {c: {t: statistics.mean(v) for t, v in fam.items()} for c, fam in per.items()}
 
 
