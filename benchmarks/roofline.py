@@ -28,7 +28,11 @@ samples each, exactly ``--new-tokens`` per completion), in interleaved rounds
   the base weights' gradients, so its floor is 4 P T against a full fine-tune's 6 P T.
 
 The report gives measured / floor per part: how far each is from what this CPU allows.
-Output: ``results/roofline.md`` and ``.json`` with date, machine and load.
+``--profile`` adds, after the rounds, one profiled rollout per mode (``torch.profiler``, each
+operator's self CPU time by class, ``update_profile.op_class``): what the sampling time beyond
+its floor is made of (the matmuls themselves, attention, elementwise work, copies, and the time
+outside any operator: Python, dispatch, the profiler), and how many operators a decode step
+dispatches. Output: ``results/roofline.md`` and ``.json`` with date, machine and load.
 """
 
 from __future__ import annotations
@@ -129,6 +133,35 @@ class Step:
         return sum(fast_decode.stats(e.model)["compile_s"] for e in self.trainer.team.engines())
 
 
+def profile_rollout(step: Step, new_tokens: int) -> dict:
+    """One profiled rollout of ``step``'s trainer: seconds by operator class (self CPU time),
+    the time outside operators, and operator calls per decode step."""
+    from torch.profiler import ProfilerActivity, profile
+    from update_profile import op_class
+
+    tr = step.trainer
+    batch = tr.data.next(1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        tr.rollout(batch)
+        wall = time.perf_counter() - t0
+    by_class: dict[str, float] = {}
+    calls = 0
+    for e in prof.key_averages():
+        by_class[op_class(e.key)] = by_class.get(op_class(e.key), 0.0) + e.self_cpu_time_total / 1e6
+        calls += e.count
+    in_ops = sum(by_class.values())
+    # one call per model: new_tokens decode steps each (a prefill and the draws included)
+    steps = new_tokens * len(tr.team.engines())
+    return {
+        "wall_s": wall,
+        "operators_s": in_ops,
+        "outside_s": max(0.0, wall - in_ops),
+        "by_class": dict(sorted(by_class.items(), key=lambda kv: -kv[1])),
+        "calls_per_decode_step": calls / steps,
+    }
+
+
 def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: float) -> dict:
     p, models = work["params"], work["models"]
     generated = 2 * g * new_tokens  # two agents, G completions each
@@ -166,6 +199,26 @@ def render(result: dict) -> str:
                 f"({row['floor'][k]:.2f}, {row['ratio'][k]:.1f}x)"
             )
         lines.append(f"| {mode} | {cells[0]} | {cells[1]} |")
+    profiled = {mode: row["profile"] for mode, row in result["modes"].items() if "profile" in row}
+    if profiled:
+        classes = sorted({c for p in profiled.values() for c in p["by_class"]})
+        lines += [
+            "",
+            "One profiled rollout per mode (operators' self CPU time, s; the profiler slows small "
+            "operators, so read shares rather than totals):",
+            "",
+            "| mode | profiled s | outside operators | "
+            + " | ".join(classes)
+            + " | operator calls per decode step |",
+            "|---|---|---|" + "---|" * len(classes) + "---|",
+        ]
+        for mode, p in profiled.items():
+            cells = [f"{p['by_class'].get(c, 0.0):.2f}" for c in classes]
+            lines.append(
+                f"| {mode} | {p['wall_s']:.2f} | {p['outside_s']:.2f} | "
+                + " | ".join(cells)
+                + f" | {p['calls_per_decode_step']:.0f} |"
+            )
     compiled = {mode: row.get("compile_s", 0.0) for mode, row in result["modes"].items()}
     if any(compiled.values()):
         spent = ", ".join(f"{mode} {s:.1f} s" for mode, s in compiled.items())
@@ -189,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="sample through the compiled decode step (generation.fast_decode_compile=on)",
     )
+    ap.add_argument(
+        "--profile", action="store_true", help="after the rounds, one profiled rollout per mode"
+    )
     args = ap.parse_args(argv)
     if args.compiled:
         args.set.append("generation.fast_decode_compile=on")
@@ -209,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             timings[mode].append(steps[mode].step())
     hw["bandwidth_gbs"].append(bandwidth_gbs())
     hw["matmul_gflops"].append(matmul_gflops())
+    profiles = {m: profile_rollout(steps[m], args.new_tokens) for m in MODES if args.profile}
     bw, fl = max(hw["bandwidth_gbs"]), max(hw["matmul_gflops"])
     rows = {}
     for mode in MODES:
@@ -222,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             "work": work[mode],
             "compile_s": steps[mode].compile_s(),
         }
+        if mode in profiles:
+            rows[mode]["profile"] = profiles[mode]
     result = {
         **provenance(argv, args, load_start),
         "hardware": hw,

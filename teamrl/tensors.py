@@ -19,6 +19,21 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids.reshape(len(seqs), width), mask.reshape(len(seqs), width)
 
 
+def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` (made on the host) on ``device``, without making the host wait for the device.
+
+    A plain ``.to('cuda')`` from ordinary (pageable) host memory synchronises the stream: the
+    host waits until every kernel queued before it has run. Called per micro-batch, that
+    serialises the update (the host cannot queue the next forward while the GPU works on the
+    last backward). From pinned memory the copy is queued like a kernel (``non_blocking``), and
+    PyTorch's pinned-memory cache keeps the buffer until the copy has run. Elsewhere (CPU, or a
+    tensor already on a device) a plain ``.to``."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 # --- the KV cache's name across transformers versions ------------------------------------------
 # transformers 5.x renamed the forward keyword and output field ``past_key_values`` to ``cache``
 # and warns on every call that uses the old name; 4.x knows only the old one. One place decides,

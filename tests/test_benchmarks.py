@@ -215,6 +215,17 @@ def test_roofline_report_gives_each_median_with_its_spread():
     assert "Compiling the decode steps (in the warm-up, not in the table): lora 12.2 s" in render(
         compiled
     )
+    profile = {
+        "wall_s": 3.5,
+        "operators_s": 3.0,
+        "outside_s": 0.5,
+        "by_class": {"matmul": 2.0, "elementwise": 1.0},
+        "calls_per_decode_step": 812.4,
+    }
+    profiled = render(report_fields(hardware=hardware, modes={"lora": {**row, "profile": profile}}))
+    assert "| mode | profiled s | outside operators | elementwise | matmul |" in profiled
+    assert "| lora | 3.50 | 0.50 | 1.00 | 2.00 | 812 |" in profiled
+    assert "profiled" not in md
 
 
 def test_update_profile_classes_operators():

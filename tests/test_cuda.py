@@ -169,8 +169,9 @@ def test_the_fast_paths_cuda_graphs_serve_lora_rows_and_follow_the_weights():
 
 @pytest.mark.cuda
 def test_fused_lora_linears_match_peft_on_cuda_in_bf16():
-    """The update's fused LoRA linear on a bf16 model with PEFT's fp32 adapters: the same
-    logits and adapter gradients as PEFT's forward, within bf16 rounding."""
+    """The update's fused LoRA linear on a bf16 model with PEFT's fp32 adapters, the branch in
+    float32 (PEFT's recipe) or in bf16 (autocast): the same logits and adapter gradients as
+    PEFT's forward, within bf16 rounding."""
     from peft import LoraConfig, get_peft_model
 
     from teamrl.team.models import load_model
@@ -194,12 +195,16 @@ def test_fused_lora_linears_match_peft_on_cuda_in_bf16():
         return logits.detach().float(), grads
 
     want_logits, want = run()
-    with fused_lora(model) as patched:
-        got_logits, got = run()
-    assert patched == 2 * 3 and want and got.keys() == want.keys()
-    torch.testing.assert_close(got_logits, want_logits, rtol=2e-2, atol=2e-2)
-    for n in want:
-        assert float((got[n] - want[n]).abs().max()) <= 2e-2 * float(want[n].abs().max()), n
+    # PEFT's recipe ('adapter') and bf16 autocast ('model', the default): both PEFT's function
+    # within bf16 rounding, the adapters' gradients in their float32
+    for setting in ("adapter", "model"):
+        with fused_lora(model, setting) as patched:
+            got_logits, got = run()
+        assert patched == 2 * 3 and want and got.keys() == want.keys()
+        torch.testing.assert_close(got_logits, want_logits, rtol=2e-2, atol=2e-2)
+        for n in want:
+            assert got[n].dtype == torch.float32
+            assert float((got[n] - want[n]).abs().max()) <= 2e-2 * float(want[n].abs().max()), n
 
 
 @pytest.mark.cuda
@@ -234,3 +239,60 @@ def test_checkpoint_and_resume_on_cuda(tmp_path):
     assert [m["step"] for m in rest] == [3, 4]
     for m in rest:
         _finite_step(m, resumed.team.policies)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("policies", ["shared", "lora"])
+def test_the_updates_micro_batch_loop_never_waits_for_the_device(tmp_path, policies):
+    """Item 2 of the GPU path: inside the micro-batch loop the host only queues work. Every
+    host tensor goes to the GPU as a non-blocking copy from pinned memory (a plain ``.to`` from
+    pageable memory synchronises the stream), and the reads of the device are the NaN check per
+    optimizer step and the metrics at the end, whatever the number of micro-batches."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from teamrl.credit.advantages import compute_advantages
+    from teamrl.update.policy import update_policy
+    from teamrl.update.settings import update_settings
+
+    class Watch(TorchDispatchMode):
+        blocking_copies = syncs = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.__name__.split(".")[0]
+            if name in ("_to_copy", "copy_") and not kwargs.get("non_blocking", False):
+                src = args[1] if name == "copy_" else args[0]
+                dst = kwargs.get("device") if name == "_to_copy" else args[0].device
+                if (
+                    src.device.type == "cpu"
+                    and dst is not None
+                    and torch.device(dst).type == "cuda"
+                ):
+                    Watch.blocking_copies += 1
+            to_host = name == "_to_copy" and args[0].device.type == "cuda"
+            to_host = to_host and torch.device(kwargs.get("device") or "cuda").type == "cpu"
+            if to_host or name in ("_local_scalar_dense", "item", "is_nonzero", "equal"):
+                # transformers' own mask checks (one per prompt forward) are the model's
+                if not any("/transformers/" in f.filename for f in traceback.extract_stack()):
+                    Watch.syncs += 1
+            return func(*args, **kwargs)
+
+    counts = []
+    for micro in (2, 8):
+        tr = _trainer(tmp_path / str(micro), policies, **{"train.micro_batch_size": micro})
+        samples = tr.rollout(tr.data.next(tr.cfg.train.prompts_per_step)).samples
+        a = tr.cfg.algorithm
+        compute_advantages(samples, a.baseline, a.scale_rewards)
+        pol = next(iter(tr.team.policies.values()))
+        mine = [s for s in samples if s.policy == pol.name]
+        settings = update_settings(tr.cfg, pol.agents)
+        update_policy(pol, mine, settings, step=1, max_completion_length=8)  # warm: lazy inits
+        Watch.blocking_copies = Watch.syncs = 0
+        with Watch():
+            update_policy(pol, mine, settings, step=2, max_completion_length=8)
+        counts.append((Watch.blocking_copies, Watch.syncs))
+    assert counts[0][0] == counts[1][0] == 0, counts
+    # one optimizer step: its NaN check and the metrics' one read, however many micro-batches
+    assert counts[0][1] == counts[1][1] <= 2, counts

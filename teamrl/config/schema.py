@@ -58,6 +58,16 @@ class ModelConfig:
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "Module names that get LoRA adapters.",
     )
+    lora_compute_dtype: Literal["model", "adapter"] = _f(
+        "model",
+        "Dtype of the LoRA branch s B A x where teamrl computes it (the update's fused and "
+        "one-pass forwards, grouped sampling). PEFT keeps float32 adapters on a bfloat16/"
+        "float16 model; 'model' casts A and B to the model's dtype for the products (bf16 "
+        "autocast: no float32 pass over each layer's output, gradients cast back, the "
+        "optimizer stepping the float32 weights); 'adapter' computes the branch in float32 and "
+        "sums it with the base output before rounding, as PEFT does. Identical on a float32 "
+        "model.",
+    )
     gradient_checkpointing: bool = _f(False, "Recompute activations in backward to save memory.")
     device: str = _f("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1'...")
 

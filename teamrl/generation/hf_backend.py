@@ -7,6 +7,7 @@ from __future__ import annotations
 from teamrl.generation import cpu_prepack as prepack
 from teamrl.generation import fast_decode as static_loop
 from teamrl.generation import hf as eager_loop
+from teamrl.generation import multi_lora
 from teamrl.generation.types import EngineSpec, Generation, Request
 
 
@@ -25,6 +26,8 @@ class HFBackend:
         max_shapes: int = static_loop.MAX_SHAPES,
     ):
         self.spec = spec
+        if spec.adapters and spec.model is not None:  # the update's choice, for the sampler
+            multi_lora.set_compute_dtype(spec.model, spec.lora_compute_dtype)
         on_cuda = str(spec.device).startswith("cuda")
         # fast_decode_compile=on asks for the fast path's compiled step, so it implies the path
         self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda) or compile == "on"

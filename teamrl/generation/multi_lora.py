@@ -69,20 +69,20 @@ class _Grouped:
     call: a compiled decode step (``fast_decode``, CUDA graphs) then replays instead of
     recompiling, and still reads the adapters' current weights."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str], capacity: int):
+    def __init__(self, model: torch.nn.Module, names: list[str], capacity: int, dtype):
         self.capacity = capacity
         self.names = names
         self.layers = list(_lora_linears(model))
-        self.tensors = []  # per layer: (stacked A, stacked B, row mask)
+        self.tensors = []  # per layer: (stacked A, stacked B, row mask), in the branch's dtype
         self.forwards = []
         for layer in self.layers:
             a0 = layer.lora_A[names[0]].weight
             ranks = [layer.lora_A[n].weight.shape[0] for n in names]
-            a_cat = torch.empty(sum(ranks), a0.shape[1], dtype=a0.dtype, device=a0.device)
+            a_cat = torch.empty(sum(ranks), a0.shape[1], dtype=dtype, device=a0.device)
             b_cat = torch.empty(
-                layer.lora_B[names[0]].weight.shape[0], sum(ranks), dtype=a0.dtype, device=a0.device
+                layer.lora_B[names[0]].weight.shape[0], sum(ranks), dtype=dtype, device=a0.device
             )
-            mask = torch.zeros(capacity, sum(ranks), dtype=a0.dtype, device=a0.device)
+            mask = torch.zeros(capacity, sum(ranks), dtype=dtype, device=a0.device)
             self.tensors.append((a_cat, b_cat, mask))
 
             def forward(x, *args, _a=a_cat, _b=b_cat, _m=mask, _base=layer.base_layer, **kwargs):
@@ -100,8 +100,8 @@ class _Grouped:
         AdamW without bumping their version counter), so no cheaper test could tell that they
         moved, and a stale stack would sample from an old policy."""
         for layer, (a_cat, b_cat, mask) in zip(self.layers, self.tensors):
-            torch.cat([layer.lora_A[n].weight for n in self.names], dim=0, out=a_cat)
-            torch.cat([layer.lora_B[n].weight for n in self.names], dim=1, out=b_cat)
+            a_cat.copy_(torch.cat([layer.lora_A[n].weight for n in self.names], dim=0))
+            b_cat.copy_(torch.cat([layer.lora_B[n].weight for n in self.names], dim=1))
             mask.zero_()  # rows past the call's, and unused adapters' blocks: 0
             offset = 0
             for n in self.names:
@@ -115,6 +115,19 @@ class _Grouped:
 # model -> (adapter names, ranks, dtype, device), _Grouped: one per model (it holds every
 # adapter's A and B once more: ~20 MB per adapter for SmolLM2-135M at rank 16)
 _GROUPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> model.lora_compute_dtype ('model' or 'adapter'), set by the backend that samples it
+_COMPUTE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def set_compute_dtype(model: torch.nn.Module, setting: str) -> None:
+    """The dtype of this model's grouped LoRA branch (``model.lora_compute_dtype``): 'model'
+    keeps the stacks in the base weights' dtype (bf16 on a bf16 model: no float32 product or
+    cast per layer and decode step), 'adapter' in the adapters' (PEFT's). The same choice as
+    the update's (``teamrl.update.lora_linear.compute_dtype``), so the sampler computes the
+    function that the update scores."""
+    if setting not in ("model", "adapter"):
+        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
+    _COMPUTE[model] = setting
 
 
 def release(model: torch.nn.Module) -> None:
@@ -134,12 +147,14 @@ def grouped_lora(model: torch.nn.Module, row_adapters: list[str | None]):
     if unknown:
         raise ValueError(f"grouped_lora: unknown adapter(s) {unknown}; the model has {names}")
     first = layers[0].lora_A[names[0]].weight
+    by_model = _COMPUTE.get(model, "adapter") == "model"
+    dtype = layers[0].base_layer.weight.dtype if by_model else first.dtype
     ranks = tuple(tuple(layer.lora_A[n].weight.shape[0] for n in names) for layer in layers)
-    key = (tuple(names), ranks, first.dtype, first.device)
+    key = (tuple(names), ranks, dtype, first.device)
     kept = _GROUPED.get(model)
     if kept is None or kept[0] != key or kept[1].capacity < len(row_adapters):
         capacity = max(MIN_CAPACITY, 1 << (len(row_adapters) - 1).bit_length())
-        kept = _GROUPED[model] = (key, _Grouped(model, names, capacity))
+        kept = _GROUPED[model] = (key, _Grouped(model, names, capacity, dtype))
     grouped = kept[1]
     grouped.load(row_adapters)
     patched = []

@@ -46,3 +46,4 @@ class EngineSpec:
     lora_r: int = 0
     lora_alpha: int = 0
     lora_target_modules: list[str] = field(default_factory=list)
+    lora_compute_dtype: str = "model"  # model.lora_compute_dtype: the LoRA branch's dtype

@@ -210,6 +210,7 @@ class Team:
             lora_r=m.lora_r if adapters else 0,
             lora_alpha=m.lora_alpha if adapters else 0,
             lora_target_modules=list(m.lora_target_modules) if adapters else [],
+            lora_compute_dtype=m.lora_compute_dtype,
         )
 
     def _lora_config(self):

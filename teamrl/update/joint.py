@@ -41,6 +41,7 @@ import torch
 
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
+from teamrl.update.lora_linear import compute_dtype
 from teamrl.update.losses import Batch, Denominators, Scores, collate, drops_kv_cache, score_tokens
 from teamrl.update.micro_batches import forward_tokens
 from teamrl.update.policy import (
@@ -115,11 +116,13 @@ def _plain_lora(model: torch.nn.Module) -> bool:
 
 
 @contextmanager
-def routed_lora(model: torch.nn.Module, names: list[str]):
+def routed_lora(model: torch.nn.Module, names: list[str], lora_compute_dtype: str = "adapter"):
     """Within the block, every LoRA linear of ``model`` computes each row through the adapter
     ``names[route[i]]`` inside a ``route(rows)`` context (yielded); outside one, or with the
     adapters disabled (the KL reference), PEFT's own forward. Differentiable in every
-    adapter's A and B (the stacks are concatenated in the graph at each call)."""
+    adapter's A and B (the stacks are concatenated in the graph at each call). The branch's
+    products in ``lora_compute_dtype``'s dtype (``lora_linear.compute_dtype``): under 'model'
+    the stacks are cast to x's dtype in the graph, so their gradients come back in fp32."""
     current: dict[str, torch.Tensor | None] = {"rows": None}
     patched = []
     try:
@@ -132,7 +135,7 @@ def routed_lora(model: torch.nn.Module, names: list[str]):
             for k, (n, r) in enumerate(zip(names, ranks)):
                 table[k, offset : offset + r] = layer.scaling[n]
                 offset += r
-            layer.forward = _routed_forward(layer, names, table, current)
+            layer.forward = _routed_forward(layer, names, table, current, lora_compute_dtype)
             patched.append(layer)
 
         @contextmanager
@@ -149,14 +152,16 @@ def routed_lora(model: torch.nn.Module, names: list[str]):
             del layer.forward
 
 
-def _routed_forward(layer, names: list[str], table: torch.Tensor, current: dict):
+def _routed_forward(layer, names: list[str], table: torch.Tensor, current: dict, setting: str):
     def forward(x, *args, **kwargs):
         rows = current["rows"]
         if rows is None or layer.disable_adapters or args or kwargs:
             return type(layer).forward(layer, x, *args, **kwargs)  # PEFT's own
         a = torch.cat([layer.lora_A[n].weight for n in names], dim=0)  # (K r, d_in)
         b = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # (d_out, K r)
-        mask = table[rows]  # (rows, K r)
+        dtype = compute_dtype(setting, x.dtype, a.dtype)
+        a, b = a.to(dtype), b.to(dtype)  # r x d casts in the graph (none when they agree)
+        mask = table[rows].to(dtype)  # (rows, K r)
         low = (x.to(a.dtype) @ a.T) * mask.view(mask.shape[0], *([1] * (x.dim() - 2)), -1)
         y = layer.base_layer(x)
         if y.dtype == low.dtype:
@@ -184,7 +189,8 @@ def update_policies(
             param.requires_grad_(True)
     passes = [plan_passes(ss, u, step) for ss, u in zip(samples, settings)]
     skipped, stepped = [0] * len(pols), [False] * len(pols)
-    with routed_lora(pols[0].model, [p.adapter for p in pols]) as route:
+    names, dtype_setting = [p.adapter for p in pols], settings[0].lora_compute_dtype
+    with routed_lora(pols[0].model, names, dtype_setting) as route:
         _old_logprobs(runs, passes, route)
         for it in range(max(len(p) for p in passes)):
             width_j = max(len(p[it]) for p in passes if it < len(p))

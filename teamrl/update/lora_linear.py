@@ -22,9 +22,17 @@ it by hand, with ``gradcheck`` in float64, and against PEFT on a whole model. On
 it made SmolLM2-135M's LoRA update about 6 % faster (``benchmarks/README.md``: the skinny
 products themselves, not the passes, are LoRA's cost there).
 
-Adapters wider than the weights (PEFT keeps fp32 adapters on a bf16 model) are computed as PEFT
-does: x cast to the adapters' dtype for the LoRA branch, the two branches summed in that dtype
-and rounded back to x's; the backward sums the branches' input gradients in x's dtype.
+Adapters wider than the weights (PEFT keeps fp32 adapters on a bf16 model) are computed in one
+of two ways (``model.lora_compute_dtype``):
+
+- ``compute_dtype`` = x's dtype (``'model'``, bf16 autocast): A and B are cast to x's dtype (r x d
+  copies, nothing of the layer's output size), the whole line runs in bf16 as above, and dL/dA,
+  dL/dB are cast back to the adapters' fp32, so the optimizer steps fp32 weights with fp32
+  moments. This is what ``torch.autocast`` does with a matmul's fp32 weight.
+- ``compute_dtype`` = the adapters' dtype (``'adapter'``, PEFT's): x cast to fp32 for the LoRA
+  branch, the two branches summed in fp32 and rounded back to x's; the backward sums the
+  branches' input gradients in x's dtype. Two casts of every layer's (N x d_out) output in the
+  forward and one of its incoming gradient in the backward.
 
 Only the case PEFT computes as that line is fused: one active adapter, not merged, no DoRA or
 other variant, no bias on B, dropout off, a plain ``nn.Linear`` base, x in W's dtype and A in
@@ -41,48 +49,63 @@ import torch
 
 
 class _LoraLinear(torch.autograd.Function):
-    """y = x W^T + b + s (x A^T) B^T over the last dimension of x (the LoRA branch in A's
-    dtype when it differs from x's, as PEFT computes it)."""
+    """y = x W^T + b + s (x A^T) B^T over the last dimension of x, the LoRA branch's products
+    in ``compute_dtype`` (module docstring: x's dtype, or the adapters' as PEFT does)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):
+    def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float, compute_dtype):
         x2 = x.reshape(-1, x.shape[-1])
         y = x2 @ weight.T if bias is None else torch.addmm(bias, x2, weight.T)
-        xa = x2.to(lora_a.dtype)  # x2 itself when the dtypes agree
-        low = (xa @ lora_a.T).mul_(scaling)
+        # each of these is its input itself when the dtypes agree
+        a, b, xa = lora_a.to(compute_dtype), lora_b.to(compute_dtype), x2.to(compute_dtype)
+        low = (xa @ a.T).mul_(scaling)
         if y.dtype == low.dtype:
-            y.addmm_(low, lora_b.T)
+            y.addmm_(low, b.T)
         else:  # PEFT: base + lora summed in the adapters' dtype, then rounded to x's
-            y = y.to(low.dtype).addmm_(low, lora_b.T).to(x.dtype)
-        ctx.save_for_backward(x2, xa, weight, lora_a, lora_b, low)
+            y = y.to(low.dtype).addmm_(low, b.T).to(x.dtype)
+        ctx.save_for_backward(x2, xa, weight, a, b, low)
         ctx.scaling, ctx.x_shape, ctx.has_bias = scaling, x.shape, bias is not None
+        ctx.adapter_dtype = lora_a.dtype
         return y.view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad):
-        x2, xa, weight, lora_a, lora_b, low = ctx.saved_tensors
+        x2, xa, weight, a, b, low = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
-        ga = g.to(lora_a.dtype)
-        need_x, need_w, need_bias, need_a, need_b, _ = ctx.needs_input_grad
-        g_low = (ga @ lora_b).mul_(ctx.scaling) if (need_x or need_a) else None
+        ga = g.to(a.dtype)
+        need_x, need_w, need_bias, need_a, need_b, _, _ = ctx.needs_input_grad
+        g_low = (ga @ b).mul_(ctx.scaling) if (need_x or need_a) else None
         grad_x = None
         if need_x:
             grad_x = g @ weight
             if grad_x.dtype == g_low.dtype:
-                grad_x.addmm_(g_low, lora_a)
+                grad_x.addmm_(g_low, a)
             else:  # each branch's gradient in its own dtype, summed in x's (autograd's sum)
-                grad_x += (g_low @ lora_a).to(grad_x.dtype)
+                grad_x += (g_low @ a).to(grad_x.dtype)
             grad_x = grad_x.view(ctx.x_shape)
         grad_w = g.T @ x2 if need_w else None
         grad_bias = g.sum(0) if (need_bias and ctx.has_bias) else None
-        grad_a = g_low.T @ xa if need_a else None
-        grad_b = ga.T @ low if need_b else None
-        return grad_x, grad_w, grad_bias, grad_a, grad_b, None
+        # back to the adapters' own dtype (fp32 under autocast): what their optimizer steps
+        grad_a = (g_low.T @ xa).to(ctx.adapter_dtype) if need_a else None
+        grad_b = (ga.T @ low).to(ctx.adapter_dtype) if need_b else None
+        return grad_x, grad_w, grad_bias, grad_a, grad_b, None, None
 
 
-def lora_linear(x, weight, bias, lora_a, lora_b, scaling: float) -> torch.Tensor:
-    """``x W^T + b + s (x A^T) B^T`` as one autograd node (module docstring)."""
-    return _LoraLinear.apply(x, weight, bias, lora_a, lora_b, scaling)
+def lora_linear(
+    x, weight, bias, lora_a, lora_b, scaling: float, compute_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``x W^T + b + s (x A^T) B^T`` as one autograd node (module docstring); the LoRA
+    branch's products in ``compute_dtype`` (default: the adapters' dtype, PEFT's way)."""
+    dtype = lora_a.dtype if compute_dtype is None else compute_dtype
+    return _LoraLinear.apply(x, weight, bias, lora_a, lora_b, scaling, dtype)
+
+
+def compute_dtype(setting: str, model_dtype: torch.dtype, adapter_dtype: torch.dtype):
+    """The LoRA branch's dtype under ``model.lora_compute_dtype``: 'model' (the model's dtype,
+    bf16 autocast) or 'adapter' (the adapters' own, PEFT's)."""
+    if setting not in ("model", "adapter"):
+        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
+    return model_dtype if setting == "model" else adapter_dtype
 
 
 def fusable_adapter(layer, x: torch.Tensor, args: tuple, kwargs: dict) -> str | None:
@@ -106,14 +129,15 @@ def fusable_adapter(layer, x: torch.Tensor, args: tuple, kwargs: dict) -> str | 
     return name
 
 
-# layer -> its fused forward, made once: every update installs the same function object, so a
-# compiled region around the layer (torch.compile's guards check it) is not traced again.
+# layer -> {lora_compute_dtype: its fused forward}, made once: every update installs the same
+# function object, so a compiled region around the layer (torch.compile's guards check it) is
+# not traced again.
 _FORWARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _fused_forward(layer):
-    if layer in _FORWARDS:
-        return _FORWARDS[layer]
+def _fused_forward(layer, setting: str):
+    if setting in _FORWARDS.get(layer, {}):
+        return _FORWARDS[layer][setting]
     ref = weakref.ref(layer)  # a strong one would keep the layer (the dict's key) alive forever
 
     def forward(x, *args, **kwargs):
@@ -121,26 +145,28 @@ def _fused_forward(layer):
         name = fusable_adapter(layer, x, args, kwargs)
         if name is None:
             return type(layer).forward(layer, x, *args, **kwargs)  # PEFT's own
-        base = layer.base_layer
+        base, a = layer.base_layer, layer.lora_A[name].weight
         return lora_linear(
             x,
             base.weight,
             base.bias,
-            layer.lora_A[name].weight,
+            a,
             layer.lora_B[name].weight,
             layer.scaling[name],
+            compute_dtype(setting, x.dtype, a.dtype),
         )
 
-    _FORWARDS[layer] = forward
+    _FORWARDS.setdefault(layer, {})[setting] = forward
     return forward
 
 
 @contextmanager
-def fused_lora(model: torch.nn.Module):
+def fused_lora(model: torch.nn.Module, lora_compute_dtype: str = "adapter"):
     """Within the block, PEFT's LoRA linears of ``model`` run as ``lora_linear`` where that is
-    the same function (``fusable_adapter``); yields how many layers were patched. A layer that
-    already has an instance ``forward`` (patched by someone else) is left alone, and every
-    patch is removed on exit, errors included."""
+    PEFT's function (``fusable_adapter``), the branch in ``lora_compute_dtype``'s dtype
+    (``compute_dtype``); yields how many layers were patched. A layer that already has an
+    instance ``forward`` (patched by someone else) is left alone, and every patch is removed
+    on exit, errors included."""
     try:
         from peft.tuners.lora.layer import Linear as LoraLinear
     except ImportError:  # no PEFT: nothing to fuse
@@ -150,7 +176,7 @@ def fused_lora(model: torch.nn.Module):
     try:
         for module in model.modules():
             if isinstance(module, LoraLinear) and "forward" not in module.__dict__:
-                module.forward = _fused_forward(module)
+                module.forward = _fused_forward(module, lora_compute_dtype)
                 patched.append(module)
         yield len(patched)
     finally:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from teamrl.sample import Sample
-from teamrl.tensors import cache_kwargs, left_pad, output_cache
+from teamrl.tensors import cache_kwargs, left_pad, output_cache, to_device
 from teamrl.truncation import truncation_keep
 from teamrl.update.chosen_logprob import (
     chosen_logprob,
@@ -87,7 +87,8 @@ class Batch:
     nucleus: bool | None = None
 
     def to(self, device: torch.device) -> Batch:
-        moved = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        """The batch on ``device``, its host tensors queued there without a wait (to_device)."""
+        moved = lambda v: to_device(v, device) if isinstance(v, torch.Tensor) else v  # noqa: E731
         return Batch(**{k: moved(v) for k, v in self.__dict__.items()})
 
 
@@ -219,9 +220,10 @@ def score_tokens(
     """
     # Scored part by part (the prompt's last position, then the completion's positions), so no
     # vocabulary-wide tensor is ever concatenated or sliced: a (B, C, vocab) cat copies its
-    # inputs, and a slice's backward zero-fills a tensor of the whole before copying in.
+    # inputs, and a slice's backward zero-fills a tensor of the whole before copying in. A bf16
+    # model's logits stay bf16 here: chosen_logprob upcasts them a chunk at a time.
     parts = [
-        _score_part(logits.float(), batch, cols, with_entropy, truncate, with_full)
+        _score_part(_scored(logits), batch, cols, with_entropy, truncate, with_full)
         for logits, cols in _completion_logit_parts(model, batch, route or _unrouted)
     ]
     logp, entropy, full = (
@@ -229,6 +231,12 @@ def score_tokens(
         for i in range(3)
     )
     return Scores(logp=logp, entropy=entropy, full_logp=full)
+
+
+def _scored(logits: torch.Tensor) -> torch.Tensor:
+    """The logits as scored: float32, except half-precision ones, which stay as they are for
+    ``_score_part`` to upcast where it needs to (a chunk at a time on the plain path)."""
+    return logits if logits.dtype in (torch.float16, torch.bfloat16) else logits.float()
 
 
 def _score_part(
@@ -239,9 +247,14 @@ def _score_part(
     truncate: bool,
     with_full: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)."""
+    """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)
+    in the model's dtype: in float32 from here on, except on the plain path, where
+    ``chosen_logprob`` upcasts half-precision logits a chunk at a time."""
     if not batch.unit_temperature:  # x / 1 == x: skip a (rows, c, vocab) pass
-        logits = logits / batch.temperatures[:, None, None]
+        # float32 temperatures: the quotient is float32 (type promotion), one pass either way
+        logits = logits / batch.temperatures.float()[:, None, None]
+    elif truncate:
+        logits = logits.float()
     completion_ids = batch.completion_ids[:, cols]
     ids = completion_ids.unsqueeze(-1)
     real = batch.completion_mask[:, cols] > 0

@@ -50,6 +50,7 @@ import torch
 
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
+from teamrl.tensors import to_device
 from teamrl.update.importance import importance_weights, mismatch_stats
 from teamrl.update.lora_linear import fused_lora
 from teamrl.update.losses import (
@@ -147,7 +148,7 @@ class UpdateRun:
         )
 
     def rows(self, chunk: Minibatch) -> torch.Tensor:
-        return torch.tensor([self.row_of[id(s)] for s in chunk], device=self.device)
+        return to_device(torch.tensor([self.row_of[id(s)] for s in chunk]), self.device)
 
     def keep(self, chunk: Minibatch, logp: torch.Tensor) -> None:
         """Store the chunk's old log-probs (0 on its pads, as ``score_tokens`` gives them)."""
@@ -203,7 +204,7 @@ def update_policy(
     # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
     fuse = settings.fused_lora and not pol.sharded
     skipped, stepped = 0, False
-    with fused_lora(pol.model) if fuse else nullcontext():
+    with fused_lora(pol.model, settings.lora_compute_dtype) if fuse else nullcontext():
         take_old_logprobs(run, passes)
         for it, minibatches in enumerate(passes):
             for j, mb in enumerate(minibatches):

@@ -28,6 +28,7 @@ class UpdateSettings:
     max_grad_norm: float | None  # gradient clipping norm (None: off)
     nan_policy: str  # a non-finite loss: 'error' raises, 'skip' drops the step and counts it
     fused_lora: bool  # each plain LoRA linear as one autograd node (teamrl.update.lora_linear)
+    lora_compute_dtype: str  # the LoRA branch in the model's dtype ('model') or the adapters'
     disable_dropout: bool  # p = 0: the ratio compares the same function on both sides
     mask_truncated_completions: bool  # completions cut without EOS give no loss (DAPO)
     truncated_scoring: bool  # score under the sampler's top-k/top-p set: pi_old equals q
@@ -57,6 +58,7 @@ def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
         max_grad_norm=t.max_grad_norm,
         nan_policy=t.nan_policy,
         fused_lora=t.fused_lora,
+        lora_compute_dtype=cfg.model.lora_compute_dtype,
         disable_dropout=a.disable_dropout,
         mask_truncated_completions=a.mask_truncated_completions,
         truncated_scoring=a.truncated_scoring,

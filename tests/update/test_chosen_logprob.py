@@ -102,3 +102,70 @@ def test_the_entropy_from_the_same_pass_equals_the_definition(monkeypatch, chunk
     assert not h.requires_grad and logp.requires_grad
     logp.sum().backward()  # the entropy takes no part in the gradient
     assert torch.allclose(z.grad, torch.nn.functional.one_hot(ids, 7) - logq.exp(), atol=1e-12)
+
+
+def test_an_accelerator_chunk_is_sized_by_memory_not_by_cache():
+    """On a device other than the CPU a chunk costs kernel launches, not cache misses: a
+    micro-batch of 16 x 256 positions at Qwen2.5's 151,936-entry vocabulary runs its forward
+    and backward in a few chunks there (on a CPU: some 700 of 6 rows each). Counted on the meta
+    device (shapes only, no memory), by the exponentials each chunk computes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountExp(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("exp", "exp_"):
+                CountExp.n += 1
+            return func(*args, **(kwargs or {}))
+
+    vocab, rows = 151_936, 16 * 256
+    z = torch.empty(16, 256, vocab, device="meta", requires_grad=True)
+    ids = torch.zeros(16, 256, dtype=torch.long, device="meta")
+    with CountExp():
+        logp, _ = module.chosen_logprob_and_entropy(z, ids)
+        logp.sum().backward()
+    chunks = -(-rows // (module.DEVICE_CHUNK_ELEMENTS // vocab))
+    assert chunks <= 3
+    assert CountExp.n == 2 * chunks  # one exp per chunk in the forward, one in the backward
+    assert module._rows_per_chunk(vocab, torch.device("cpu")) * 100 < rows
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_are_upcast_a_chunk_at_a_time(monkeypatch, dtype):
+    """A bf16 model's logits: the same float32 log-probs and entropies as upcasting the whole
+    tensor first, and the gradient that upcast's backward gives (float32, rounded once to the
+    logits' dtype), bit for bit; but no float32 tensor of the whole logits' size is written
+    in the forward or the backward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from teamrl.update.chosen_logprob import chosen_logprob_and_entropy
+
+    class WideFloat32(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.numel() >= 6 * 50:
+                    WideFloat32.count += 1
+            return out
+
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 2 * 50)  # 2 rows of 50 per chunk
+    gen = torch.Generator().manual_seed(2)
+    base = 3 * torch.randn(2, 3, 50, generator=gen)
+    ids = torch.randint(0, 50, (2, 3), generator=gen)
+    weights = torch.randn(2, 3, generator=gen)
+
+    half = base.to(dtype).requires_grad_()
+    with WideFloat32():
+        logp, h = chosen_logprob_and_entropy(half, ids)
+        (logp * weights).sum().backward()
+    assert WideFloat32.count == 0
+    assert logp.dtype == h.dtype == torch.float32 and half.grad.dtype == dtype
+
+    upcast = base.to(dtype).requires_grad_()
+    ref_logp, ref_h = chosen_logprob_and_entropy(upcast.float(), ids)
+    (ref_logp * weights).sum().backward()
+    assert torch.equal(logp, ref_logp) and torch.equal(h, ref_h)
+    assert torch.equal(half.grad, upcast.grad)

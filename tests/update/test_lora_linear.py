@@ -4,6 +4,8 @@ where it must not fuse, and one update with it equal to one update without it.""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from exactness import SGD, assert_same_update, snapshot
@@ -69,6 +71,115 @@ def test_adapters_wider_than_the_weights_are_computed_as_peft_does():
     for got_t, want_t in zip(got, (x.grad, a.grad, b.grad)):
         assert got_t.dtype == want_t.dtype
         torch.testing.assert_close(got_t, want_t)
+
+
+def test_the_branch_in_the_models_dtype_by_hand():
+    # model.lora_compute_dtype='model' (bf16 autocast): the example above with bf16 x and W and
+    # float32 adapters, whose products run in bf16 (small integers: exact in bf16). The output
+    # and x's gradient are bf16; A's and B's gradients come back in float32, their own dtype.
+    bf = dict(dtype=torch.bfloat16, requires_grad=True)
+    x = torch.tensor([[1.0, 2.0]], **bf)
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.bfloat16)
+    a = torch.tensor([[1.0, 1.0]], requires_grad=True)
+    b = torch.tensor([[1.0], [0.0], [2.0]], requires_grad=True)
+    y = ll.lora_linear(x, w, None, a, b, 2.0, compute_dtype=torch.bfloat16)
+    assert y.dtype == torch.bfloat16 and y.tolist() == [[7.0, 2.0, 15.0]]
+    y.sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and x.grad.tolist() == [[8.0, 8.0]]
+    assert a.grad.dtype == b.grad.dtype == torch.float32
+    assert a.grad.tolist() == [[6.0, 12.0]] and b.grad.tolist() == [[6.0], [6.0], [6.0]]
+
+
+class _WideFloat32(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts operations that write a float32 tensor of at least ``numel`` elements."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.count = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.numel() >= self.numel:
+                self.count += 1
+        return out
+
+
+def _bf16_layer_pass(context, layer, routed=None):
+    """A forward and backward of one LoRA linear of a bf16 model (float32 adapters, as PEFT
+    keeps them) inside ``context``: (output, the adapters' gradients, float32 tensors of the
+    output's size or more written on the way)."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 16, 64, dtype=torch.bfloat16)  # 32 rows: 2,048 outputs per layer
+    with context as route, _WideFloat32(32 * 64) as wide:
+        with route(routed) if routed is not None else contextlib.nullcontext():
+            y = layer(x)
+        y.sum().backward()
+    grads = [p.grad for n, p in layer.named_parameters() if "lora_" in n and p.grad is not None]
+    return x, y, grads, wide.count
+
+
+@pytest.mark.parametrize("path", ["fused", "routed"])
+def test_the_models_dtype_writes_no_float32_tensor_of_a_layers_size(path):
+    """Under 'model' the fused update (lora_linear) and the one-pass update (routed_lora) make
+    no float32 pass over a layer's activations (only r x d casts of the adapters), and the
+    result is the float64 function's within bf16 rounding; under 'adapter' (PEFT's recipe)
+    the same pass does write float32 activations, so the count can fail."""
+    from teamrl.update.joint import routed_lora
+
+    counts = {}
+    for setting in ("model", "adapter"):
+        model = _peft_model(dtype=torch.bfloat16)
+        layer = model.base_model.model.model.layers[0].self_attn.q_proj
+        if path == "fused":
+            model.set_adapter("alice")
+            context, routed = ll.fused_lora(model, setting), None
+        else:
+            context, routed = routed_lora(model, ["alice", "bob"], setting), torch.tensor([0, 1])
+        x, y, grads, counts[setting] = _bf16_layer_pass(context, layer, routed)
+        assert y.dtype == torch.bfloat16
+        assert grads and all(g.dtype == torch.float32 for g in grads)
+        if setting == "model":  # against the same layer in float64, row 1 through bob
+            with torch.no_grad():
+                x64 = x.double()
+                want = x64 @ layer.base_layer.weight.double().T
+                names = ["alice", "bob"] if routed is not None else ["alice"]
+                for row, name in enumerate(names):
+                    a, b = layer.lora_A[name].weight.double(), layer.lora_B[name].weight.double()
+                    rows = slice(row, row + 1) if routed is not None else slice(None)
+                    want[rows] += layer.scaling[name] * (x64[rows] @ a.T) @ b.T
+            scale = float(want.abs().max())
+            assert float((y.detach().double() - want).abs().max()) <= 2e-2 * scale
+    assert counts["model"] == 0
+    assert counts["adapter"] > 0
+
+
+def test_the_sampler_computes_the_branch_in_the_same_dtype():
+    """Grouped sampling (multi_lora) follows the update's choice: under 'model' its stacks are
+    the model's bf16 and a decode forward writes no float32 activations; under 'adapter' it
+    computes in the adapters' float32, as PEFT does."""
+    from teamrl.generation import multi_lora
+
+    counts = {}
+    for setting in ("model", "adapter"):
+        model = _peft_model(dtype=torch.bfloat16)
+        multi_lora.set_compute_dtype(model, setting)
+        layer = model.base_model.model.model.layers[0].self_attn.q_proj
+        x = torch.randn(2, 16, 64, dtype=torch.bfloat16)
+        with torch.no_grad(), multi_lora.grouped_lora(model, ["alice", "bob"]):
+            with _WideFloat32(32 * 64) as wide:
+                y = layer(x)
+        counts[setting] = wide.count
+        assert y.dtype == torch.bfloat16
+        x64, want = x.double(), x.double() @ layer.base_layer.weight.double().T
+        for row, name in enumerate(["alice", "bob"]):
+            a, b = layer.lora_A[name].weight.double(), layer.lora_B[name].weight.double()
+            want[row] += layer.scaling[name] * (x64[row] @ a.T) @ b.T
+        assert float((y.double() - want).abs().max()) <= 2e-2 * float(want.abs().max())
+        multi_lora.release(model)
+    assert counts == {"model": 0, "adapter": counts["adapter"]} and counts["adapter"] > 0
+    with pytest.raises(ValueError, match="lora_compute_dtype"):
+        multi_lora.set_compute_dtype(model, "fp8")
 
 
 def test_only_the_gradients_asked_for_are_computed():
