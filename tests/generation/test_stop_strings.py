@@ -11,7 +11,7 @@ from teamrl.config import ConfigError, load_config
 from teamrl.generation import fast_decode
 from teamrl.generation.hf import generate
 from teamrl.generation.hf_backend import HFBackend
-from teamrl.generation.types import Request
+from teamrl.generation.types import EngineSpec, Request
 from teamrl.team.models import load_model
 
 PROMPTS = [[5, 9, 14, 3], [7, 21], [30, 2, 8, 11, 19, 4, 6]]
@@ -94,9 +94,7 @@ def test_the_hf_backend_decodes_with_the_engines_tokenizer():
     model = load_model("tiny-llama")
     ref = run(model, requests(0.0))
     tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: decode(ids))
-    spec = SimpleNamespace(
-        model=model, tokenizer=tokenizer, eos_ids=[0], pad_id=0, device="cpu", dtype="float32"
-    )
+    spec = EngineSpec(model, tokenizer, [0], 0, "tiny-llama", "float32", "cpu", [])
     backend = HFBackend(spec)
     stop = (f"<{ref[0][0].completion_ids[3]}>",)
     got = backend.generate(requests(0.0, stop))
