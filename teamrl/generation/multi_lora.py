@@ -27,6 +27,8 @@ from contextlib import contextmanager
 
 import torch
 
+from teamrl.tensors import LORA_COMPUTE_DTYPES, lora_branch_dtype
+
 
 def _lora_linears(model: torch.nn.Module):
     from peft.tuners.lora.layer import Linear as LoraLinear
@@ -123,9 +125,9 @@ def set_compute_dtype(model: torch.nn.Module, setting: str) -> None:
     """The dtype of this model's grouped LoRA branch (``model.lora_compute_dtype``): 'model'
     keeps the stacks in the base weights' dtype (bf16 on a bf16 model: no float32 product or
     cast per layer and decode step), 'adapter' in the adapters' (PEFT's). The same choice as
-    the update's (``teamrl.update.lora_linear.compute_dtype``), so the sampler computes the
+    the update's (``teamrl.tensors.lora_branch_dtype``), so the sampler computes the
     function that the update scores."""
-    if setting not in ("model", "adapter"):
+    if setting not in LORA_COMPUTE_DTYPES:
         raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
     _COMPUTE[model] = setting
 
@@ -147,8 +149,9 @@ def grouped_lora(model: torch.nn.Module, row_adapters: list[str | None]):
     if unknown:
         raise ValueError(f"grouped_lora: unknown adapter(s) {unknown}; the model has {names}")
     first = layers[0].lora_A[names[0]].weight
-    by_model = _COMPUTE.get(model, "adapter") == "model"
-    dtype = layers[0].base_layer.weight.dtype if by_model else first.dtype
+    dtype = lora_branch_dtype(
+        _COMPUTE.get(model, "adapter"), layers[0].base_layer.weight.dtype, first.dtype
+    )
     ranks = tuple(tuple(layer.lora_A[n].weight.shape[0] for n in names) for layer in layers)
     key = (tuple(names), ranks, dtype, first.device)
     kept = _GROUPED.get(model)

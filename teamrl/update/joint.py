@@ -41,7 +41,7 @@ import torch
 
 from teamrl.distributed import DistContext
 from teamrl.sample import Sample
-from teamrl.update.lora_linear import compute_dtype
+from teamrl.tensors import lora_branch_dtype
 from teamrl.update.losses import Batch, Denominators, Scores, collate, drops_kv_cache, score_tokens
 from teamrl.update.micro_batches import forward_tokens
 from teamrl.update.policy import (
@@ -121,7 +121,7 @@ def routed_lora(model: torch.nn.Module, names: list[str], lora_compute_dtype: st
     ``names[route[i]]`` inside a ``route(rows)`` context (yielded); outside one, or with the
     adapters disabled (the KL reference), PEFT's own forward. Differentiable in every
     adapter's A and B (the stacks are concatenated in the graph at each call). The branch's
-    products in ``lora_compute_dtype``'s dtype (``lora_linear.compute_dtype``): under 'model'
+    products in ``lora_compute_dtype``'s dtype (``teamrl.tensors.lora_branch_dtype``): under 'model'
     the stacks are cast to x's dtype in the graph, so their gradients come back in fp32."""
     current: dict[str, torch.Tensor | None] = {"rows": None}
     patched = []
@@ -159,7 +159,7 @@ def _routed_forward(layer, names: list[str], table: torch.Tensor, current: dict,
             return type(layer).forward(layer, x, *args, **kwargs)  # PEFT's own
         a = torch.cat([layer.lora_A[n].weight for n in names], dim=0)  # (K r, d_in)
         b = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # (d_out, K r)
-        dtype = compute_dtype(setting, x.dtype, a.dtype)
+        dtype = lora_branch_dtype(setting, x.dtype, a.dtype)
         a, b = a.to(dtype), b.to(dtype)  # r x d casts in the graph (none when they agree)
         mask = table[rows].to(dtype)  # (rows, K r)
         low = (x.to(a.dtype) @ a.T) * mask.view(mask.shape[0], *([1] * (x.dim() - 2)), -1)

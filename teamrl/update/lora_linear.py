@@ -47,6 +47,8 @@ from contextlib import contextmanager
 
 import torch
 
+from teamrl.tensors import lora_branch_dtype
+
 
 class _LoraLinear(torch.autograd.Function):
     """y = x W^T + b + s (x A^T) B^T over the last dimension of x, the LoRA branch's products
@@ -100,14 +102,6 @@ def lora_linear(
     return _LoraLinear.apply(x, weight, bias, lora_a, lora_b, scaling, dtype)
 
 
-def compute_dtype(setting: str, model_dtype: torch.dtype, adapter_dtype: torch.dtype):
-    """The LoRA branch's dtype under ``model.lora_compute_dtype``: 'model' (the model's dtype,
-    bf16 autocast) or 'adapter' (the adapters' own, PEFT's)."""
-    if setting not in ("model", "adapter"):
-        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
-    return model_dtype if setting == "model" else adapter_dtype
-
-
 def fusable_adapter(layer, x: torch.Tensor, args: tuple, kwargs: dict) -> str | None:
     """The adapter whose PEFT forward on this call is exactly ``lora_linear``, else None."""
     if args or kwargs or layer.disable_adapters or layer.merged:
@@ -153,7 +147,7 @@ def _fused_forward(layer, setting: str):
             a,
             layer.lora_B[name].weight,
             layer.scaling[name],
-            compute_dtype(setting, x.dtype, a.dtype),
+            lora_branch_dtype(setting, x.dtype, a.dtype),
         )
 
     _FORWARDS.setdefault(layer, {})[setting] = forward
@@ -164,7 +158,7 @@ def _fused_forward(layer, setting: str):
 def fused_lora(model: torch.nn.Module, lora_compute_dtype: str = "adapter"):
     """Within the block, PEFT's LoRA linears of ``model`` run as ``lora_linear`` where that is
     PEFT's function (``fusable_adapter``), the branch in ``lora_compute_dtype``'s dtype
-    (``compute_dtype``); yields how many layers were patched. A layer that already has an
+    (``teamrl.tensors.lora_branch_dtype``); yields how many layers were patched. A layer that already has an
     instance ``forward`` (patched by someone else) is left alone, and every patch is removed
     on exit, errors included."""
     try:
