@@ -21,6 +21,8 @@ Literals: constants, lists, tuples and dicts of at least 4 characters as written
 ``1``, ``""`` and ``[]`` do not count).
 
     python experiments/coding_outputs.py experiments/results/gencode_magrpo [--families]
+    python experiments/coding_outputs.py experiments/results/gencode_magrpo \
+        --samples absolute_values [--record magrpo__seed0]     # programs before and after
 """
 
 from __future__ import annotations
@@ -234,11 +236,66 @@ def by_family(folder: Path) -> dict[str, dict[str, float]]:
     return {c: {t: statistics.mean(v) for t, v in fam.items()} for c, fam in per.items()}
 
 
+def samples(record_path: Path, family: str) -> list[dict]:
+    """Every evaluated problem of ``family`` (a template) in one record, before and after
+    training: the final program (helper's text, then main's; the one agent's text once) and its
+    greedy team reward, from ``outputs_before`` (the untrained team, same seed) and
+    ``outputs_after``."""
+    record = json.loads(record_path.read_text())
+    rows = task_rows(record)
+    before = {o["problem"]: o for o in record.get("outputs_before") or []}
+    found = []
+    for out in record["outputs_after"]:
+        row = rows[out["problem"]]
+        if row["template"] != family:
+            continue
+        entry = {"problem": out["problem"], "entry_point": row["entry_point"]}
+        for when, o in (("before", before.get(out["problem"])), ("after", out)):
+            if o is None:
+                continue
+            helper, main = final_texts(o["texts"])
+            program = helper if helper == main else f"{helper.rstrip()}\n\n{main.rstrip()}"
+            entry[when] = {"reward": o["reward"], "program": program.rstrip()}
+        found.append(entry)
+    return found
+
+
+def render_samples(name: str, family: str, found: list[dict]) -> str:
+    fence = "`" * 3
+    lines = []
+    for e in found:
+        lines.append(f"{family}, test problem {e['problem']} ({name}):")
+        for when in ("before", "after"):
+            if when in e:
+                lines += [
+                    "",
+                    f"{when} training, team reward {e[when]['reward']:.2f}:",
+                    "",
+                    f"{fence}python",
+                    e[when]["program"],
+                    fence,
+                ]
+        lines.append("")
+    return "\n".join(lines) if found else f"no problem of family {family!r} in {name}\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("records", help="a coding table's records folder")
     ap.add_argument("--families", action="store_true", help="mean team reward per family")
+    ap.add_argument(
+        "--samples", metavar="FAMILY", help="print one record's programs of a family, before/after"
+    )
+    ap.add_argument(
+        "--record", default="magrpo__seed0", help="with --samples: the record (file stem)"
+    )
     args = ap.parse_args()
+    if args.samples:
+        path = Path(args.records) / f"{args.record}.json"
+        if not path.is_file():
+            raise SystemExit(f"--record: no file {path}")
+        print(render_samples(args.record, args.samples, samples(path, args.samples)))
+        return 0
     if args.families:
         table = by_family(Path(args.records))
         families = sorted({t for fam in table.values() for t in fam})

@@ -94,3 +94,37 @@ def test_family_means_by_hand(tmp_path):
         want.setdefault(fam[i], []).append(r)
     assert got["a"] == {t: sum(v) / len(v) for t, v in want.items()}
     assert set(got["b"].values()) == {-4.0}
+
+
+def test_samples_pair_each_problem_of_a_family_before_and_after(tmp_path):
+    import json
+
+    from teamrl.tasks.registry import make_task
+
+    env = {"name": "gencode", "kwargs": {"tier": 2, "n_train": 4, "n_eval": 4, "n_test": 4}}
+    test = make_task("gencode", **env["kwargs"]).test
+    family = test[0]["template"]
+    ours = [i for i, row in enumerate(test) if row["template"] == family]
+
+    def out(i, reward, main):
+        return {"problem": i, "reward": reward, "texts": {"helper@turn0": AUX, "main@turn0": main}}
+
+    record = {
+        "condition": "magrpo",
+        "config": {"env": env},
+        "outputs_before": [out(i, -1.0, MAIN) for i in range(4)],
+        "outputs_after": [out(i, -2.5, "def f():\n    return 1\n") for i in range(4)],
+    }
+    path = tmp_path / "magrpo__seed0.json"
+    path.write_text(json.dumps(record))
+    found = co.samples(path, family)
+    assert [e["problem"] for e in found] == ours  # only the family's problems, in order
+    first = found[0]
+    assert first["before"] == {"reward": -1.0, "program": AUX.rstrip() + "\n\n" + MAIN.rstrip()}
+    assert first["after"]["reward"] == -2.5 and first["after"]["program"].endswith("return 1")
+    text = co.render_samples("magrpo__seed0", family, found)
+    assert (
+        "before training, team reward -1.00:" in text
+        and "after training, team reward -2.50:" in text
+    )
+    assert "no problem of family 'nope'" in co.render_samples("x", "nope", [])
