@@ -236,14 +236,33 @@ def by_family(folder: Path) -> dict[str, dict[str, float]]:
     return {c: {t: statistics.mean(v) for t, v in fam.items()} for c, fam in per.items()}
 
 
-def samples(record_path: Path, family: str) -> list[dict]:
+def program(texts: dict[str, str], row: dict) -> str:
+    """The team's final program as the reward reads it: ``aux`` then the entry point (each as
+    found in its agent's text); an agent's text without its function is shown as written, its
+    fences dropped."""
+    helper, main = final_texts(texts)
+    parts = []
+    for text, name in ((helper, AUX_NAME), (main, row["entry_point"])):
+        fn = find_function(text, name)
+        shown = fn.source if fn is not None else text.replace("```python", "").replace("```", "")
+        if shown.strip() and shown.strip() not in parts:
+            parts.append(shown.strip())
+    return "\n\n".join(parts) if parts else "(no code)"
+
+
+def samples(record_path: Path, family: str, before_path: Path | None = None) -> list[dict]:
     """Every evaluated problem of ``family`` (a template) in one record, before and after
     training: the final program (helper's text, then main's; the one agent's text once) and its
-    greedy team reward, from ``outputs_before`` (the untrained team, same seed) and
-    ``outputs_after``."""
+    greedy team reward, from ``outputs_before`` (the untrained team, same seed; a table keeps
+    it for its first few problems) and ``outputs_after``. ``before_path``: take "before" from
+    that record's ``outputs_after`` instead (the untrained condition's, every problem)."""
     record = json.loads(record_path.read_text())
     rows = task_rows(record)
-    before = {o["problem"]: o for o in record.get("outputs_before") or []}
+    if before_path is not None:
+        outs = json.loads(Path(before_path).read_text())["outputs_after"]
+    else:
+        outs = record.get("outputs_before") or []
+    before = {o["problem"]: o for o in outs}
     found = []
     for out in record["outputs_after"]:
         row = rows[out["problem"]]
@@ -253,9 +272,7 @@ def samples(record_path: Path, family: str) -> list[dict]:
         for when, o in (("before", before.get(out["problem"])), ("after", out)):
             if o is None:
                 continue
-            helper, main = final_texts(o["texts"])
-            program = helper if helper == main else f"{helper.rstrip()}\n\n{main.rstrip()}"
-            entry[when] = {"reward": o["reward"], "program": program.rstrip()}
+            entry[when] = {"reward": o["reward"], "program": program(o["texts"], row)}
         found.append(entry)
     return found
 
@@ -289,12 +306,21 @@ def main() -> int:
     ap.add_argument(
         "--record", default="magrpo__seed0", help="with --samples: the record (file stem)"
     )
+    ap.add_argument(
+        "--before",
+        default="untrained__seed0",
+        help="with --samples: the record whose outputs are 'before' (file stem; '' = the "
+        "record's own outputs_before)",
+    )
     args = ap.parse_args()
     if args.samples:
         path = Path(args.records) / f"{args.record}.json"
         if not path.is_file():
             raise SystemExit(f"--record: no file {path}")
-        print(render_samples(args.record, args.samples, samples(path, args.samples)))
+        before = Path(args.records) / f"{args.before}.json" if args.before else None
+        if before is not None and not before.is_file():
+            raise SystemExit(f"--before: no file {before}")
+        print(render_samples(args.record, args.samples, samples(path, args.samples, before)))
         return 0
     if args.families:
         table = by_family(Path(args.records))

@@ -120,8 +120,18 @@ def test_samples_pair_each_problem_of_a_family_before_and_after(tmp_path):
     found = co.samples(path, family)
     assert [e["problem"] for e in found] == ours  # only the family's problems, in order
     first = found[0]
-    assert first["before"] == {"reward": -1.0, "program": AUX.rstrip() + "\n\n" + MAIN.rstrip()}
-    assert first["after"]["reward"] == -2.5 and first["after"]["program"].endswith("return 1")
+    # the program as scored: aux, then the entry point (the after-main has none: shown as written)
+    assert first["before"] == {"reward": -1.0, "program": AUX.strip() + "\n\n" + MAIN.strip()}
+    assert first["after"]["reward"] == -2.5
+    assert first["after"]["program"] == AUX.strip() + "\n\ndef f():\n    return 1"
+    fenced = {"helper@turn0": "```python\n" + AUX + "```", "main@turn0": "```python\n" + MAIN}
+    assert co.program(fenced, ROW) == AUX.strip() + "\n\n" + MAIN.strip()  # fences dropped
+    # "before" from another record's outputs (the untrained condition's, every problem)
+    other = tmp_path / "untrained__seed0.json"
+    other.write_text(
+        json.dumps({**record, "outputs_after": [out(i, -0.5, MAIN) for i in range(4)]})
+    )
+    assert co.samples(path, family, other)[0]["before"]["reward"] == -0.5
     text = co.render_samples("magrpo__seed0", family, found)
     assert (
         "before training, team reward -1.00:" in text
