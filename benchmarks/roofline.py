@@ -6,7 +6,10 @@
         # sampling through the compiled decode step on CPU (generation.fast_decode_compile=on)
 
 ``--set KEY=VALUE`` (repeatable) applies a config override to every mode; ``--compiled`` is
-``--set generation.fast_decode_compile=on``. The compile itself happens in the warm-up round
+``--set generation.fast_decode_compile=on``. ``--against KEY=VALUE`` (repeatable) runs every
+mode twice, as it is and with these overrides, both in the same interleaved rounds: an A/B of a
+setting on one machine at one time (``--against generation.fast_decode=on``: the static KV
+cache against the default dynamic one). The compile itself happens in the warm-up round
 (at least one with ``--compiled``) and is reported apart: seconds per mode, summed over its
 models (``teamrl.generation.fast_decode.stats``).
 
@@ -171,6 +174,30 @@ def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: fl
     return {"generate_s": gen, "update_s": per_token * p * tokens / (fl * 1e9)}
 
 
+def ab_lines(result: dict) -> list[str]:
+    """With ``--against``: per mode, the overridden contender's generate and update times over the
+    plain one's (medians), and in how many rounds it was the faster of the two (rounds pair the
+    two contenders' steps of one round, so a slow spell of the machine hits both)."""
+    against = result.get("args", {}).get("against") or []
+    if not against:
+        return []
+    tag = " ".join(against)
+    lines = ["", f"A/B of `{tag}` (B) against the plain config (A), the same rounds:", ""]
+    lines += ["| mode | generate B / A | B faster (rounds) | update B / A | B faster (rounds) |"]
+    lines += ["|---|---|---|---|---|"]
+    for mode in MODES:
+        a, b = result["timings"].get(mode), result["timings"].get(f"{mode} {tag}")
+        if not a or not b:
+            continue
+        cells = []
+        for k in ("generate_s", "update_s"):
+            ratio = statistics.median(t[k] for t in b) / statistics.median(t[k] for t in a)
+            wins = sum(tb[k] < ta[k] for ta, tb in zip(a, b))
+            cells += [f"{ratio:.2f}", f"{wins} of {min(len(a), len(b))}"]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render(result: dict) -> str:
     """The Markdown report of one run's ``result`` (what ``main`` writes as JSON): per mode the
     median time with its [min, max] over the rounds, its floor and the ratio."""
@@ -219,6 +246,7 @@ def render(result: dict) -> str:
                 + " | ".join(cells)
                 + f" | {p['calls_per_decode_step']:.0f} |"
             )
+    lines += ab_lines(result)
     compiled = {mode: row.get("compile_s", 0.0) for mode, row in result["modes"].items()}
     if any(compiled.values()):
         spent = ", ".join(f"{mode} {s:.1f} s" for mode, s in compiled.items())
@@ -238,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
     )
     ap.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run every mode also with this override, in the same rounds (an A/B)",
+    )
+    ap.add_argument(
         "--compiled",
         action="store_true",
         help="sample through the compiled decode step (generation.fast_decode_compile=on)",
@@ -254,33 +289,37 @@ def main(argv: list[str] | None = None) -> int:
     quiet_hf()
     load_start = os.getloadavg()[0]
     hw = {"bandwidth_gbs": [bandwidth_gbs()], "matmul_gflops": [matmul_gflops()]}
-    steps = {mode: Step(args, mode) for mode in MODES}
-    work = {mode: s.work() for mode, s in steps.items()}
+    contenders = {mode: (mode, ()) for mode in MODES}
+    if args.against:
+        tag = " ".join(args.against)
+        contenders.update({f"{mode} {tag}": (mode, tuple(args.against)) for mode in MODES})
+    steps = {label: Step(args, mode, extra) for label, (mode, extra) in contenders.items()}
+    work = {label: s.work() for label, s in steps.items()}
     for _ in range(args.warmup):
-        for mode in MODES:
-            steps[mode].step()
-    timings: dict[str, list[dict]] = {mode: [] for mode in MODES}
+        for label in contenders:
+            steps[label].step()
+    timings: dict[str, list[dict]] = {label: [] for label in contenders}
     for r in range(args.rounds):
-        for mode in round_order(list(MODES), r):
-            timings[mode].append(steps[mode].step())
+        for label in round_order(list(contenders), r):
+            timings[label].append(steps[label].step())
     hw["bandwidth_gbs"].append(bandwidth_gbs())
     hw["matmul_gflops"].append(matmul_gflops())
-    profiles = {m: profile_rollout(steps[m], args.new_tokens) for m in MODES if args.profile}
+    profiles = {c: profile_rollout(steps[c], args.new_tokens) for c in contenders if args.profile}
     bw, fl = max(hw["bandwidth_gbs"]), max(hw["matmul_gflops"])
     rows = {}
-    for mode in MODES:
-        floor = floors(work[mode], mode, args.new_tokens, args.num_generations, bw, fl)
-        row = {k: summarize([t[k] for t in timings[mode]]) for k in ("generate_s", "update_s")}
-        rows[mode] = {
+    for label, (mode, _) in contenders.items():
+        floor = floors(work[label], mode, args.new_tokens, args.num_generations, bw, fl)
+        row = {k: summarize([t[k] for t in timings[label]]) for k in ("generate_s", "update_s")}
+        rows[label] = {
             "measured": {k: v["median"] for k, v in row.items()},
             "spread": row,
             "floor": floor,
             "ratio": {k: row[k]["median"] / floor[k] for k in floor},
-            "work": work[mode],
-            "compile_s": steps[mode].compile_s(),
+            "work": work[label],
+            "compile_s": steps[label].compile_s(),
         }
-        if mode in profiles:
-            rows[mode]["profile"] = profiles[mode]
+        if label in profiles:
+            rows[label]["profile"] = profiles[label]
     result = {
         **provenance(argv, args, load_start),
         "hardware": hw,

@@ -228,6 +228,24 @@ def test_roofline_report_gives_each_median_with_its_spread():
     assert "profiled" not in md
 
 
+def test_roofline_ab_compares_each_mode_round_by_round():
+    from roofline import ab_lines
+
+    def steps(*gen):
+        return [{"generate_s": g, "update_s": 1.0} for g in gen]
+
+    # B's generate medians 2 against A's 4 (0.50); B faster in rounds 1 and 3, not round 2
+    timings = {
+        "shared": steps(4.0, 1.0, 5.0),
+        "shared generation.fast_decode=on": steps(2.0, 3.0, 1.0),
+    }
+    args = {"against": ["generation.fast_decode=on"]}
+    lines = ab_lines({"args": args, "timings": timings})
+    assert "| shared | 0.50 | 2 of 3 | 1.00 | 0 of 3 |" in lines
+    assert not any(line.startswith("| lora") for line in lines)  # no lora contenders here
+    assert ab_lines({"args": {"against": []}, "timings": timings}) == []
+
+
 def test_update_profile_classes_operators():
     from update_profile import op_class
 

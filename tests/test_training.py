@@ -82,16 +82,16 @@ def test_lora_isolation(tmp_path, algorithm):
 
 def test_lora_generation_is_one_batched_call_across_adapters(tmp_path, monkeypatch):
     tr = make(tmp_path, "lora")
-    import teamrl.generation.hf as hf_mod
+    from teamrl.generation.hf_backend import HFBackend
 
     calls = []
-    real = hf_mod.generate
+    real = HFBackend.generate
 
-    def spy(model, requests, *a, **k):
+    def spy(self, requests, *a, **k):
         calls.append({r.adapter for r in requests})
-        return real(model, requests, *a, **k)
+        return real(self, requests, *a, **k)
 
-    monkeypatch.setattr(hf_mod, "generate", spy)
+    monkeypatch.setattr(HFBackend, "generate", spy)
     tr.rollout(tr.data.next(2))
     assert calls == [{"alice", "bob"}]
 

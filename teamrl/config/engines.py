@@ -17,9 +17,11 @@ class GenerationConfig:
     )
     fast_decode: Literal["auto", "on", "off"] = _f(
         "auto",
-        "hf backend only: decode with a preallocated (static) KV cache and a compiled decode step "
-        "(torch.compile mode='reduce-overhead', i.e. CUDA graphs). Same tokens as the eager loop "
-        "under greedy decoding. 'auto' = on with CUDA, off on CPU (where it is not faster).",
+        "hf backend only: decode with a preallocated (static) KV cache, and on CUDA a compiled "
+        "decode step (torch.compile mode='reduce-overhead', i.e. CUDA graphs; see "
+        "fast_decode_compile). Same tokens as the growing-cache loop under greedy decoding. "
+        "'auto' = on with CUDA and on CPU (eager there, and faster than the growing cache), off "
+        "on other devices; 'off' = the growing-cache reference loop.",
     )
     fast_decode_compile: Literal["auto", "on", "off"] = _f(
         "auto",

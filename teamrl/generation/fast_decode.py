@@ -27,6 +27,10 @@ exactly as the reference does: ``sample_tokens`` draws one uniform per row from 
 are the same unless a last-bit difference in a probability moves a draw across a bucket edge
 (never seen on the tiny models in float32; in bf16 on GPU expect rare divergences).
 
+Eager, the static cache is the CPU's default loop too: it skips the growing cache's copies
+(step t of the reference copies every layer's t columns), which measured faster on a 2-core CPU
+in every policy mode (``benchmarks/results/roofline-ab-static-cache.md``).
+
 Compilation. ``compile=None`` (auto) compiles the decode step on CUDA (``mode="reduce-overhead"``:
 CUDA graphs) and runs it eagerly elsewhere; ``compile=True`` compiles on CPU too (inductor's C++
 kernels), which takes over a minute on 2 cores for SmolLM2 and has not been faster there
@@ -40,7 +44,8 @@ share dynamo's recompile budget) with ``fullgraph=True``: the whole forward is o
 graph break is an error here rather than a silent split. The shape of a step is bucketed:
 
 - rows: the next power of two (a call with 5 rows decodes 8; the 3 extra rows repeat row 0 and
-  are dropped), so 1..256 rows fall in 9 buckets;
+  are dropped), so 1..256 rows fall in 9 buckets; an eager step (no compile) decodes its rows
+  as they are;
 - cache length: prompt width + budget rounded up to the next 2^k or 3 x 2^(k-1), at least
   ``CACHE_BUCKET`` (64, 96, 128, 192, ..., 4096: 13 buckets up to 4k tokens, at most half of a
   cache unused).
@@ -194,8 +199,9 @@ def _own_step(compile_kwargs: dict):
     return torch.compile(fn, mode="reduce-overhead", fullgraph=True, **compile_kwargs)
 
 
-def _static_cache(model, state: _State, key: tuple, sample_kv: torch.Tensor):
-    """A zeroed StaticCache for the shape ``key`` (rows, length, ...), reused when it repeats."""
+def _static_cache(model, state: _State, key: tuple, sample_kv: torch.Tensor, keep: bool = True):
+    """A zeroed StaticCache for the shape ``key`` (rows, length, ...), reused when it repeats.
+    ``keep=False``: a cache of this call only, which nothing holds after it."""
     from transformers.cache_utils import StaticCache
 
     key = (*key, sample_kv.dtype, sample_kv.device)
@@ -204,6 +210,8 @@ def _static_cache(model, state: _State, key: tuple, sample_kv: torch.Tensor):
         cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=key[1])
     else:
         cache.reset()
+    if not keep:
+        return cache
     state.caches[key] = cache  # the most recent last
     while len(state.caches) > KEPT_CACHES:
         state.caches.pop(next(iter(state.caches)))
@@ -326,13 +334,18 @@ def generate(
     decode=None,
     compile=None,
     max_shapes: int = MAX_SHAPES,
+    keep_cache: bool | None = None,
 ):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``decode``: the tokenizer's, for stop strings (checked between decode steps, as in the
     reference loop). ``compile``: None = compile the decode step on CUDA only; True/False
-    force. ``max_shapes``: how many (rows, cache length) buckets compile for this model. Falls
-    back to the reference loop when ``supported(model, requests)`` is False.
+    force. ``max_shapes``: how many (rows, cache length) buckets compile for this model.
+    ``keep_cache``: keep the static cache for the next call of the same shape (up to
+    ``KEPT_CACHES`` per model, until ``release``); None = only for a compiled step, whose CUDA
+    graph replays at the cache's addresses. An eager call's cache goes with the call, as the
+    reference loop's does, so the update never shares memory with a held cache. Falls back to
+    the reference loop when ``supported(model, requests)`` is False.
     """
     if not any(r.n for r in requests):
         return []
@@ -349,13 +362,16 @@ def generate(
         out, position = batch.prefill(model)
         dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
         n, width = len(batch.rows), batch.ids.shape[1]
-        rows, length = row_bucket(n), length_bucket(width + dec.max_new)
+        # A compiled step replays per shape, so its rows round up to a bucket; an eager step has
+        # no shape to reuse and would only pay for the extra rows.
+        rows, length = (row_bucket(n) if compile else n), length_bucket(width + dec.max_new)
         # Rows n..rows-1 pad the batch to its bucket: copies of row 0, decoded and dropped.
         padded = torch.cat([batch.expand, batch.expand.new_zeros(rows - n)])
         adapters = batch.row_adapters + [None] * (rows - n)
         lora = any(a is not None for a in adapters)
         prefill = output_cache(out)
-        cache = _static_cache(model, state, (rows, length), prefill.layers[0].keys)
+        keep = compile if keep_cache is None else keep_cache
+        cache = _static_cache(model, state, (rows, length), prefill.layers[0].keys, keep)
         for src, dst in zip(prefill.layers, cache.layers):
             # update() allocates on first use, writes columns 0..width-1, advances the counter.
             dst.update(src.keys.index_select(0, padded), src.values.index_select(0, padded))

@@ -71,13 +71,41 @@ def test_sampling_with_a_seed_gives_the_reference_tokens_and_logprobs(name):
 
 def test_the_cache_is_reused_across_calls_of_the_same_shape():
     model = load_model("tiny-llama")
-    first = fast_decode.generate(model, requests(0.0), [0], 0, ignore_eos=True)
+    kept = dict(ignore_eos=True, keep_cache=True)  # what a compiled step does by default
+    first = fast_decode.generate(model, requests(0.0), [0], 0, **kept)
     (cache,) = fast_decode._STATES[model].caches.values()
-    again = fast_decode.generate(model, requests(0.0), [0], 0, ignore_eos=True)
+    again = fast_decode.generate(model, requests(0.0), [0], 0, **kept)
     assert list(fast_decode._STATES[model].caches.values()) == [cache]  # reset, not reallocated
     assert tokens(again) == tokens(first)
     fast_decode.release(model)
     assert model not in fast_decode._STATES
+
+
+def test_an_eager_call_holds_no_cache_after_it(monkeypatch):
+    """Eager (the CPU default), the static cache lives as long as the call, like the growing
+    cache of the reference loop: nothing is kept for the update to share memory with."""
+    import gc
+    import weakref
+
+    from transformers.cache_utils import StaticCache
+
+    model = load_model("tiny-llama")
+    made = []
+    real_init = StaticCache.__init__
+
+    def spy(self, *a, **k):
+        made.append(weakref.ref(self))
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(StaticCache, "__init__", spy)
+    out = fast_decode.generate(model, requests(0.0), [0], 0, ignore_eos=True)
+    monkeypatch.undo()
+    gc.collect()
+    assert len(made) == 1 and made[0]() is None  # one cache, freed with the call
+    assert not fast_decode._STATES[model].caches
+    assert tokens(out) == tokens(
+        generate(model, requests(0.0), eos_ids=[0], pad_id=0, ignore_eos=True)
+    )
 
 
 def test_mixed_lora_rows_give_the_reference_tokens():
@@ -122,22 +150,53 @@ def test_declines_what_it_cannot_serve_and_falls_back_to_the_reference():
 
 
 def test_config_switch_routes_the_hf_backend_through_the_fast_path(monkeypatch):
-    """generation.fast_decode=on sends the hf backend's calls to the fast path (same tokens);
-    'auto' keeps the eager loop on a CPU engine."""
+    """'auto' (the default) and 'on' send a CPU engine's calls to the static-cache path, 'off'
+    to the reference loop, with the same greedy tokens; a device never measured ('meta' here,
+    standing for one) keeps the reference loop under 'auto'."""
     from teamrl.config import GenerationConfig
+    from teamrl.generation import hf
     from teamrl.generation.backend import EngineSpec, make_backend
 
     model = load_model("tiny-llama")
     spec = EngineSpec(model, None, [0], 0, "tiny-llama", "float32", "cpu", [])
     calls = []
-    real = fast_decode.generate
-    monkeypatch.setattr(fast_decode, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    on = make_backend(GenerationConfig(fast_decode="on"), spec)
-    auto = make_backend(GenerationConfig(fast_decode="auto"), spec)
-    assert tokens(on.generate(requests(0.0), ignore_eos=True)) == tokens(
-        auto.generate(requests(0.0), ignore_eos=True)
+    real_fast, real_ref = fast_decode.generate, hf.generate
+    monkeypatch.setattr(
+        fast_decode, "generate", lambda *a, **k: calls.append("fast") or real_fast(*a, **k)
     )
-    assert calls == [1]  # only the 'on' backend used the fast path
+    monkeypatch.setattr(hf, "generate", lambda *a, **k: calls.append("ref") or real_ref(*a, **k))
+    got = {
+        mode: tokens(
+            make_backend(GenerationConfig(fast_decode=mode), spec).generate(
+                requests(0.0), ignore_eos=True
+            )
+        )
+        for mode in ("auto", "on", "off")
+    }
+    assert calls == ["fast", "fast", "ref"]
+    assert got["auto"] == got["on"] == got["off"]
+    elsewhere = EngineSpec(model, None, [0], 0, "tiny-llama", "float32", "meta", [])
+    assert not make_backend(GenerationConfig(), elsewhere).fast
+    assert make_backend(GenerationConfig(fast_decode="on"), elsewhere).fast
+
+
+def test_an_eager_step_decodes_its_rows_unpadded(monkeypatch):
+    """Padding rows to a power of two (6 -> 8) only serves a compiled step's shape reuse: an
+    eager step decodes its 6 rows as they are, with the reference loop's tokens."""
+    model = load_model("tiny-llama")
+    seen = []
+    real = fast_decode._decode_step
+
+    def spy(model_, ids, *rest):
+        seen.append(ids.shape[0])
+        return real(model_, ids, *rest)
+
+    monkeypatch.setattr(fast_decode, "_decode_step", spy)
+    reqs = requests(0.0)  # 3 + 1 + 2 = 6 rows
+    eager = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=False)
+    assert set(seen) == {6}
+    assert tokens(eager) == tokens(generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True))
+    fast_decode.release(model)
 
 
 MIXED = [("alice", 2), ("bob", 2), (None, 1)]  # (adapter, rows) of the mixed-LoRA calls
