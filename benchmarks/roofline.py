@@ -174,6 +174,11 @@ def floors(work: dict, policies: str, new_tokens: int, g: int, bw: float, fl: fl
     return {"generate_s": gen, "update_s": per_token * p * tokens / (fl * 1e9)}
 
 
+def contender(mode: str, against: list[str]) -> str:
+    """The label of ``mode`` run with the ``--against`` overrides (the plain mode: its name)."""
+    return " ".join([mode, *against])
+
+
 def ab_lines(result: dict) -> list[str]:
     """With ``--against``: per mode, the overridden contender's generate and update times over the
     plain one's (medians), and in how many rounds it was the faster of the two (rounds pair the
@@ -186,7 +191,7 @@ def ab_lines(result: dict) -> list[str]:
     lines += ["| mode | generate B / A | B faster (rounds) | update B / A | B faster (rounds) |"]
     lines += ["|---|---|---|---|---|"]
     for mode in MODES:
-        a, b = result["timings"].get(mode), result["timings"].get(f"{mode} {tag}")
+        a, b = result["timings"].get(mode), result["timings"].get(contender(mode, against))
         if not a or not b:
             continue
         cells = []
@@ -291,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     hw = {"bandwidth_gbs": [bandwidth_gbs()], "matmul_gflops": [matmul_gflops()]}
     contenders = {mode: (mode, ()) for mode in MODES}
     if args.against:
-        tag = " ".join(args.against)
-        contenders.update({f"{mode} {tag}": (mode, tuple(args.against)) for mode in MODES})
+        contenders.update({contender(m, args.against): (m, tuple(args.against)) for m in MODES})
     steps = {label: Step(args, mode, extra) for label, (mode, extra) in contenders.items()}
     work = {label: s.work() for label, s in steps.items()}
     for _ in range(args.warmup):

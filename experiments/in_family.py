@@ -62,7 +62,7 @@ def new_instances(instance_seed: int, n: int) -> list[dict]:
     return fresh[:n]
 
 
-def added_fields(checkpoint: Path, config: dict, prefix: str = "") -> list[str]:
+def added_fields(checkpoint: Path, config: dict) -> list[str]:
     """Dotted names of the fields of ``config`` that the checkpoint's saved config lacks."""
     import yaml
 
@@ -76,16 +76,18 @@ def added_fields(checkpoint: Path, config: dict, prefix: str = "") -> list[str]:
         return out
 
     saved = yaml.safe_load((Path(checkpoint) / "config.yaml").read_text())
-    return walk(saved, config, prefix)
+    return walk(saved, config, "")
 
 
 def evaluate(condition: str, seed: int, rows: list[dict], runs_dir: Path) -> dict:
     """One run's last checkpoint (the untrained model for an untrained condition), greedy, on
     ``rows``: per problem its pass rate, success, team reward and texts."""
+    import torch
+
     from experiments import runner
     from experiments.tables import get_table
     from teamrl.config import load_config, to_dict
-    from teamrl.evaluation import chunked_episodes, progress_bar
+    from teamrl.evaluation import chunked_episodes, greedy_outputs, progress_bar
     from teamrl.run import checkpoints
     from teamrl.trainer import Trainer
 
@@ -109,16 +111,12 @@ def evaluate(condition: str, seed: int, rows: list[dict], runs_dir: Path) -> dic
         added = tuple(added_fields(ckpt, to_dict(cfg)))
         runner.check_same_config(ckpt, to_dict(cfg), ignore=("log.output_dir", *added))
         trainer.load_checkpoint(ckpt)
-    import torch
-
     examples = list(enumerate(rows))
     rollouts: list = []
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         bar = progress_bar(len(examples), f"{condition} seed {seed}", False)
         episodes = chunked_episodes(trainer, examples, 1, True, bar, rollouts)
-    from teamrl.evaluation import greedy_outputs
-
     texts = {o["problem"]: o["texts"] for o in greedy_outputs(rollouts)}
     per_problem = [
         {

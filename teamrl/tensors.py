@@ -37,13 +37,18 @@ def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
 LORA_COMPUTE_DTYPES = ("model", "adapter")  # model.lora_compute_dtype's values
 
 
+def check_lora_compute_dtype(setting: str) -> str:
+    """``setting`` if it is a value of ``model.lora_compute_dtype``, else a one-line error."""
+    if setting not in LORA_COMPUTE_DTYPES:
+        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
+    return setting
+
+
 def lora_branch_dtype(setting: str, model_dtype: torch.dtype, adapter_dtype: torch.dtype):
     """The dtype of the LoRA branch's products under ``model.lora_compute_dtype``: 'model' (the
     model's dtype, bf16 autocast) or 'adapter' (the adapters' own, PEFT's). One rule for the
     update's LoRA forwards and the grouped sampler, so the sampler computes what is scored."""
-    if setting not in LORA_COMPUTE_DTYPES:
-        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
-    return model_dtype if setting == "model" else adapter_dtype
+    return model_dtype if check_lora_compute_dtype(setting) == "model" else adapter_dtype
 
 
 # --- the KV cache's name across transformers versions ------------------------------------------

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import torch
 
-from teamrl.tensors import LORA_COMPUTE_DTYPES, lora_branch_dtype
+from teamrl.tensors import check_lora_compute_dtype, lora_branch_dtype
 
 
 def _lora_linears(model: torch.nn.Module):
@@ -127,9 +127,7 @@ def set_compute_dtype(model: torch.nn.Module, setting: str) -> None:
     cast per layer and decode step), 'adapter' in the adapters' (PEFT's). The same choice as
     the update's (``teamrl.tensors.lora_branch_dtype``), so the sampler computes the
     function that the update scores."""
-    if setting not in LORA_COMPUTE_DTYPES:
-        raise ValueError(f"model.lora_compute_dtype: expected model|adapter, got {setting!r}")
-    _COMPUTE[model] = setting
+    _COMPUTE[model] = check_lora_compute_dtype(setting)
 
 
 def release(model: torch.nn.Module) -> None:

@@ -121,8 +121,9 @@ def routed_lora(model: torch.nn.Module, names: list[str], lora_compute_dtype: st
     ``names[route[i]]`` inside a ``route(rows)`` context (yielded); outside one, or with the
     adapters disabled (the KL reference), PEFT's own forward. Differentiable in every
     adapter's A and B (the stacks are concatenated in the graph at each call). The branch's
-    products in ``lora_compute_dtype``'s dtype (``teamrl.tensors.lora_branch_dtype``): under 'model'
-    the stacks are cast to x's dtype in the graph, so their gradients come back in fp32."""
+    products in ``lora_compute_dtype``'s dtype (``teamrl.tensors.lora_branch_dtype``): under
+    'model' the stacks are cast to x's dtype in the graph, so their gradients come back in
+    fp32."""
     current: dict[str, torch.Tensor | None] = {"rows": None}
     patched = []
     try:

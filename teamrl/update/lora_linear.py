@@ -158,9 +158,9 @@ def _fused_forward(layer, setting: str):
 def fused_lora(model: torch.nn.Module, lora_compute_dtype: str = "adapter"):
     """Within the block, PEFT's LoRA linears of ``model`` run as ``lora_linear`` where that is
     PEFT's function (``fusable_adapter``), the branch in ``lora_compute_dtype``'s dtype
-    (``teamrl.tensors.lora_branch_dtype``); yields how many layers were patched. A layer that already has an
-    instance ``forward`` (patched by someone else) is left alone, and every patch is removed
-    on exit, errors included."""
+    (``teamrl.tensors.lora_branch_dtype``); yields how many layers were patched. A layer that
+    already has an instance ``forward`` (patched by someone else) is left alone, and every
+    patch is removed on exit, errors included."""
     try:
         from peft.tuners.lora.layer import Linear as LoraLinear
     except ImportError:  # no PEFT: nothing to fuse
