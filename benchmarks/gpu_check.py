@@ -1,6 +1,8 @@
 """``make gpu-check``: everything a GPU machine should run, in one call of at most 9 minutes.
 
-Steps, each a child process with its own time budget (``--budget`` caps the whole run):
+Steps, each a child process with a time budget, in this order on one schedule: a step must end
+by the sum of its budget and every earlier step's, so time an earlier step leaves unused goes to
+the next (``--budget`` caps the whole run):
 
 1. ``install``: teamrl from this checkout with ``pip install --no-deps --no-index
    --no-build-isolation -e .``, so the machine's torch (and everything else) stays as it is and
@@ -102,8 +104,10 @@ TINY_SHAPE = {
 # of the four contenders about 40 s at 0.5B and 60 s at 1.5B; the fast path's first call at
 # 64 rows 30 s. A step table runs under --budget-s: it starts no round that would not fit,
 # writes every step to its .steps.jsonl as it ends and its tables after every round, so a step
-# cut short keeps what it measured. The asynchronous pair runs only when asked for:
-# --steps install,async.
+# cut short keeps what it measured. The slack carries forward (``Run.slot``): install takes a
+# few seconds of its 20, so the CUDA tests get about 140 s for their measured 108-115; a step
+# table ends part of a round before its slot, and generation, last, gets that too. The
+# asynchronous pair runs only when asked for: --steps install,async.
 GPU_DEFAULT_STEPS = ("install", "cuda-tests", "step-table", "generation")
 GPU_PLAN = {
     "device": "cuda",
@@ -419,23 +423,36 @@ def write_summary(out: Path, env: dict, results: list[dict]) -> None:
 
 # ---------------------------------------------------------------------------------------- main
 class Run:
-    """The results folder, the clock and the steps done so far (summary rewritten after each)."""
+    """The results folder, the clock and the steps done so far (summary rewritten after each).
+
+    The steps run in the plan's order on one schedule: each must end by the time its budget
+    and every earlier step's budget add up to (and by the whole run's deadline). A step that
+    ends early leaves its unused seconds to the next one, so the steps whose length varies
+    most (compiling on a fresh machine) borrow nothing from later steps and lose nothing to
+    earlier ones; a budgeted step never ends later than the plan says.
+    """
 
     def __init__(self, out: Path, env: dict, child_env: dict, total_s: float):
         self.out, self.env, self.child_env = out, env, child_env
-        self.deadline = time.monotonic() + total_s
+        self.planned = time.monotonic()  # where the schedule has reached: the last slot's end
+        self.deadline = self.planned + total_s
         self.results: list[dict] = []
 
-    def timeout(self, t0: float, budget: float) -> float:
-        """Seconds left to a step that started at ``t0``: its budget, within the whole run's."""
-        return min(t0 + budget, self.deadline) - time.monotonic()
+    def slot(self, budget: float) -> float:
+        """The next step's end (a monotonic time): the schedule moves on by ``budget``."""
+        self.planned += budget
+        return min(self.planned, self.deadline)
 
-    def record(self, step: str, status: str, t0: float, budget: float, tables=()) -> None:
+    def timeout(self, end: float) -> float:
+        """Seconds left before ``end``."""
+        return end - time.monotonic()
+
+    def record(self, step: str, status: str, t0: float, end: float, tables=()) -> None:
         row = {
             "step": step,
             "status": status,
             "seconds": time.monotonic() - t0,
-            "budget_s": budget,
+            "budget_s": end - t0,  # its own budget and what earlier steps left unused
             "log": log_name(step),
             "tables": list(tables),
         }
@@ -443,19 +460,19 @@ class Run:
         print(f"gpu-check: {step}: {status} ({row['seconds']:.0f} s)", flush=True)
         write_summary(self.out, self.env, self.results)
 
-    def child(self, step: str, cmd: list[str], budget: float, t0: float | None = None) -> None:
-        """One test or benchmark process, stopped when its time is up."""
+    def child(self, step: str, cmd: list[str], end: float, t0: float | None = None) -> None:
+        """One test or benchmark process, stopped at ``end`` (its slot's end)."""
         t0 = time.monotonic() if t0 is None else t0
         tables = [] if step == "cuda-tests" else [log_name(step).replace(".log", ".md")]
-        left = self.timeout(t0, budget)
+        left = self.timeout(end)
         if left < 5:
-            self.record(step, "not run (out of time)", t0, budget)
+            self.record(step, "not run (out of time)", t0, end)
             return
         status = run_child(cmd, self.out / log_name(step), left, self.child_env)
         if status == "ok":
             wrong = verify(step, self.out, self.env["plan"], self.env["mode"] == "gpu")
             status = f"failed: {wrong}" if wrong else status
-        self.record(step, status, t0, budget, tables)
+        self.record(step, status, t0, end, tables)
 
 
 def verify(step: str, out: Path, plan: dict, on_gpu: bool) -> str | None:
@@ -512,39 +529,39 @@ def log_name(step: str) -> str:
 def run_all(run: Run, steps: list[str], plan: dict, dry_run: bool, scratch: Path) -> None:
     budgets = plan["budgets"]
     if "install" in steps:
-        t0 = time.monotonic()
-        status = install(run.out, run.timeout(t0, budgets["install"]), run.child_env)
-        run.record("install", status, t0, budgets["install"])
+        t0, end = time.monotonic(), run.slot(budgets["install"])
+        status = install(run.out, run.timeout(end), run.child_env)
+        run.record("install", status, t0, end)
     models = {name: scratch / name for name in STEP_MODELS} if "step-table" in steps else {}
     async_models = {n: scratch / f"async-{n}" for n in ASYNC_MODELS} if "async" in steps else {}
     cmds = step_commands(plan, run.out, models, async_models)
     if "cuda-tests" in steps:
-        run.child("cuda-tests", cmds["cuda-tests"], budgets["cuda-tests"])
+        run.child("cuda-tests", cmds["cuda-tests"], run.slot(budgets["cuda-tests"]))
     for name, budget in zip(models, budgets["step-table"]):
         step = f"step-{name}"
-        t0 = time.monotonic()
-        if not model_ready(run, step, name, scratch / name, plan, dry_run, t0, budget):
+        t0, end = time.monotonic(), run.slot(budget)
+        if not model_ready(run, step, name, scratch / name, plan, dry_run, t0, end):
             continue
         # The benchmark stops starting rounds itself, with time left to close its workers and
         # write its tables before the step's hard limit.
-        inner = max(10.0, run.timeout(t0, budget) - 20)
-        run.child(step, [*cmds[step], "--budget-s", f"{inner:.0f}"], budget, t0)
+        inner = max(10.0, run.timeout(end) - 20)
+        run.child(step, [*cmds[step], "--budget-s", f"{inner:.0f}"], end, t0)
     if "generation" in steps:
-        run.child("generation", cmds["generation"], budgets["generation"])
+        run.child("generation", cmds["generation"], run.slot(budgets["generation"]))
     for (name, folder), budget in zip(async_models.items(), budgets["async"]):
         step = f"async-{name}"
-        t0 = time.monotonic()
-        if model_ready(run, step, name, folder, plan, dry_run, t0, budget):
-            run.child(step, cmds[step], budget, t0)
+        t0, end = time.monotonic(), run.slot(budget)
+        if model_ready(run, step, name, folder, plan, dry_run, t0, end):
+            run.child(step, cmds[step], end, t0)
 
 
-def model_ready(run, step, name, folder, plan, dry_run, t0, budget) -> bool:
+def model_ready(run, step, name, folder, plan, dry_run, t0, end) -> bool:
     """Write a step's random model; a failure is recorded as the step's result."""
     try:
         write_model(name, folder, dry_run, plan["device"], plan["dtype"])
     except Exception as err:  # noqa: BLE001  (out of memory, a transformers change...)
         (run.out / log_name(step)).write_text(f"writing the model: {err!r}\n")
-        run.record(step, f"failed: {type(err).__name__}", t0, budget)
+        run.record(step, f"failed: {type(err).__name__}", t0, end)
         return False
     return True
 

@@ -200,3 +200,59 @@ def test_a_step_past_its_budget_is_stopped_with_what_it_started(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the budget's kill did not reach pid {pid}")
+
+
+def test_time_a_step_leaves_unused_goes_to_the_next_and_no_step_ends_past_the_plan(
+    monkeypatch, tmp_path
+):
+    """The GPU plan's budgets: install 20, CUDA tests 125, step tables 170 and 180, generation
+    45 (540 s). Each step's hard limit is the sum of the budgets up to it, so, by hand, with
+    install taking 4 s, the CUDA tests 110 s and each step table its whole time limit:"""
+    clock = [1000.0]
+    monkeypatch.setattr(gpu_check.time, "monotonic", lambda: clock[0])
+    took = {"cuda-tests": 110.0, "generation": 30.0}
+    given: dict[str, float] = {}
+
+    def install(out, timeout, env):
+        given["install"] = timeout
+        clock[0] += 4.0
+        return "ok"
+
+    def run_child(cmd, log, timeout, env):
+        step = log.name.removesuffix(".log").replace("_", "-", 1)  # log_name's inverse
+        given[step] = timeout
+        if "--budget-s" in cmd:
+            given[f"{step} --budget-s"] = float(cmd[cmd.index("--budget-s") + 1])
+        clock[0] += took.get(step, timeout)  # a step table uses all of its time
+        return "ok"
+
+    monkeypatch.setattr(gpu_check, "install", install)
+    monkeypatch.setattr(gpu_check, "run_child", run_child)
+    monkeypatch.setattr(gpu_check, "verify", lambda *a: None)
+    monkeypatch.setattr(gpu_check, "write_model", lambda *a: None)
+    monkeypatch.setattr(gpu_check, "write_summary", lambda *a: None)
+    env = {"plan": gpu_check.GPU_PLAN, "mode": "gpu"}
+    run = gpu_check.Run(tmp_path, env, {}, total_s=540)
+    steps = ["install", "cuda-tests", "step-table", "generation"]
+    gpu_check.run_all(run, steps, gpu_check.GPU_PLAN, False, tmp_path)
+
+    assert given["install"] == 20
+    assert given["cuda-tests"] == 125 + (20 - 4)  # install's 16 unused seconds carried
+    assert given["step-qwen2.5-0.5b"] == 170 + (145 - 114)  # the tests' 31 too: ends at 315
+    assert given["step-qwen2.5-0.5b --budget-s"] == 201 - 20  # rounds stop 20 s before
+    assert given["step-qwen2.5-1.5b"] == 180  # the first table used its slot: nothing carried
+    assert given["generation"] == 45
+    assert clock[0] - 1000 == 4 + 110 + 201 + 180 + 30  # 525: within the plan's 540 s
+    rows = {r["step"]: r for r in run.results}
+    assert rows["cuda-tests"]["budget_s"] == 141 and rows["cuda-tests"]["seconds"] == 110
+    assert [r["status"] for r in run.results] == ["ok"] * 5
+
+    # --budget below the plan's sum: the whole run's deadline cuts the last slots.
+    clock[0], given = 1000.0, {}
+    run = gpu_check.Run(tmp_path, env, {}, total_s=300)
+    gpu_check.run_all(
+        run, ["install", "cuda-tests", "step-table"], gpu_check.GPU_PLAN, False, tmp_path
+    )
+    assert given["step-qwen2.5-0.5b"] == 300 - 114  # its slot would end at 315
+    assert "step-qwen2.5-1.5b" not in given  # less than 5 s left: not started
+    assert run.results[-1]["status"] == "not run (out of time)"
