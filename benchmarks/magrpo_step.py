@@ -17,6 +17,9 @@ Contenders, each a long-lived worker process built once:
 - teamrl vllm: ``team.policies=lora`` with ``generation.backend=vllm``, run by the interpreter
   of ``.venv-vllm`` (``make test-vllm`` builds it); skipped with a note when absent.
 - comlrl 1.4.3: ``MAGRPOTrainer`` in ``benchmarks/.venv-comlrl`` via comlrl_worker.py --serve.
+- ``KIND@KEY=VALUE[@KEY=VALUE...]``: a teamrl contender with config overrides, e.g.
+  ``lora,lora@generation.fast_decode=off``: an A/B of a setting in the same rounds, each side
+  in its own worker process.
 
 After ``--warmup`` untimed rounds, each of ``--rounds`` rounds times one step of every
 contender (order rotated per round), so the steps compared within a round ran under the same
@@ -37,6 +40,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -157,7 +161,13 @@ class TeamrlStep:
     """``Trainer.train_step`` with the given policies (and generation backend)."""
 
     def __init__(
-        self, args, texts: list[str], policies: str, backend: str | None, one_pass: bool = False
+        self,
+        args,
+        texts: list[str],
+        policies: str,
+        backend: str | None,
+        one_pass: bool = False,
+        extra: list[str] = (),
     ):
         from teamrl.config import load_config
         from teamrl.envs.base import Task
@@ -199,6 +209,7 @@ class TeamrlStep:
                 "generation.vllm_max_model_length=1024",
                 "generation.vllm_kv_cache_gb=0.5",
             ]
+        overrides += list(extra)  # a contender's own (KIND@KEY=VALUE), last: they win
         self.trainer = Trainer(load_config(None, overrides), task=task, run_dir=tempfile.mkdtemp())
         self.policies = policies
         self.model = next(iter(self.trainer.team.policies.values())).model
@@ -287,14 +298,17 @@ def serve(args) -> int:
         (args.warmup + args.rounds) * args.prompts_per_step, args.prompts, tok, args.prompt_tokens
     )
     t0 = time.perf_counter()
-    if args.worker == "raw":
+    kind, *overrides = args.worker.split("@")  # "lora@generation.fast_decode=off"
+    if kind == "raw":
         contender = RawStep(args, texts)
     else:
         # "lora", "shared", "separate"; "vllm" is lora on vLLM, "vllm-shared" shared on vLLM...
-        backend = "vllm" if args.worker.startswith("vllm") else None
-        one_pass = args.worker == "lora-1pass"
-        policies = "lora" if one_pass else args.worker.removeprefix("vllm").removeprefix("-")
-        contender = TeamrlStep(args, texts, policies or "lora", backend, one_pass=one_pass)
+        backend = "vllm" if kind.startswith("vllm") else None
+        one_pass = kind == "lora-1pass"
+        policies = "lora" if one_pass else kind.removeprefix("vllm").removeprefix("-")
+        contender = TeamrlStep(
+            args, texts, policies or "lora", backend, one_pass=one_pass, extra=overrides
+        )
     rounds.send(
         channel,
         {
@@ -307,7 +321,7 @@ def serve(args) -> int:
             **model_shape(contender.model),
             # Full fine-tuning computes weight gradients (6 N FLOPs a token); LoRA only the
             # activations' gradients through the frozen base (4 N).
-            "full": args.worker in ("raw", "shared", "separate", "vllm-shared", "vllm-separate"),
+            "full": kind in ("raw", "shared", "separate", "vllm-shared", "vllm-separate"),
         },
     )
     for line in sys.stdin:
@@ -397,9 +411,14 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
     """Start every wanted contender; those that cannot run are returned as notes instead."""
     wanted = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in wanted:
-        if c not in ALL + EXTRA:
+        kind, *overrides = c.split("@")
+        if kind not in ALL + EXTRA:
             choices = ", ".join(ALL + EXTRA)
-            raise SystemExit(f"--contenders: unknown {c!r}; choose from {choices}")
+            raise SystemExit(f"--contenders: unknown {kind!r}; choose from {choices}")
+        if overrides and kind in ("raw", "comlrl"):
+            raise SystemExit(f"--contenders: {c!r}: overrides apply to teamrl contenders only")
+        if any("=" not in o for o in overrides):
+            raise SystemExit(f"--contenders: {c!r}: each override after '@' is KEY=VALUE")
     if args.skip_comlrl and "comlrl" in wanted:
         wanted.remove("comlrl")
     if "comlrl" in wanted and (args.prompts_per_step != 1 or args.prompt_tokens):
@@ -434,7 +453,11 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
         print(f"starting {name} ...", flush=True)
         try:
             started[name] = rounds.WorkerProcess(
-                name, cmd, tmp / f"{kind}.log", env=env_k, wait=not args.parallel_start
+                name,
+                cmd,
+                tmp / f"{kind.replace('/', '_')}.log",
+                env=env_k,
+                wait=not args.parallel_start,
             )
         except RuntimeError as err:
             if not kind.startswith("vllm"):
@@ -481,7 +504,9 @@ def spread(s: dict) -> tuple[str, str, str]:
 
 
 def markdown(result: dict) -> str:
-    m, rep, ref = result["meta"], result["report"], result["reference"] or "(none)"
+    m, rep, ref = result["meta"], result["report"], result["reference"]
+    # Without raw or CoMLRL there is nothing to divide by: the ratio column says so.
+    vs = f"speed-up vs {ref} (median of per-round)" if ref else "speed-up (no raw or comlrl)"
     gpu = f" on {m['gpu']}" if m.get("gpu") else ""
     lines = [
         f"MAGRPO step, 2 agents x G={m['num_generations']} x {m['new_tokens']} tokens, "
@@ -496,7 +521,7 @@ def markdown(result: dict) -> str:
         + ".",
         "",
         f"| contender | s/step median | min–max | IQR (Q1–Q3) | generate s | update s | "
-        f"peak RSS GiB | speed-up vs {ref} (median of per-round) |",
+        f"peak RSS GiB | {vs} |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rep.items():
@@ -511,7 +536,7 @@ def markdown(result: dict) -> str:
     names = list(rep)
     lines += [
         "",
-        "Per round (s/step; speed-up vs " + ref + " in brackets):",
+        "Per round (s/step" + (f"; speed-up vs {ref} in brackets):" if ref else "):"),
         "",
         "| round | order | " + " | ".join(names) + " |",
         "|---|---|" + "---|" * len(names),
@@ -525,6 +550,7 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {r + 1} | {' '.join(short(n) for n in order)} | " + " | ".join(cells) + " |"
         )
+    lines += ab_markdown(result)
     lines += throughput_markdown(result)
     gpu_peaks = {n: g for n, g in result.get("peak_cuda_gib", {}).items() if g is not None}
     if gpu_peaks:
@@ -533,6 +559,31 @@ def markdown(result: dict) -> str:
     for name, note in result["notes"].items():
         lines.append(f"\n{name}: {note}")
     return "\n".join(lines) + "\n"
+
+
+def ab_markdown(result: dict) -> list[str]:
+    """Each ``KIND@overrides`` contender (B) against its plain ``KIND`` (A): the ratio of their
+    medians and in how many rounds B was the faster, for the step, generation and update (the
+    two stepped in the same rounds, so a slow spell of the machine hits both)."""
+    steps, lines = result["steps"], []
+    for b in steps:
+        a = b.split("@")[0]
+        if "@" not in b or a not in steps:
+            continue
+        if not lines:
+            lines = ["", "A/B (B: the contender with overrides, A: its plain kind):", ""]
+            lines += [
+                "| B | step B / A | B faster | generate B / A | B faster | update B / A | B faster |"
+            ]
+            lines += ["|---|---|---|---|---|---|---|"]
+        cells = []
+        for k in ("step_s", "generate_s", "update_s"):
+            ta, tb = [t[k] for t in steps[a]], [t[k] for t in steps[b]]
+            wins = sum(y < x for x, y in zip(ta, tb))
+            ratio = statistics.median(tb) / statistics.median(ta)
+            cells += [f"{ratio:.2f}", f"{wins} of {min(len(ta), len(tb))}"]
+        lines.append(f"| {b.removeprefix('teamrl ')} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def throughput(result: dict) -> dict[str, dict]:

@@ -311,3 +311,60 @@ def test_update_gap_times_both_updates_on_the_same_rows(tmp_path):
     for prof in res["profiles"].values():
         assert prof["wall_s"] > 0 and prof["top"] and prof["ops"] > 0
     assert "teamrl / raw:" in out.with_suffix(".md").read_text()
+
+
+def test_a_step_contender_with_overrides_runs_with_them_and_a_bad_one_is_one_line(tmp_path):
+    """magrpo_step's ``KIND@KEY=VALUE`` contenders: an A/B of a setting in the same rounds."""
+    import argparse
+
+    import magrpo_step
+
+    args = argparse.Namespace(
+        model="tiny-llama", device="cpu", dtype="float32", new_tokens=2, num_generations=2,
+        prompts_per_step=1, micro_batch_size=0, prompt_tokens=0,
+    )  # fmt: skip
+    extra = ["generation.fast_decode=off", "train.learning_rate=0.5"]
+    b = magrpo_step.TeamrlStep(args, ["hi there"], "lora", None, extra=extra).trainer.cfg
+    a = magrpo_step.TeamrlStep(args, ["hi there"], "lora", None).trainer.cfg
+    assert (a.generation.fast_decode, a.train.learning_rate) == ("auto", 1e-6)
+    # The contender's own overrides come last, so they win over the benchmark's.
+    assert (b.generation.fast_decode, b.train.learning_rate) == ("off", 0.5)
+    assert b.team.policies == a.team.policies == "lora"
+
+    for contenders, why in [
+        (
+            "lora,raw@train.learning_rate=1",
+            "'raw@train.learning_rate=1': overrides apply to teamrl",
+        ),
+        ("lora@fast", "'lora@fast': each override after '@' is KEY=VALUE"),
+        ("lorax@a=b", "unknown 'lorax'; choose from raw, lora"),
+    ]:
+        args.contenders = contenders
+        with pytest.raises(SystemExit, match=why):
+            magrpo_step.start_contenders(args, tmp_path)
+
+
+def test_step_ab_lines_pair_each_override_contender_with_its_plain_kind_by_hand():
+    import magrpo_step
+
+    def steps(*pairs):
+        return [{"step_s": g + u, "generate_s": g, "update_s": u} for g, u in pairs]
+
+    result = {
+        "steps": {
+            "raw": steps((9, 9), (9, 9), (9, 9)),
+            "teamrl lora": steps((4, 2), (6, 2), (5, 2)),
+            # generate medians 4 against 5 (0.80), faster in rounds 1 and 3 (3 < 4, 4 < 5) but
+            # not round 2 (7 > 6); update 3 against 2 (1.50), never faster; steps 7, 9, 7
+            # against 6, 8, 7: medians 7 and 7 (1.00), never faster (a tie is not faster)
+            "teamrl lora@generation.fast_decode=on": steps((3, 4), (7, 2), (4, 3)),
+            "teamrl shared@x=1": steps((1, 1), (1, 1), (1, 1)),  # no plain shared: no line
+        }
+    }
+    lines = magrpo_step.ab_markdown(result)
+    rows = [ln for ln in lines if ln.startswith("| lora@")]
+    assert rows == [
+        "| lora@generation.fast_decode=on | 1.00 | 0 of 3 | 0.80 | 2 of 3 | 1.50 | 0 of 3 |"
+    ]
+    assert not any("shared@" in ln for ln in lines)
+    assert magrpo_step.ab_markdown({"steps": {"raw": steps((1, 1))}}) == []
