@@ -20,8 +20,9 @@ class GenerationConfig:
         "hf backend only: decode with a preallocated (static) KV cache, and on CUDA a compiled "
         "decode step (torch.compile mode='reduce-overhead', i.e. CUDA graphs; see "
         "fast_decode_compile). Same tokens as the growing-cache loop under greedy decoding. "
-        "'auto' = on with CUDA and on CPU (eager there, and faster than the growing cache), off "
-        "on other devices; 'off' = the growing-cache reference loop.",
+        "'auto' = on with CUDA, off elsewhere (on CPU, eager, it attends over the whole cache at "
+        "every step and was not faster than the growing cache); 'on' uses it on CPU too; "
+        "'off' = the growing-cache reference loop.",
     )
     fast_decode_compile: Literal["auto", "on", "off"] = _f(
         "auto",

@@ -27,9 +27,12 @@ exactly as the reference does: ``sample_tokens`` draws one uniform per row from 
 are the same unless a last-bit difference in a probability moves a draw across a bucket edge
 (never seen on the tiny models in float32; in bf16 on GPU expect rare divergences).
 
-Eager, the static cache is the CPU's default loop too: it skips the growing cache's copies
-(step t of the reference copies every layer's t columns), which measured faster on a 2-core CPU
-in every policy mode (``benchmarks/results/roofline-ab-static-cache.md``).
+Eager (``generation.fast_decode=on`` on CPU), a call's cache is exactly as long as it needs and
+its rows are not padded: bucketing only serves a compiled step's reuse of its shapes. It is not
+the CPU's default: it skips the growing cache's copies (step t of the reference copies every
+layer's t columns) but attends over the whole cache at every step, and in a process of its own,
+as a run is, it sampled no faster than the reference loop on a 2-core CPU
+(``benchmarks/results/magrpo_step_ab_static_cache*.md``).
 
 Compilation. ``compile=None`` (auto) compiles the decode step on CUDA (``mode="reduce-overhead"``:
 CUDA graphs) and runs it eagerly elsewhere; ``compile=True`` compiles on CPU too (inductor's C++
@@ -44,11 +47,13 @@ share dynamo's recompile budget) with ``fullgraph=True``: the whole forward is o
 graph break is an error here rather than a silent split. The shape of a step is bucketed:
 
 - rows: the next power of two (a call with 5 rows decodes 8; the 3 extra rows repeat row 0 and
-  are dropped), so 1..256 rows fall in 9 buckets; an eager step (no compile) decodes its rows
-  as they are;
+  are dropped), so 1..256 rows fall in 9 buckets;
 - cache length: prompt width + budget rounded up to the next 2^k or 3 x 2^(k-1), at least
   ``CACHE_BUCKET`` (64, 96, 128, 192, ..., 4096: 13 buckets up to 4k tokens, at most half of a
   cache unused).
+
+An eager step (no compile) uses neither bucket: its rows as they are, its cache as long as the
+call needs.
 
 Dynamo compiles the first shape with static sizes and, at the first call whose rows (or cache
 length) differ, once more with that size symbolic (its automatic dynamic shapes): a model
@@ -362,9 +367,12 @@ def generate(
         out, position = batch.prefill(model)
         dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
         n, width = len(batch.rows), batch.ids.shape[1]
-        # A compiled step replays per shape, so its rows round up to a bucket; an eager step has
-        # no shape to reuse and would only pay for the extra rows.
-        rows, length = (row_bucket(n) if compile else n), length_bucket(width + dec.max_new)
+        # A compiled step replays per shape, so its rows and cache length round up to a bucket;
+        # an eager step has no shape to reuse and would only pay for the extra rows and columns
+        # (every decode step attends over the whole cache length).
+        rows, length = n, width + dec.max_new
+        if compile:
+            rows, length = row_bucket(rows), length_bucket(length)
         # Rows n..rows-1 pad the batch to its bucket: copies of row 0, decoded and dropped.
         padded = torch.cat([batch.expand, batch.expand.new_zeros(rows - n)])
         adapters = batch.row_adapters + [None] * (rows - n)

@@ -30,11 +30,11 @@ class HFBackend:
             multi_lora.set_compute_dtype(spec.model, spec.lora_compute_dtype)
         device = str(spec.device)
         on_cuda = device.startswith("cuda")
-        # 'auto': the static cache where it was measured faster (CUDA graphs on CUDA, fewer
-        # copies on CPU); other devices keep the reference loop. fast_decode_compile=on asks for
-        # the fast path's compiled step, so it implies the path.
-        measured = on_cuda or device.startswith("cpu")
-        self.fast = fast_decode == "on" or (fast_decode == "auto" and measured) or compile == "on"
+        # 'auto': the static cache where it was measured faster, on CUDA (its decode step
+        # replays as CUDA graphs). On CPU, eager, it was not faster than the growing cache in a
+        # process of its own, so CPU and other devices keep the reference loop.
+        # fast_decode_compile=on asks for the fast path's compiled step, so it implies the path.
+        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda) or compile == "on"
         self.compile = compile == "on" or (compile == "auto" and on_cuda)
         self.max_shapes = max_shapes
         # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so

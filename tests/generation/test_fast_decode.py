@@ -82,7 +82,7 @@ def test_the_cache_is_reused_across_calls_of_the_same_shape():
 
 
 def test_an_eager_call_holds_no_cache_after_it(monkeypatch):
-    """Eager (the CPU default), the static cache lives as long as the call, like the growing
+    """Eager (on CPU with fast_decode=on), the static cache lives as long as the call, like the growing
     cache of the reference loop: nothing is kept for the update to share memory with."""
     import gc
     import weakref
@@ -150,9 +150,10 @@ def test_declines_what_it_cannot_serve_and_falls_back_to_the_reference():
 
 
 def test_config_switch_routes_the_hf_backend_through_the_fast_path(monkeypatch):
-    """'auto' (the default) and 'on' send a CPU engine's calls to the static-cache path, 'off'
-    to the reference loop, with the same greedy tokens; a device never measured ('meta' here,
-    standing for one) keeps the reference loop under 'auto'."""
+    """'on' sends a CPU engine's calls to the static-cache path; 'auto' (the default) and 'off'
+    keep the reference loop there (eager, the static cache was not faster on CPU), with the same
+    greedy tokens. 'auto' takes the fast path on CUDA only; another device ('meta' here)
+    keeps the reference loop."""
     from teamrl.config import GenerationConfig
     from teamrl.generation import hf
     from teamrl.generation.backend import EngineSpec, make_backend
@@ -173,28 +174,38 @@ def test_config_switch_routes_the_hf_backend_through_the_fast_path(monkeypatch):
         )
         for mode in ("auto", "on", "off")
     }
-    assert calls == ["fast", "fast", "ref"]
+    assert calls == ["ref", "fast", "ref"]
     assert got["auto"] == got["on"] == got["off"]
-    elsewhere = EngineSpec(model, None, [0], 0, "tiny-llama", "float32", "meta", [])
-    assert not make_backend(GenerationConfig(), elsewhere).fast
-    assert make_backend(GenerationConfig(fast_decode="on"), elsewhere).fast
+    for device, auto_fast in (("cuda", True), ("cuda:1", True), ("meta", False)):
+        spec = EngineSpec(model, None, [0], 0, "tiny-llama", "float32", device, [])
+        assert make_backend(GenerationConfig(), spec).fast is auto_fast, device
+        assert make_backend(GenerationConfig(fast_decode="on"), spec).fast
+        assert not make_backend(GenerationConfig(fast_decode="off"), spec).fast
 
 
-def test_an_eager_step_decodes_its_rows_unpadded(monkeypatch):
-    """Padding rows to a power of two (6 -> 8) only serves a compiled step's shape reuse: an
-    eager step decodes its 6 rows as they are, with the reference loop's tokens."""
+def test_an_eager_step_decodes_its_rows_unpadded_over_the_cache_it_needs(monkeypatch):
+    """Padding rows to a power of two (6 -> 8) and the cache to a length bucket (19 -> 64) only
+    serve a compiled step's shape reuse: an eager step decodes its 6 rows as they are, over
+    7 prompt columns (the widest prompt) + 12 new tokens (the largest budget) = 19 cache
+    positions, with the reference loop's tokens."""
     model = load_model("tiny-llama")
-    seen = []
-    real = fast_decode._decode_step
+    seen, shapes = [], []
+    real, real_cache = fast_decode._decode_step, fast_decode._static_cache
 
     def spy(model_, ids, *rest):
         seen.append(ids.shape[0])
         return real(model_, ids, *rest)
 
+    def cache_spy(model_, state, key, *rest):
+        shapes.append(key)
+        return real_cache(model_, state, key, *rest)
+
     monkeypatch.setattr(fast_decode, "_decode_step", spy)
+    monkeypatch.setattr(fast_decode, "_static_cache", cache_spy)
     reqs = requests(0.0)  # 3 + 1 + 2 = 6 rows
     eager = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True, compile=False)
-    assert set(seen) == {6}
+    assert set(seen) == {6} and shapes == [(6, 19)]
+    assert fast_decode.length_bucket(19) == 64  # what a compiled step would have used
     assert tokens(eager) == tokens(generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True))
     fast_decode.release(model)
 
