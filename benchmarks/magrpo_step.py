@@ -40,7 +40,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -576,12 +575,7 @@ def ab_markdown(result: dict) -> list[str]:
                 "| B | step B / A | B faster | generate B / A | B faster | update B / A | B faster |"
             ]
             lines += ["|---|---|---|---|---|---|---|"]
-        cells = []
-        for k in ("step_s", "generate_s", "update_s"):
-            ta, tb = [t[k] for t in steps[a]], [t[k] for t in steps[b]]
-            wins = sum(y < x for x, y in zip(ta, tb))
-            ratio = statistics.median(tb) / statistics.median(ta)
-            cells += [f"{ratio:.2f}", f"{wins} of {min(len(ta), len(tb))}"]
+        cells = [rounds.ab(steps[a], steps[b], k) for k in ("step_s", "generate_s", "update_s")]
         lines.append(f"| {b.removeprefix('teamrl ')} | " + " | ".join(cells) + " |")
     return lines
 

@@ -52,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import rounds  # noqa: E402
 from rounds import provenance, round_order, summarize  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -194,11 +195,7 @@ def ab_lines(result: dict) -> list[str]:
         a, b = result["timings"].get(mode), result["timings"].get(contender(mode, against))
         if not a or not b:
             continue
-        cells = []
-        for k in ("generate_s", "update_s"):
-            ratio = statistics.median(t[k] for t in b) / statistics.median(t[k] for t in a)
-            wins = sum(tb[k] < ta[k] for ta, tb in zip(a, b))
-            cells += [f"{ratio:.2f}", f"{wins} of {min(len(a), len(b))}"]
+        cells = [rounds.ab(a, b, k) for k in ("generate_s", "update_s")]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return lines
 

@@ -164,6 +164,15 @@ def per_round_ratios(reference: list[float], contender: list[float]) -> list[flo
     return [ref / c for ref, c in zip(reference, contender)]
 
 
+def ab(a: list[dict], b: list[dict], key: str) -> str:
+    """Table cells of B against A on ``key`` (each a list of per-round timings, round r of one
+    stepped in the same round as round r of the other): the ratio of their medians, and in how
+    many paired rounds B was the faster (a tie is not), e.g. '0.80 | 2 of 3'."""
+    ratio = statistics.median(t[key] for t in b) / statistics.median(t[key] for t in a)
+    wins = sum(tb[key] < ta[key] for ta, tb in zip(a, b))
+    return f"{ratio:.2f} | {wins} of {min(len(a), len(b))}"
+
+
 def report(steps: dict[str, list[dict]], reference: str | None) -> dict[str, dict]:
     """Per contender: step/generate/update summaries and the per-round ratios to ``reference``.
 

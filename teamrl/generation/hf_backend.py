@@ -28,8 +28,7 @@ class HFBackend:
         self.spec = spec
         if spec.adapters and spec.model is not None:  # the update's choice, for the sampler
             multi_lora.set_compute_dtype(spec.model, spec.lora_compute_dtype)
-        device = str(spec.device)
-        on_cuda = device.startswith("cuda")
+        on_cuda = str(spec.device).startswith("cuda")
         # 'auto': the static cache where it was measured faster, on CUDA (its decode step
         # replays as CUDA graphs). On CPU, eager, it was not faster than the growing cache in a
         # process of its own, so CPU and other devices keep the reference loop.
