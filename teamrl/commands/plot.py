@@ -5,6 +5,10 @@ components, loss, completion length. ``smooth`` (``--smooth W``, W in [0, 1)) dr
 training curve as its bias-corrected EMA with weight W over the raw values (drawn faintly);
 evaluation points are never smoothed. Steps are integers, and so are the x ticks. For an
 interactive page with samples and rollout trees, see ``teamrl report``.
+
+metrics.jsonl is read through ``teamrl.run.records`` (as ``teamrl report`` reads it): a
+malformed line is one error naming the file and the line; a partial last line (a live run
+writing it) is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -12,12 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from teamrl.errors import ConfigError
-from teamrl.run.logging import read_metrics
+from teamrl.run.records import METRICS, read_records
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
-    pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    """The steps where ``key`` is a number, and its values there."""
+    pts = [(r["step"], r[key]) for r in rows if _is_number(r.get(key))]
     return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def ema(values: list[float], weight: float) -> list[float]:
@@ -55,15 +64,18 @@ def plot_panels(keys: set[str]) -> list[tuple[str, list[str]]]:
 def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: float = 0.0) -> Path:
     if not 0 <= smooth < 1:
         raise ConfigError(f"--smooth: expected an EMA weight in [0, 1), got {smooth}")
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: is {run_dir} a teamrl run folder?")
+    rows = read_records(path, METRICS)
+    if not rows:
+        raise ConfigError(f"{run_dir}/metrics.jsonl has no rows to plot")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    rows = read_metrics(run_dir)
-    if not rows:
-        raise ConfigError(f"{run_dir}/metrics.jsonl has no rows to plot")
     panels = plot_panels(set().union(*rows))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     for ax, (title, ks) in zip(axes[0], panels):

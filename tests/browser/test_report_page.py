@@ -1,10 +1,13 @@
 """``teamrl report``'s page in headless Chromium (``make test-browser``): it loads from file://
 with no request and no error, draws its curves, filters its sample table, and draws the rollout
-trees of tiny runs whose rewards are functions of the texts (tests/helpers/report_runs.py)."""
+trees of tiny runs whose rewards are functions of the texts (tests/helpers/report_runs.py); its
+Content-Security-Policy runs its own script and nothing else; a 100,000-step run
+(tests/helpers/report_files.py) draws every section."""
 
 from __future__ import annotations
 
 import pytest
+from helpers.report_files import write_long_run, write_rows
 from helpers.report_runs import G, at_grpo_run, joint_reward, magrpo_run, turn_reward
 
 from teamrl.commands.report import report_data, write_report
@@ -161,3 +164,90 @@ def test_the_harness_sees_and_aborts_a_request_off_the_machine(tmp_path):
     with open_report(page_path) as (page, log):
         assert log.requests == ["http://example.invalid/x.png"]
         assert any("bad is not defined" in e for e in log.errors)
+
+
+def test_the_page_runs_its_own_script_and_nothing_else_inline(magrpo, tmp_path):
+    """The CSP lists the hashes of the page's own script and style: the page draws with no
+    violation, while a script, a ``<base>`` and a form added to the file are refused."""
+    _, page_path = magrpo
+    with open_report(page_path) as (page, log):
+        assert page.locator("figure.panel").count() > 0  # the page's own script ran
+        assert log.errors == [] and log.requests == []  # a violation is a console error
+    text = page_path.read_text()
+    head = '<base href="https://example.invalid/"><script>window.injected = 1;</script>'
+    body = '<form action="https://example.invalid/send" method="post"></form>'
+    text = text.replace("<title>", head + "<title>", 1).replace("</body>", body + "</body>", 1)
+    tampered = tmp_path / "tampered.html"
+    tampered.write_text(text)
+    with open_report(tampered) as (page, log):
+        assert page.evaluate("window.injected") is None
+        assert page.evaluate("document.baseURI") == tampered.resolve().as_uri()
+        with page.expect_console_message(lambda m: "form-action" in m.text):
+            page.evaluate("document.querySelector('form').requestSubmit()")
+        assert page.locator("figure.panel").count() > 0
+        assert log.requests == []
+        assert len(log.errors) == 3, log.errors
+        assert all("Content Security Policy" in e for e in log.errors), log.errors
+        for directive in ("script-src", "base-uri", "form-action"):
+            assert any(directive in e for e in log.errors), (directive, log.errors)
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    run = write_long_run(tmp_path_factory.mktemp("page") / "long", steps=100_000)
+    return run, write_report(run)
+
+
+def test_a_100000_step_run_draws_every_section(long_run):
+    run, page_path = long_run
+    data = report_data(run)
+    with open_report(page_path) as (page, log):
+        assert page.locator("figure.panel").count() == len(data["panels"])
+        series = page.locator("path.series")
+        assert series.count() == sum(len(p["keys"]) for p in data["panels"])
+        points = [int(n) for n in series.evaluate_all("ps => ps.map(p => p.dataset.points)")]
+        assert all(0 < n <= 1000 for n in points), points
+        loss = page.locator('path.range[data-key="loss/alice"]')
+        assert loss.count() == 1  # each point's run of steps, lowest to highest
+        page.locator('figure[data-title="loss"] svg').hover()
+        assert (
+            page.locator('figure[data-title="loss"] .readout').text_content().startswith("steps ")
+        )
+        # samples: 200 of the 2000 logged steps, 4 rows each, 100 rows a page
+        rows = page.locator("#sample-table tbody tr")
+        assert rows.count() == 100
+        assert page.locator("#sample-page").text_content() == "1–100 of 800"
+        page.click("#sample-next")
+        assert page.locator("#sample-page").text_content() == "101–200 of 800"
+        assert rows.count() == 100
+        page.select_option("#f-agent", "bob")
+        assert page.locator("#sample-page").text_content() == "1–100 of 400"
+        # the last logged step's tree; the first and the last of 101 evaluations
+        assert page.locator("#tree-view .joint").count() == 2
+        assert page.locator("tr.eval-row").count() == 2 * 2
+        assert (
+            page.locator("#eval-caption")
+            .text_content()
+            .startswith("101 evaluations, from step 0 to step 100000")
+        )
+        assert log.errors == [] and log.requests == []
+
+
+def test_a_tree_whose_joint_ids_loop_is_drawn_once(tmp_path):
+    """Joint ids that lead back to a node above (a malformed or hand-made samples.jsonl) draw
+    each node once on a path, rather than recurse until the stack overflows."""
+    run = tmp_path / "loop"
+    write_rows(run / "metrics.jsonl", [{"step": 1, "reward/mean": 1.0}])
+    row = {"step": 1, "example": 0, "slot": 0, "turn": 0, "completion": "x", "team_reward": 1.0}
+    write_rows(
+        run / "samples.jsonl",
+        [
+            {**row, "agent": agent, "node": node, "joint": joint}
+            for agent in ("alice", "bob")
+            for node, joint in (("root", ["0"]), ("0", ["0", "root"]))
+        ],
+    )
+    with open_report(write_report(run)) as (page, log):
+        assert page.locator('#tree-view .node[data-node="root"]').count() == 1
+        assert page.locator('#tree-view .node[data-node="0"]').count() == 1
+        assert log.errors == []

@@ -1,20 +1,25 @@
 """``teamrl report``'s data side: samples.jsonl holds whole joint groups with prompts and tree
 positions, eval_samples.jsonl every held-out output, resumes.jsonl each resume; the page's
-JSON; one-line errors. The page in a browser: tests/browser."""
+JSON, its Content-Security-Policy, a long run's bounded data; one-line errors. The page in a
+browser: tests/browser; malformed run files: test_run_records.py."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections import Counter
+from html.parser import HTMLParser
 
 import pytest
 from helpers.cli import one_line_error
+from helpers.report_files import SPIKE, SPIKE_STEP, eval_reward, loss, write_long_run
 from helpers.report_runs import G, at_grpo_run, joint_reward, magrpo_run, turn_reward
 from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
 
 from teamrl.algorithms.magrpo import joint_rollout
 from teamrl.commands.plot import ema, plot_panels
-from teamrl.commands.report import PLACEHOLDER, _spread_steps, render, report_data
+from teamrl.commands.report import PLACEHOLDER, _samples, render, report_data
 from teamrl.config import ConfigError, load_config
 from teamrl.envs.functional import FunctionEnv
 from teamrl.run.files import read_jsonl
@@ -198,12 +203,14 @@ def test_the_page_inlines_its_data_so_no_text_can_close_the_script(tmp_path):
     assert "https://" not in page
 
 
-def test_a_long_runs_samples_keep_evenly_spread_steps():
-    rows = [{"step": s} for s in range(1, 6) for _ in range(2)]
+def test_a_long_runs_samples_keep_evenly_spread_steps(tmp_path):
+    rows = [{"step": s, "agent": a} for s in range(1, 6) for a in ("a", "b")]
+    run = _write_run(tmp_path / "run", [{"step": 1}], samples=rows)
     notes: list[str] = []
-    assert sorted({r["step"] for r in _spread_steps(rows, 3, notes)}) == [1, 3, 5]
+    kept = _samples(run / "samples.jsonl", 3, notes, [])
+    assert kept == [r for r in rows if r["step"] in (1, 3, 5)]
     assert notes == ["samples.jsonl logs 5 steps: the page holds 3 of them."]
-    assert _spread_steps(rows, 5, []) == rows
+    assert _samples(run / "samples.jsonl", 5, notes, []) == rows and len(notes) == 1
 
 
 def test_bad_run_folders_are_one_line_errors(tmp_path, capsys):
@@ -233,3 +240,107 @@ def test_plot_smooths_with_a_bias_corrected_ema_and_has_a_per_agent_panel():
         ("advantage per agent", ["advantage/mean/a"]),
         ("loss", ["loss/a"]),
     ]
+
+
+class PageParts(HTMLParser):
+    """A page's Content-Security-Policy (from its meta tag) and its inline scripts and styles,
+    each with its attributes and its text exactly as a browser hashes it."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=False)
+        self.csp: str | None = None
+        self.blocks: list[tuple[str, dict, str]] = []  # (tag, attributes, text)
+        self._open: tuple[str, dict] | None = None
+        self._text: list[str] = []
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "meta" and (attrs.get("http-equiv") or "").lower() == "content-security-policy":
+            assert self.csp is None, "two CSP meta tags"
+            self.csp = attrs["content"]
+        if tag in ("script", "style"):
+            self._open, self._text = (tag, attrs), []
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if self._open is not None and tag == self._open[0]:
+            self.blocks.append((*self._open, "".join(self._text)))
+            self._open = None
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_the_page_runs_only_its_own_scripts_and_styles_by_hash(tmp_path):
+    sample = {"step": 1, "example": 0, "slot": 0, "agent": "a", "turn": 0, "completion": "x"}
+    run = _write_run(tmp_path / "run", [{"step": 1, "reward/mean": 1.0}], samples=[sample])
+    parts = PageParts(render(report_data(run)))
+    assert parts.csp is not None
+    policy = {}
+    for directive in parts.csp.split(";"):
+        name, *sources = directive.split()
+        policy[name] = sources
+    assert "'unsafe-inline'" not in parts.csp and "'unsafe-eval'" not in parts.csp
+    assert policy["default-src"] == ["'none'"]
+    assert policy["base-uri"] == ["'none'"] and policy["form-action"] == ["'none'"]
+    scripts = [
+        text
+        for tag, attrs, text in parts.blocks
+        if tag == "script" and attrs.get("type", "text/javascript") == "text/javascript"
+    ]
+    styles = [text for tag, _, text in parts.blocks if tag == "style"]
+    assert scripts and styles
+    assert not any(attrs.get("src") for tag, attrs, _ in parts.blocks if tag == "script")
+    # every source is a hash, and every inline script and style has its own listed
+    assert all(src.startswith("'sha256-") for src in policy["script-src"] + policy["style-src"])
+    assert sorted(policy["script-src"]) == sorted(_sha256(t) for t in scripts)
+    assert sorted(policy["style-src"]) == sorted(_sha256(t) for t in styles)
+    # the data's tag is JSON, which no browser runs, so it needs no hash
+    assert [attrs.get("type") for tag, attrs, _ in parts.blocks if tag == "script"] == [
+        "application/json",
+        None,
+    ]
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    return write_long_run(tmp_path_factory.mktemp("long") / "run", steps=100_000)
+
+
+def test_a_100000_step_runs_curves_keep_every_spike_in_a_bounded_page(long_run):
+    data = report_data(long_run)
+    assert data["span"] == [1, 100_000]
+    # at most 1,000 points, each the mean of 100 consecutive steps, shaded min to max
+    assert len(data["steps"]) == 1000 and data["per_point"] == 100
+    assert data["spans"][0] == [1, 100] and data["spans"][-1] == [99_901, 100_000]
+    assert all(b[0] == a[1] + 1 for a, b in zip(data["spans"], data["spans"][1:]))
+    assert all(lo <= x <= hi for x, (lo, hi) in zip(data["steps"], data["spans"]))
+    for key, ys in data["series"].items():
+        assert len(ys) == len(data["steps"]) and len(data["ranges"][key][0]) == len(ys)
+    i = (SPIKE_STEP - 1) // 100  # the run of steps holding the spike
+    lows, highs = data["ranges"]["loss/alice"]
+    assert highs[i] == SPIKE == max(highs)
+    first = [loss(s) for s in range(1, 101)]
+    assert data["series"]["loss/alice"][0] == pytest.approx(sum(first) / 100)
+    assert lows[0] == min(first) and highs[0] == max(first)
+    # evaluations (every 1000 steps) are sparser than a run: each keeps its own value
+    evals = [
+        (x, y) for x, y in zip(data["steps"], data["series"]["eval/reward/mean"]) if y is not None
+    ]
+    assert [y for _, y in evals] == [eval_reward(s) for s in range(1000, 100_001, 1000)]
+    assert any(
+        "each curve point is the mean of a run of up to 100 steps" in n for n in data["notes"]
+    )
+    # 101 evaluations: the page names the first and last ten, counts them all, shows two
+    ev = data["evals"]
+    assert ev["count"] == 101 and len(ev["steps"]) == 20
+    assert ev["steps"][:2] == [0, 1000] and ev["steps"][-1] == 100_000
+    assert {r["step"] for r in ev["rows"]} == {0, 100_000}
+    assert len(data["samples"]) == 200 * 4  # 200 of 2000 logged steps, 4 samples each
+    assert len(render(data)) < 1_000_000  # the metrics file alone is 16 MB
