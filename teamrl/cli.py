@@ -2,7 +2,10 @@
 
 A user mistake (a bad config value, a missing file, a missing optional package) ends with one
 line, ``teamrl: error: ...``, and exit code 2; every check that needs no model runs before the
-model loads (``teamrl.preflight``). Any other exception is a bug and keeps its traceback.
+model loads (``teamrl.preflight``). A training step that fails, whatever ends it (the user's
+code, ``sys.exit`` in it, a log line the disk cannot take), is one line too, exit code 2,
+naming the step, the cause, the checkpoint written and the resume command. Any other exception
+is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -68,7 +72,8 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from teamrl.run.interrupt import TrainingInterrupted
+    from teamrl.run.checkpoints import latest_checkpoint
+    from teamrl.run.interrupt import TrainingInterrupted, aborted_message
     from teamrl.scale.group import WorkerDiedError
     from teamrl.trainer import Trainer
 
@@ -89,6 +94,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     except WorkerDiedError as died:  # a Ray worker or its node lost: the step in flight only
         print(f"teamrl: error: {worker_died_line(died, run_dir)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as abort:  # a second signal: the checkpoint there is, if any
+        print(
+            f"teamrl: {aborted_message(abort, latest_checkpoint(run_dir), run_dir)}",
+            file=sys.stderr,
+        )
+        return 130
     if history:
         first, last = history[0], history[-1]
         print(
@@ -560,9 +571,21 @@ def main(argv: list[str] | None = None) -> int:
     full = args.traceback or os.environ.get("TEAMRL_TRACEBACK", "") not in ("", "0")
     try:
         return args.fn(args)
-    except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: no final checkpoint, earlier ones intact
-        print("teamrl: aborted; the last complete checkpoint is intact", file=sys.stderr)
+    except KeyboardInterrupt:  # before a run folder is used (a train names its checkpoint)
+        print("teamrl: aborted", file=sys.stderr)
         return 130
+    except SystemExit as escaped:  # commands return their status, so the user's code raised
+        # this one (a task's make_env, a module --import ran): its error, never a clean exit
+        from teamrl.errors import user_frame
+
+        if full:
+            traceback.print_exception(escaped)
+        print(
+            f"teamrl: error: {user_frame(escaped)}: sys.exit in the user's code is an error, "
+            "not a clean exit (--traceback or TEAMRL_TRACEBACK=1 shows the stack)",
+            file=sys.stderr,
+        )
+        return 2
     except (ConfigError, FileExistsError, FileNotFoundError, UserCodeError) as err:
         if full and isinstance(err, UserCodeError):
             raise  # --traceback: the whole stack, the user's frames included

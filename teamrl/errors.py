@@ -21,12 +21,15 @@ class UserCodeError(RuntimeError):
 
 def user_frame(err: BaseException) -> str:
     """``TypeError at my_tasks.py:12 in reward: ...``: the error and the innermost frame
-    outside teamrl (the user's code), else the innermost frame."""
+    outside teamrl (the user's code), else the innermost frame; ``sys.exit("msg")`` is
+    ``SystemExit('msg') at ...``."""
     package = str(Path(__file__).resolve().parent)
     frames = traceback.extract_tb(err.__traceback__)
     mine = [f for f in frames if not str(Path(f.filename).resolve()).startswith(package)]
     frame = (mine or frames or [None])[-1]
     at = f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}" if frame else ""
+    if isinstance(err, SystemExit):  # sys.exit(code) in the user's code: named by its code
+        return f"SystemExit({err.code!r}){at}"
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return f"{type(err).__name__}{at}: {first}" if first else f"{type(err).__name__}{at}"
 

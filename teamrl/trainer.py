@@ -27,6 +27,8 @@ import inspect
 import shutil
 import time
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -37,7 +39,7 @@ from teamrl.credit.assign import make_credit
 from teamrl.distributed import DistContext
 from teamrl.envs.base import Task
 from teamrl.envs.sequential import SequentialTurns
-from teamrl.errors import UserCodeError
+from teamrl.errors import UserCodeError, user_frame
 from teamrl.execution.choose import make_execution
 from teamrl.execution.protocol import Execution, UpdateJob
 from teamrl.generation import fast_decode
@@ -47,18 +49,25 @@ from teamrl.rollout.common import RolloutResult
 from teamrl.run import checkpoints
 from teamrl.run.data_stream import DataStream
 from teamrl.run.export import write_team_folder
-from teamrl.run.files import RunLock, log_line, remove_orphans
+from teamrl.run.files import RunError, RunLock, log_line, remove_orphans
 from teamrl.run.interrupt import (
+    SecondSignal,
+    StepFailed,
     StopRequest,
     TrainingInterrupted,
+    failed_after_update_message,
     failed_eval_message,
+    failed_save_message,
     failed_step_message,
+    failed_update_message,
+    unsaved,
 )
 from teamrl.run.logging import RunLogger, sample_rows
 from teamrl.run.origin import RunOrigin, origin_of, write_origin
 from teamrl.run.seeding import rng_state, set_rng_state, set_seed
 from teamrl.run.watch import LearningWatch
 from teamrl.sample import Sample
+from teamrl.scale.group import WorkerDiedError
 from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
 from teamrl.tasks.run_program import configure as configure_sandbox
 from teamrl.team.policies import Policy, resolve_device
@@ -111,6 +120,8 @@ class Trainer:
         self.nan_skips = 0
         self._saved_step: int | None = None  # the step the newest checkpoint holds
         self._updating = False  # a step's updates have begun: a failure now is half applied
+        self._step_samples: list[dict] = []  # the step's samples.jsonl rows, written by the loop
+        self._unwritten: dict | None = None  # log lines a loaded checkpoint kept (write_step)
         self._compile_seen = 0.0  # fast_decode compile seconds already logged as time/compile
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.log.output_dir) / cfg.run_name
         self.logger: RunLogger | None = None
@@ -198,9 +209,9 @@ class Trainer:
         metrics.update(self.credit.fit(self.step))  # a critic fits on features from before
         t_update = time.perf_counter() - t1
         self.step += 1
+        self._data_state = batch.data_state
         self._updating = False
         self.execution.weights_updated(self.step)  # the sampler may take them now
-        self._data_state = batch.data_state
         gen_s = result.stats["time/generate"]
         # seconds the fast path spent compiling since the last step (inside time/generate; the
         # first steps of a run, and any new shape bucket later)
@@ -218,11 +229,11 @@ class Trainer:
                 "epoch": float(self.data.epoch),
             }
         )
-        if self.logger is not None:  # the first examples' whole groups (teamrl report)
-            rows = sample_rows(
+        if self.logger is not None:  # the first examples' whole groups (teamrl report), which
+            # the loop writes with the step's metrics row
+            self._step_samples = sample_rows(
                 result.samples, self.step, cfg.log.num_groups_to_log, self.team.decode
             )
-            self.logger.log_samples(rows)
         return metrics
 
     @torch.no_grad()
@@ -255,21 +266,21 @@ class Trainer:
         out["eval/on_train_split"] = float(on_train)
         return out
 
-    def _evaluate_logged(self) -> dict[str, float]:
-        """``evaluate``, its every held-out episode to eval_samples.jsonl (teamrl report's
-        before/after)."""
+    def _evaluate_with_rows(self) -> tuple[dict[str, float], list[dict]]:
+        """``evaluate`` and its every held-out episode as eval_samples.jsonl rows (teamrl
+        report's before/after), which the loop writes with the step's metrics row."""
         out = self.evaluate()
         ev = self.last_eval
-        assert self.logger is not None and ev is not None
-        rows = sample_rows(ev.samples, self.step, None, self.team.decode, ev.episodes)
-        self.logger.log_samples(rows, evaluation=True)
-        return out
+        assert ev is not None
+        return out, sample_rows(ev.samples, self.step, None, self.team.decode, ev.episodes)
 
     # --- the loop -----------------------------------------------------------------------------
 
     def train(self, resume: bool = False) -> list[dict]:
         """Train to ``train.max_steps``. The run folder is locked for the duration; SIGTERM or
         Ctrl-C ends the current step, writes a checkpoint and raises ``TrainingInterrupted``.
+        Anything else that ends a step writes the checkpoint of the last completed step and
+        raises a one-line error naming the step, the cause and the resume command (``_net``).
         A finished call prints one closing line on stdout (the main process): the step
         reached, the run folder and its last checkpoint."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -327,6 +338,9 @@ class Trainer:
             ctx=self.ctx,
         )
         self.logger.truncate_after(self.step if resume else -1)
+        if resume and self._unwritten:  # what a failed step could not log: its checkpoint kept it
+            self.logger.write_step(**self._unwritten)
+            self._unwritten = None
         watch = LearningWatch(cfg, self.logger)  # warns when a run is not learning
         history = []
         bar = None
@@ -338,24 +352,30 @@ class Trainer:
             )
         try:
             if cfg.eval.eval_steps and self.step == 0:
-                self.logger.log({"step": 0, **self._evaluate_logged()})
+                with self._net(self._failed_eval, None, history):
+                    scores, episodes = self._evaluate_with_rows()
+                    self.logger.write_step({"step": 0, **scores}, evaluation=episodes)
             while self.step < cfg.train.max_steps:
-                # where the step starts: what a step that fails in user code goes back to
-                start = {"rng": rng_state(), "data": self._data_state or self.data.state()}
+                # where the step starts: what a step that fails before its update goes back to
+                start = {
+                    "step": self.step,
+                    "rng": rng_state(),
+                    "data": self._data_state or self.data.state(),
+                }
                 self._updating = False
-                try:
+                self._step_samples = []
+                with self._net(self._failed_step, start):
                     metrics = self.train_step()
-                except (UserCodeError, ConfigError) as err:
-                    self._failed_step(err, start)
-                    raise  # the same exception, its message now naming the checkpoint
+                episodes: list[dict] = []
                 if cfg.eval.eval_steps and self.step % cfg.eval.eval_steps == 0:
-                    try:
-                        metrics.update(self._evaluate_logged())
-                    except (UserCodeError, ConfigError) as err:
-                        self._failed_eval(err, metrics, history)
-                        raise
-                watch.check(metrics)
-                self.logger.log(metrics)
+                    with self._net(self._failed_eval, metrics, history):
+                        scores, episodes = self._evaluate_with_rows()
+                    metrics.update(scores)
+                with self._net(self._failed_step, start):  # the step is applied: a failure
+                    # here (a full disk, no descriptor left) checkpoints the step itself
+                    found = watch.note(metrics)
+                    self.logger.write_step(metrics, self._step_samples, episodes)
+                    watch.warn(found)
                 history.append(metrics)
                 if bar is not None:
                     bar.update(1)
@@ -366,11 +386,15 @@ class Trainer:
                     )
                 save_every = cfg.log.save_steps
                 saved = None
-                if (save_every and self.step % save_every == 0) or self.step == cfg.train.max_steps:
-                    saved = self.save_checkpoint()
-                if stop.signum is not None and self.step < cfg.train.max_steps:
-                    # at a step boundary: nothing is half applied
-                    saved = saved or self.save_checkpoint()
+                stopping = stop.signum is not None and self.step < cfg.train.max_steps
+                with self._net(self._failed_save):
+                    if (save_every and self.step % save_every == 0) or (
+                        self.step == cfg.train.max_steps
+                    ):
+                        saved = self.save_checkpoint()
+                    if stopping:  # at a step boundary: nothing is half applied
+                        saved = saved or self.save_checkpoint()
+                if stopping:
                     raise TrainingInterrupted(self.step, saved, stop.signum, self.run_dir)
         finally:
             self.execution.stop()
@@ -379,45 +403,97 @@ class Trainer:
             self.logger.close()
         return history
 
-    def _failed_step(self, err: Exception, start: dict) -> None:
-        """A step that failed in the user's code (a reward, an env's step or reset, a prompt
-        function): checkpoint the last completed step and say so in ``err``'s message.
+    @contextmanager
+    def _net(self, handler: Callable[..., BaseException], *args) -> Iterator[None]:
+        """The net under every part of a step: whatever escapes the block (any
+        ``BaseException``: an error of the user's code, ``sys.exit`` or ``KeyboardInterrupt``
+        raised by it, a log line that cannot be written) goes to ``handler(err, *args)``, which
+        writes the checkpoint of the last completed step and returns the exception to raise: a
+        teamrl one-line error itself, its message now the whole line, else a ``StepFailed``
+        from it. Two pass through: the run's second signal (abort at once) and a dead Ray
+        worker (its state is gone; the command line names the last checkpoint)."""
+        try:
+            yield
+        except (SecondSignal, WorkerDiedError):
+            raise
+        except BaseException as err:
+            failure = handler(err, *args)
+            if failure is err:
+                raise
+            raise failure from err
 
-        The failure came before the step's updates, so the weights, optimizers, schedulers,
-        credit and counters are still those of the last completed step; only the RNG streams
-        (generation drew from them, and the user's code may have) and the data position moved.
-        Both go back to where the step began (``start``), so the checkpoint is exactly the one
-        an uninterrupted run writes after that step, and ``--resume`` with a fixed reward
-        continues as a run that always had it. A failure once the updates have begun is half
-        applied: nothing is written then.
+    def _failed_step(self, err: BaseException, start: dict) -> BaseException:
+        """A step that failed; what is written depends on how far it got.
+
+        Before its update (the rollout: a reward, an env's step, reset or copy, a task's
+        ``make_env``, a prompt function) the weights, optimizers, schedulers, credit and
+        counters are still those of the last completed step; only the RNG streams (generation
+        drew from them, and the user's code may have) and the data position moved. Both go back
+        to where the step began (``start``), so the checkpoint is exactly the one an
+        uninterrupted run writes after that step, and ``--resume`` with a fixed reward continues
+        as a run that always had it.
+
+        After its update (writing its log lines: a full disk, no descriptor left) the step is
+        complete: the RNG streams and data position are those after it, so its own checkpoint
+        is written, keeping the lines not written (``RunLogger.unwritten``) for the resume.
+
+        During its update the weights are those of no step: nothing is written, and the line
+        names the last checkpoint there is.
         """
+        cause = _cause(err)
         if self._updating:
-            return
+            last = checkpoints.latest_checkpoint(self.run_dir)
+            return _with_message(
+                err, failed_update_message(cause, self.step + 1, last, self.run_dir)
+            )
+        if self.step > start["step"]:
+            saved = self._save_after_failure()
+            lines = self.logger.unwritten_lines() if self.logger is not None else 0
+            message = failed_after_update_message(cause, self.step, saved, lines, self.run_dir)
+            return _with_message(err, message)
         self.execution.stop()  # an asynchronous generator ends, its batches drawn ahead dropped
         set_rng_state(start["rng"])
         self.data.load(start["data"])
         self._data_state = start["data"]
-        saved = None
-        if self.step > 0:
-            same = self._saved_step == self.step  # written already: at a save step, or resumed
-            saved = self.run_dir / "checkpoints" / f"step-{self.step}"
-            if not same or not saved.is_dir():
-                saved = self.save_checkpoint()
-        message = str(err).replace("\r", " ").replace("\n", " ")
-        err.args = (failed_step_message(message, self.step + 1, saved, self.run_dir),)
+        saved = self._save_after_failure() if self.step > 0 else None
+        return _with_message(err, failed_step_message(cause, self.step + 1, saved, self.run_dir))
 
-    def _failed_eval(self, err: Exception, metrics: dict, history: list[dict]) -> None:
-        """An evaluation that failed in the user's code, after a step that completed: the step
-        is kept (its metrics logged without eval scores, its checkpoint written) and ``err``'s
-        message says so. Evaluation draws from forked RNG streams and no data position, so the
-        checkpoint is the one an uninterrupted run writes after that step."""
-        self.logger.log(metrics)
-        history.append(metrics)
+    def _failed_eval(
+        self, err: BaseException, metrics: dict | None, history: list[dict]
+    ) -> BaseException:
+        """An evaluation that failed, after a step that completed: the step is kept (its metrics
+        logged without eval scores, its checkpoint written). Evaluation draws from forked RNG
+        streams and no data position, so the checkpoint is the one an uninterrupted run writes
+        after that step. ``metrics`` None: the evaluation before step 1, nothing to write."""
+        cause = _cause(err)
+        if metrics is None:
+            return _with_message(err, failed_eval_message(cause, 0, None, self.run_dir))
+        assert self.logger is not None
+        try:
+            self.logger.write_step(metrics, self._step_samples)
+            history.append(metrics)
+        except RunError:  # the lines it could not write go into the checkpoint (unwritten)
+            pass
+        saved = self._save_after_failure()
+        return _with_message(err, failed_eval_message(cause, self.step, saved, self.run_dir))
+
+    def _failed_save(self, err: BaseException) -> BaseException:
+        """A checkpoint that could not be written after its step completed (a full disk, no
+        descriptor left): the temp folder is gone, the step's log lines are written, and a
+        resume goes back to the last checkpoint there is."""
+        last = checkpoints.latest_checkpoint(self.run_dir)
+        return _with_message(err, failed_save_message(_cause(err), self.step, last, self.run_dir))
+
+    def _save_after_failure(self) -> Path | str:
+        """The checkpoint of the current step (written already at a save step or by the resume
+        that loaded it, else now), or why it could not be written and the last one there is."""
         saved = self.run_dir / "checkpoints" / f"step-{self.step}"
-        if self._saved_step != self.step or not saved.is_dir():
-            saved = self.save_checkpoint()
-        message = str(err).replace("\r", " ").replace("\n", " ")
-        err.args = (failed_eval_message(message, self.step, saved, self.run_dir),)
+        if self._saved_step == self.step and saved.is_dir():
+            return saved
+        try:
+            return self.save_checkpoint()
+        except Exception as err:  # a full disk, no descriptor left: said in the same line
+            return unsaved(err, checkpoints.latest_checkpoint(self.run_dir))
 
     def _origin(self) -> RunOrigin:
         """What the run folder records of where this run came from (``run.json``)."""
@@ -439,6 +515,8 @@ class Trainer:
         data = self._data_state or self.data.state()
         state = {"step": self.step, "data": data, "nan_skips": self.nan_skips}
         if self.logger is not None:
+            if self.logger.unwritten:  # a failed step's log lines: the resume writes them
+                state["unwritten"] = self.logger.unwritten
             self.logger.sync()  # no checkpoint is ahead of the metrics it follows
         credit_state = self.credit.state()
         with self.execution.paused():  # the RNG states it saves are between two rollouts
@@ -459,6 +537,7 @@ class Trainer:
         self.data.load(state["data"])
         self._data_state = None
         self._saved_step = self.step
+        self._unwritten = state.get("unwritten")
 
     def export(self, out_dir: str | Path) -> Path:
         """A team folder (as ``teamrl export``): one folder of standard weights per policy (a
@@ -469,3 +548,21 @@ class Trainer:
                 Path(out_dir), self.cfg, self.team.systems, self.team, critics=credit_state
             )
         return Path(out_dir)
+
+
+def _cause(err: BaseException) -> str:
+    """What ended a step, on one line: a teamrl error's own message (it names the example,
+    turn, agents and the user's frame), else the exception and the user's frame it came from
+    (``SystemExit(0) at tasks.py:12 in reward``)."""
+    if isinstance(err, UserCodeError | ConfigError):
+        return str(err).replace("\r", " ").replace("\n", " ")
+    return user_frame(err)
+
+
+def _with_message(err: BaseException, message: str) -> BaseException:
+    """``err`` with ``message`` if it is one of teamrl's one-line errors (the Python API raises
+    the same exception the user's code caused), else a ``StepFailed`` saying ``message``."""
+    if isinstance(err, UserCodeError | ConfigError):
+        err.args = (message,)
+        return err
+    return StepFailed(message)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from teamrl.errors import ConfigError
+from teamrl.errors import ConfigError, UserCodeError
 
 
 @dataclass
@@ -98,9 +98,20 @@ def check_observation(agent: str, value: Any, source: str, fix: str = "") -> str
 
 
 def clone(env: Env) -> Env:
-    """An independent copy of ``env`` for branching a rollout tree."""
+    """An independent copy of ``env`` for branching a rollout tree. An env ``copy.deepcopy``
+    cannot copy (it holds a lock, a socket, an open file) is one line saying so."""
     fn = getattr(env, "clone", None)
-    return fn() if callable(fn) else copy.deepcopy(env)
+    if callable(fn):
+        return fn()
+    try:
+        return copy.deepcopy(env)
+    except Exception as err:
+        name = type(env).__name__
+        raise UserCodeError(
+            f"{name} cannot be copied to branch a rollout: copy.deepcopy raised "
+            f"{type(err).__name__}: {err}; give {name} a clone() method that returns an "
+            "independent copy"
+        ) from err
 
 
 @dataclass

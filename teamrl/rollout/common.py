@@ -155,7 +155,8 @@ def step_env(env: Env, actions: dict[str, str], where: str) -> Step:
         out = env.step(actions)
     except ObservationError as err:  # a next prompt that is not a str: stays one line
         raise ObservationError(f"{where}: {err}") from None
-    except Exception as err:  # re-raised with the context a user needs to debug their env
+    except (Exception, SystemExit) as err:  # re-raised with the context a user needs; a
+        # sys.exit in a reward (on a worker thread too) is an error of the reward, not an exit
         preview = {a: t[:80] for a, t in actions.items()}
         raise RewardError(f"{where}: env.step raised {user_frame(err)}; actions {preview}") from err
     if not isinstance(out, Step):
@@ -177,7 +178,7 @@ def reset_env(env: Env, example: dict, where: str) -> dict:
         return env.reset(example)
     except ObservationError as err:  # a prompt that is not a str: already one line
         raise ObservationError(f"{where}: {err}") from None
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # sys.exit in a prompt function: its error
         raise EnvError(f"{where}: env.reset raised {user_frame(err)}") from err
 
 

@@ -2,7 +2,8 @@
 
 - ``append_line``: one ``os.write`` of a whole line (``O_APPEND``), so a reader sees whole lines
   or, after a crash mid-write, one torn last line; ``read_jsonl`` drops a torn line with a
-  warning naming the file and line.
+  warning naming the file and line. A write that fails (a full disk) cuts its part line off
+  again, so a retry appends to whole lines.
 - ``atomic_write_text``: write a temp file beside the target, fsync, ``os.replace``: a kill
   leaves either the old file or the new one, never a mix.
 - ``RunLock``: ``fcntl.flock`` on ``RUN_DIR/.lock`` (holding pid, host and start time). The kernel
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -39,13 +41,21 @@ def log_line(message: str) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` + newline with one write call (a short write is retried: only a full disk
-    makes one, and then the torn tail is repaired on resume)."""
+    """Append ``line`` + newline with one write call. A short write is continued (only a full
+    disk makes one); a write that fails truncates the file back to where the line began, so
+    the file ends in whole lines and a retry of the line does not glue it to a torn part (a
+    kill mid-write still leaves one, repaired on resume)."""
     data = (line.rstrip("\n") + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        while data:
-            data = data[os.write(fd, data) :]
+        start = os.fstat(fd).st_size  # one writer (the run lock): the end stays here
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
     finally:
         os.close(fd)
 

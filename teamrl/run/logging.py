@@ -5,22 +5,39 @@ resumes.jsonl (the step each resume continued from), optional TensorBoard and wa
 Each line is appended with one write (``teamrl.run.files.append_line``), the files are fsynced
 before every checkpoint, and the resume rewrite is atomic; a line torn by a crash is dropped with
 a warning naming the file and line.
+
+An append that fails (a full disk, no descriptor left) is tried once more after a garbage
+collection (files and descriptors that objects nothing refers to still hold are freed), then
+ends the step in one ``RunError`` line. The step's lines from the failed one on are kept in
+``RunLogger.unwritten``: the trainer writes them into the step's checkpoint and a resume writes
+them first, so the files end as an uninterrupted run's.
 """
 
 from __future__ import annotations
 
+import errno
+import gc
 import importlib.util
 import json
 import math
+import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from teamrl.distributed import DistContext
-from teamrl.run.files import append_line, atomic_write_text, fsync_file, read_jsonl
+from teamrl.run.files import (
+    RunError,
+    append_line,
+    atomic_write_text,
+    disk_full,
+    free_space,
+    fsync_file,
+    read_jsonl,
+)
 from teamrl.sample import Sample
 from teamrl.text import clip
 
@@ -45,6 +62,8 @@ class RunLogger:
         self.resumes_path = run_dir / "resumes.jsonl"
         self._tb = self._wandb = None
         self._wandb_args: dict | None = None
+        # a step's lines an append could not write: write_step's arguments (see write_step)
+        self.unwritten: dict[str, Any] | None = None
         self.active = ctx is None or ctx.is_main
         if not self.active:
             return
@@ -102,11 +121,69 @@ class RunLogger:
                 fsync_file(path)
 
     def log(self, metrics: dict[str, Any]) -> None:
+        """Append a metrics row (and send it to TensorBoard and wandb)."""
+        self.write_step(metrics)
+
+    def log_samples(self, rows: list[dict], evaluation: bool = False) -> None:
+        """Append ``rows`` to samples.jsonl, or to eval_samples.jsonl for an evaluation's."""
+        self.write_step(None, [] if evaluation else rows, rows if evaluation else [])
+
+    def write_step(
+        self,
+        metrics: dict[str, Any] | None,
+        samples: Sequence[dict] = (),
+        evaluation: Sequence[dict] = (),
+    ) -> None:
+        """A step's lines in their order: its samples (samples.jsonl), its evaluation's episodes
+        (eval_samples.jsonl), then its metrics row (metrics.jsonl, TensorBoard, wandb).
+
+        An append that fails twice raises ``RunError`` (``_append``) and leaves in
+        ``unwritten`` the arguments that write the rest: the line that failed and every one
+        after it (a resume calls ``write_step(**unwritten)``)."""
         if not self.active:
             return
-        clean = {k: _jsonable(v) for k, v in metrics.items()}
-        append_line(self.metrics_path, json.dumps(clean))
-        step = int(metrics["step"])
+        clean = None if metrics is None else {k: _jsonable(v) for k, v in metrics.items()}
+        todo = [(self.samples_path, r) for r in samples]
+        todo += [(self.eval_samples_path, r) for r in evaluation]
+        todo += [] if clean is None else [(self.metrics_path, clean)]
+        for i, (path, row) in enumerate(todo):
+            try:
+                self._append(path, row)
+            except RunError:
+                rest = todo[i:]
+                self.unwritten = {
+                    "metrics": clean,
+                    "samples": [r for p, r in rest if p == self.samples_path],
+                    "evaluation": [r for p, r in rest if p == self.eval_samples_path],
+                }
+                raise
+        if clean is not None:
+            self._send(clean)
+
+    def unwritten_lines(self) -> int:
+        """How many lines ``unwritten`` holds."""
+        kept = self.unwritten
+        if not kept:
+            return 0
+        return len(kept["samples"]) + len(kept["evaluation"]) + (kept["metrics"] is not None)
+
+    def _append(self, path: Path, row: dict) -> None:
+        """One JSON line; a failed append is retried once after a garbage collection (a
+        descriptor, or a deleted temp file, that an unreferenced object holds is released)."""
+        line = json.dumps(row)
+        try:
+            append_line(path, line)
+            return
+        except OSError:
+            gc.collect()
+        try:
+            append_line(path, line)
+        except OSError as err:
+            raise RunError(append_failed(path, err)) from err
+
+    def _send(self, clean: dict[str, Any]) -> None:
+        """A metrics row to TensorBoard and wandb."""
+        step = int(clean["step"])
         for k, v in clean.items():
             if k != "step" and isinstance(v, (int, float)) and v is not None:
                 if self._tb is not None:
@@ -116,19 +193,27 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in clean.items() if k != "step"}, step=step)
 
-    def log_samples(self, rows: list[dict], evaluation: bool = False) -> None:
-        """Append ``rows`` to samples.jsonl, or to eval_samples.jsonl for an evaluation's."""
-        if not self.active:
-            return
-        path = self.eval_samples_path if evaluation else self.samples_path
-        for row in rows:
-            append_line(path, json.dumps(row))
-
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def append_failed(path: Path, err: OSError) -> str:
+    """What a log append that failed twice says: the file, the errno and, for a full disk the
+    free space, for descriptors the limit."""
+    code = err.errno
+    name = errno.errorcode.get(code, "") if code is not None else ""
+    why = f"{name} ({os.strerror(code)})" if name else (str(err) or type(err).__name__)
+    if disk_full(err):
+        why += f", {free_space(path.parent)} free"
+    elif code in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        why += f", the soft limit is {soft} open files"
+    return f"cannot append a line to {path}: {why}, again after freeing what the run held"
 
 
 def wandb_run_id(run_dir: Path, fresh: bool) -> str:

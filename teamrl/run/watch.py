@@ -78,12 +78,23 @@ class LearningWatch:
         return found
 
     def check(self, metrics: dict[str, Any]) -> None:
-        """``observe``, then warn each new one and note them in the row (``warnings``)."""
+        """``note``, then ``warn``."""
+        self.warn(self.note(metrics))
+
+    def note(self, metrics: dict[str, Any]) -> list[str]:
+        """``observe``, each new one noted in the row (``warnings``); what to ``warn`` (the
+        trainer writes the row between the two, so a warning raised as an error, ``-W error``,
+        finds the row written)."""
         found = self.observe(metrics)
-        if found and self.active:
-            metrics["warnings"] = found
-            for text in found:
-                warnings.warn(text, NotLearningWarning, stacklevel=2)
+        if not (found and self.active):
+            return []
+        metrics["warnings"] = found
+        return found
+
+    def warn(self, found: list[str]) -> None:
+        """Each of ``found`` as a ``NotLearningWarning``."""
+        for text in found:
+            warnings.warn(text, NotLearningWarning, stacklevel=2)
 
     # --- the conditions -------------------------------------------------------------------
 
