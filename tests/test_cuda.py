@@ -296,3 +296,67 @@ def test_the_updates_micro_batch_loop_never_waits_for_the_device(tmp_path, polic
     assert counts[0][0] == counts[1][0] == 0, counts
     # one optimizer step: its NaN check and the metrics' one read, however many micro-batches
     assert counts[0][1] == counts[1][1] <= 2, counts
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_rows_score_as_the_padded_ones_on_cuda(dtype, monkeypatch):
+    """The packed update's scoring on CUDA (flash-attention's variable-length kernel in bf16
+    where this torch has it, the stacked segments otherwise) against the padded path: the same
+    log-probs and gradients up to the dtype's rounding."""
+    import random
+
+    from transformers import AutoModelForCausalLM
+
+    import teamrl.update.packing as packing
+    from teamrl.sample import Sample
+    from teamrl.team.models import model_config
+    from teamrl.update.losses import collate, score_tokens
+
+    calls = []
+    real = packing._varlen
+
+    def spy():
+        fn = real()
+        if fn is None:
+            return None
+        return lambda *a, **k: calls.append(1) or fn(*a, **k)
+
+    monkeypatch.setattr(packing, "_varlen", spy)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(model_config("tiny-qwen2")).to("cuda", dtype)
+    model.train()
+    rng = random.Random(0)
+    rows = []
+    for plen in (3, 7, 12):
+        prompt = [rng.randrange(3, 60) for _ in range(plen)]
+        for n in (1, 4, 9):
+            comp = [rng.randrange(3, 60) for _ in range(n)]
+            rows.append(
+                Sample(
+                    agent="a",
+                    policy="a",
+                    turn=0,
+                    group=plen,
+                    prompt_ids=prompt,
+                    completion_ids=comp,
+                    sampler_logprobs=[-1.0] * n,
+                    advantage=1.0,
+                )
+            )
+    out = []
+    for packed in (False, True):
+        model.zero_grad(set_to_none=True)
+        batch = collate(rows, 0, packed=packed).to(torch.device("cuda"))
+        with packing.packed_forward(model):
+            logp = score_tokens(model, batch).logp
+            logp.sum().backward()
+        grads = [p.grad.float().clone() for p in model.parameters() if p.grad is not None]
+        out.append((logp.float(), grads))
+    (a, ga), (b, gb) = out
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    assert torch.allclose(a, b, rtol=0, atol=tol * a.abs().max().item())
+    for x, y in zip(ga, gb):
+        assert torch.allclose(x, y, rtol=0, atol=tol * x.abs().max().item() + 1e-8)
+    if dtype == torch.bfloat16 and real() is not None:
+        assert calls, "the variable-length kernel was not used on CUDA"

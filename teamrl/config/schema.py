@@ -202,11 +202,20 @@ class TrainConfig:
     max_tokens_per_micro_batch: int | None = _f(
         None,
         "Token budget of one forward pass of the update, >= 1: a minibatch is cut into chunks "
-        "(one prompt's samples kept together) whose padded forward runs at most this many "
-        "tokens, distinct prompts x longest prompt + samples x longest completion (samples x "
+        "(one prompt's samples kept together) whose forward runs at most this many tokens: "
+        "with padding_free, the distinct prompts' tokens + the completions' tokens; padded, "
+        "distinct prompts x longest prompt + samples x longest completion (samples x "
         "(prompt + completion) under gradient checkpointing). Bounds the update's activation "
         "memory when prompts grow over the turns; a longer sample runs alone. The gradient "
         "equals the uncut one (bnpo, a per-chunk mean, excepted). None = no token budget.",
+    )
+    padding_free: bool = _f(
+        True,
+        "Run each forward of the update as one packed row with no pad position (TRL's name): "
+        "every distinct prompt once, then the completions that continue it, position ids "
+        "restarting per prompt, attention restricted to each sequence's own tokens "
+        "(teamrl.update.packing; flash-attention's variable-length kernel on CUDA). The same "
+        "gradients as the padded forward; False left-pads prompts and right-pads completions.",
     )
     optim: Literal["adamw_torch", "sgd"] = _f(
         "adamw_torch",

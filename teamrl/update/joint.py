@@ -35,7 +35,7 @@ never come here.
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -44,6 +44,7 @@ from teamrl.sample import Sample
 from teamrl.tensors import lora_branch_dtype
 from teamrl.update.losses import Batch, Denominators, Scores, collate, drops_kv_cache, score_tokens
 from teamrl.update.micro_batches import forward_tokens
+from teamrl.update.packing import packed_forward, packed_tokens
 from teamrl.update.policy import (
     Minibatch,
     UpdateResult,
@@ -162,8 +163,10 @@ def _routed_forward(layer, names: list[str], table: torch.Tensor, current: dict,
         b = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # (d_out, K r)
         dtype = lora_branch_dtype(setting, x.dtype, a.dtype)
         a, b = a.to(dtype), b.to(dtype)  # r x d casts in the graph (none when they agree)
-        mask = table[rows].to(dtype)  # (rows, K r)
-        low = (x.to(a.dtype) @ a.T) * mask.view(mask.shape[0], *([1] * (x.dim() - 2)), -1)
+        mask = table[rows].to(dtype)  # (rows, K r), or (1, T, K r) for a packed row's tokens
+        if rows.dim() == 1:
+            mask = mask.view(mask.shape[0], *([1] * (x.dim() - 2)), -1)
+        low = (x.to(a.dtype) @ a.T) * mask
         y = layer.base_layer(x)
         if y.dtype == low.dtype:
             return y + low @ b.T
@@ -191,7 +194,8 @@ def update_policies(
     passes = [plan_passes(ss, u, step) for ss, u in zip(samples, settings)]
     skipped, stepped = [0] * len(pols), [False] * len(pols)
     names, dtype_setting = [p.adapter for p in pols], settings[0].lora_compute_dtype
-    with routed_lora(pols[0].model, names, dtype_setting) as route:
+    packed = packed_forward(pols[0].model) if settings[0].padding_free else nullcontext()
+    with routed_lora(pols[0].model, names, dtype_setting) as route, packed:
         _old_logprobs(runs, passes, route)
         for it in range(max(len(p) for p in passes)):
             width_j = max(len(p[it]) for p in passes if it < len(p))
@@ -225,12 +229,10 @@ def _joint_batch(runs: list[UpdateRun], parts: dict[int, Minibatch]) -> Batch:
     """One batch of every agent's rows, agent after agent, each routed to its adapter."""
     rows = [s for k in parts for s in parts[k]]
     route = [k for k in parts for _ in parts[k]]
-    batch = collate(rows, runs[0].pol.engine.pad_id, route)
     top_p = [runs[k].settings.top_p[s.agent] for k in parts for s in parts[k]]
     top_k = [runs[k].settings.top_k[s.agent] for k in parts for s in parts[k]]
-    batch.top_p = torch.tensor(top_p)
-    batch.top_k = torch.tensor(top_k, dtype=torch.long)
-    batch.max_top_k, batch.nucleus = max(top_k), any(p < 1 for p in top_p)
+    packed, pad = runs[0].settings.padding_free, runs[0].pol.engine.pad_id
+    batch = collate(rows, pad, route, packed=packed, top_p=top_p, top_k=top_k)
     return batch.to(runs[0].device)
 
 
@@ -269,11 +271,18 @@ def _joint_chunks(runs: list[UpdateRun], mbs: dict[int, Minibatch]) -> list[dict
     micro_batch_size above an agent's minibatch) share one forward."""
     chunks = {k: runs[k].chunks(mb) for k, mb in mbs.items()}
     u = runs[next(iter(mbs))].settings
-    shares = not drops_kv_cache(runs[0].pol.model)
+    shares, packed = not drops_kv_cache(runs[0].pol.model), u.padding_free
     every = [c for cs in chunks.values() for c in cs]
+
+    def tokens(parts: list[tuple[int, Minibatch]]) -> int:
+        rows = [s for _, c in parts for s in c]
+        if packed:  # a prompt is shared within one adapter only
+            return packed_tokens(rows, [k for k, c in parts for _ in c])
+        return forward_tokens(rows, shares)
+
     if u.micro_batch_size is None and u.max_tokens_per_micro_batch is None:
         max_rows = max(len(c) for c in every)
-        max_tokens = max(forward_tokens(c, shares) for c in every)
+        max_tokens = max(tokens([(0, c)]) for c in every)
     else:
         max_rows = u.micro_batch_size or len(every) * max(len(c) for c in every)
         max_tokens = u.max_tokens_per_micro_batch or float("inf")
@@ -287,8 +296,8 @@ def _joint_chunks(runs: list[UpdateRun], mbs: dict[int, Minibatch]) -> list[dict
     for k, chunk in order:
         open_ = out[-1] if out else None
         if open_ is not None and k not in open_:
-            rows = [s for c in open_.values() for s in c] + list(chunk)
-            if len(rows) <= max_rows and forward_tokens(rows, shares) <= max_tokens:
+            parts = [*open_.items(), (k, chunk)]
+            if sum(len(c) for _, c in parts) <= max_rows and tokens(parts) <= max_tokens:
                 open_[k] = chunk
                 continue
         out.append({k: chunk})

@@ -58,14 +58,16 @@ from teamrl.update.chosen_logprob import (
     chosen_logprob_and_entropy,
     row_entropy,
 )
+from teamrl.update.packing import PackedLayout, pack, packed_forward
 
 
 @dataclass
 class Batch:
-    prompt_ids: torch.Tensor  # (U, P) distinct prompts, left-padded
-    prompt_mask: torch.Tensor  # (U, P)
-    prompt_index: torch.Tensor  # (B,) which distinct prompt each sample continues
-    completion_ids: torch.Tensor  # (B, C) right-padded
+    # the padded forward's inputs (None in a packed batch, whose forward reads ``packed``)
+    prompt_ids: torch.Tensor | None  # (U, P) distinct prompts, left-padded
+    prompt_mask: torch.Tensor | None  # (U, P)
+    prompt_index: torch.Tensor | None  # (B,) which distinct prompt each sample continues
+    completion_ids: torch.Tensor | None  # (B, C) right-padded
     completion_mask: torch.Tensor  # (B, C) float, 1 on real tokens through EOS, 0 on pads
     advantages: torch.Tensor  # (B,), or (B, C) when a sample has per-token advantages
     temperatures: torch.Tensor  # (B,)
@@ -85,49 +87,79 @@ class Batch:
     # the largest top_k and whether some top_p < 1, when known on the host (truncation_keep)
     max_top_k: int | None = None
     nucleus: bool | None = None
+    # the packed row the forward runs instead of the padded tensors above (train.padding_free,
+    # teamrl.update.packing); the loss still reads the (B, C) fields
+    packed: PackedLayout | None = None
 
     def to(self, device: torch.device) -> Batch:
         """The batch on ``device``, its host tensors queued there without a wait (to_device)."""
-        moved = lambda v: to_device(v, device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+
+        def moved(v):
+            if isinstance(v, torch.Tensor):
+                return to_device(v, device)
+            return v.to(device) if isinstance(v, PackedLayout) else v
+
         return Batch(**{k: moved(v) for k, v in self.__dict__.items()})
 
 
-def collate(samples: list[Sample], pad_id: int, route: list[int] | None = None) -> Batch:
-    """Pad samples into a batch (no sampler truncation: top_p 1, top_k 0; the update sets
-    each row's own when it scores under the sampler's truncation).
+def collate(
+    samples: list[Sample],
+    pad_id: int,
+    route: list[int] | None = None,
+    packed: bool = False,
+    top_p: list[float] | None = None,
+    top_k: list[int] | None = None,
+) -> Batch:
+    """Pad samples into a batch, with each row's sampler truncation ``top_p`` and ``top_k``
+    (what truncated scoring re-applies; default none: top_p 1, top_k 0).
 
     ``route``: each sample's adapter index (a one-pass LoRA update): a prompt is then shared
     only by the samples of one adapter, since its forward runs through that adapter.
+    ``packed``: the forward runs the samples as one packed row with no pads
+    (``teamrl.update.packing``); the (B, C) fields the loss reads are the same.
 
     Padded in Python and made one tensor per field: a row-by-row copy would dispatch
     operations per sample (the update's op count does not grow with its samples)."""
-    keys = [(0 if route is None else route[i], tuple(s.prompt_ids)) for i, s in enumerate(samples)]
-    distinct: dict[tuple[int, tuple[int, ...]], int] = {}
-    index = [distinct.setdefault(k, len(distinct)) for k in keys]
-    prompt_ids, prompt_mask = left_pad([list(p) for _, p in distinct], pad_id)
+    b = len(samples)
     width = max(1, max(len(s.completion_ids) for s in samples))
     pads = [width - len(s.completion_ids) for s in samples]
-    comp = [list(s.completion_ids) + [pad_id] * k for s, k in zip(samples, pads)]
     mask = [[1.0] * len(s.completion_ids) + [0.0] * k for s, k in zip(samples, pads)]
     sampler = [list(s.sampler_logprobs) + [0.0] * k for s, k in zip(samples, pads)]
     temperatures = [max(s.temperature, 1e-6) for s in samples]
-    return Batch(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        prompt_index=torch.tensor(index, dtype=torch.long),
-        completion_ids=torch.tensor(comp, dtype=torch.long).reshape(len(samples), width),
-        completion_mask=torch.tensor(mask).reshape(len(samples), width),
+    known = top_p is not None and top_k is not None  # the host knows the sets' bounds
+    top_p = [1.0] * b if top_p is None else top_p
+    top_k = [0] * b if top_k is None else top_k
+    batch = Batch(
+        prompt_ids=None,
+        prompt_mask=None,
+        prompt_index=None,
+        completion_ids=None,
+        completion_mask=torch.tensor(mask).reshape(b, width),
         advantages=_advantages(samples, width),
         temperatures=torch.tensor(temperatures),
-        sampler_logprobs=torch.tensor(sampler).reshape(len(samples), width),
+        sampler_logprobs=torch.tensor(sampler).reshape(b, width),
         truncated=torch.tensor([float(s.truncated) for s in samples]),
-        top_p=torch.ones(len(samples)),
-        top_k=torch.zeros(len(samples), dtype=torch.long),
+        top_p=torch.tensor(top_p, dtype=torch.float32),
+        top_k=torch.tensor(top_k, dtype=torch.long),
         unit_temperature=all(t == 1 for t in temperatures),
-        prompts_in_order=index == list(range(len(distinct))),
-        prompt_route=None if route is None else torch.tensor([r for r, _ in distinct]),
-        row_route=None if route is None else torch.tensor(route),
+        max_top_k=max(top_k) if known else None,
+        nucleus=any(p < 1 for p in top_p) if known else None,
     )
+    if packed:  # the forward's inputs: one row (its layout holds the completion tokens)
+        batch.packed = pack(samples, route)
+        return batch
+    keys = [(0 if route is None else route[i], tuple(s.prompt_ids)) for i, s in enumerate(samples)]
+    distinct: dict[tuple[int, tuple[int, ...]], int] = {}
+    index = [distinct.setdefault(k, len(distinct)) for k in keys]
+    batch.prompt_ids, batch.prompt_mask = left_pad([list(p) for _, p in distinct], pad_id)
+    batch.prompt_index = torch.tensor(index, dtype=torch.long)
+    comp = [list(s.completion_ids) + [pad_id] * k for s, k in zip(samples, pads)]
+    batch.completion_ids = torch.tensor(comp, dtype=torch.long).reshape(b, width)
+    batch.prompts_in_order = index == list(range(len(distinct)))
+    if route is not None:
+        batch.prompt_route = torch.tensor([r for r, _ in distinct])
+        batch.row_route = torch.tensor(route)
+    return batch
 
 
 def _advantages(samples: list[Sample], width: int) -> torch.Tensor:
@@ -218,6 +250,8 @@ def score_tokens(
     Under gradient checkpointing (no cache in training) each sample runs in full instead:
     same tokens, positions and mask, so the same maths.
     """
+    if batch.packed is not None:
+        return _score_packed(model, batch, with_entropy, truncate, with_full, route or _unrouted)
     # Scored part by part (the prompt's last position, then the completion's positions), so no
     # vocabulary-wide tensor is ever concatenated or sliced: a (B, C, vocab) cat copies its
     # inputs, and a slice's backward zero-fills a tensor of the whole before copying in. A bf16
@@ -230,6 +264,55 @@ def score_tokens(
         None if parts[0][i] is None else torch.cat([part[i] for part in parts], dim=1)
         for i in range(3)
     )
+    return Scores(logp=logp, entropy=entropy, full_logp=full)
+
+
+def _score_packed(
+    model: torch.nn.Module,
+    batch: Batch,
+    with_entropy: bool,
+    truncate: bool,
+    with_full: bool,
+    route: Router,
+) -> Scores:
+    """``score_tokens`` on a packed batch: one forward of the packed row, the vocabulary
+    projected only at the N positions that predict a completion token, each of those scored as
+    a row of its own (its sample's temperature and sampler truncation), then put in its
+    sample's row and column of the (B, C) scores (0 elsewhere)."""
+    lay = batch.packed
+    with route(lay.token_route), packed_forward(model):
+        out = model(
+            input_ids=lay.input_ids,
+            position_ids=lay.position_ids,
+            use_cache=False,
+            logits_to_keep=lay.keep,
+            packed=lay,
+        )
+    logits = _at(out.logits, lay.keep).transpose(0, 1)  # (N, 1, vocab): a row per token
+    n, rows = logits.shape[0], lay.rows
+    truncation = None
+    if truncate:
+        truncation = (batch.top_p[rows], batch.top_k[rows], batch.max_top_k, batch.nucleus)
+    parts = _score_logits(
+        _scored(logits),
+        lay.target_ids[:, None],
+        None if batch.unit_temperature else batch.temperatures[rows],
+        truncation,
+        None,  # every packed token is a real one
+        with_entropy,
+        with_full,
+    )
+    shape = batch.completion_mask.shape
+    where = (rows, lay.cols)
+
+    def placed(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        return t.new_zeros(shape).index_put(where, t.reshape(n))
+
+    logp, entropy, full = (placed(t) for t in parts)
+    if with_full and not truncate:
+        full = logp
     return Scores(logp=logp, entropy=entropy, full_logp=full)
 
 
@@ -248,28 +331,52 @@ def _score_part(
     with_full: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``score_tokens`` on the completion columns ``cols``, whose logits are (B, cols, vocab)
-    in the model's dtype: in float32 from here on, except on the plain path, where
-    ``chosen_logprob`` upcasts half-precision logits a chunk at a time."""
-    if not batch.unit_temperature:  # x / 1 == x: skip a (rows, c, vocab) pass
+    in the model's dtype (``_score_logits``, each row with its sample's settings)."""
+    return _score_logits(
+        logits,
+        batch.completion_ids[:, cols],
+        None if batch.unit_temperature else batch.temperatures,
+        (batch.top_p, batch.top_k, batch.max_top_k, batch.nucleus) if truncate else None,
+        batch.completion_mask[:, cols] > 0,
+        with_entropy,
+        with_full,
+    )
+
+
+def _score_logits(
+    logits: torch.Tensor,
+    completion_ids: torch.Tensor,
+    temperatures: torch.Tensor | None,
+    truncation: tuple | None,
+    real: torch.Tensor | None,
+    with_entropy: bool,
+    with_full: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(log-prob, entropy, full log-prob) of the (R, c) tokens ``completion_ids`` under the
+    (R, c, vocab) ``logits``: in float32 from here on, except on the plain path, where
+    ``chosen_logprob`` upcasts half-precision logits a chunk at a time. ``temperatures``: (R,),
+    None when all are 1; ``truncation``: each row's (top_p, top_k, and on the host the largest
+    top_k and whether some top_p < 1), to score under the sampler's set (None: the full
+    softmax); ``real``: the tokens that score (0 elsewhere), None when all do."""
+    if temperatures is not None:  # x / 1 == x: skip a (rows, c, vocab) pass
         # float32 temperatures: the quotient is float32 (type promotion), one pass either way
-        logits = logits / batch.temperatures.float()[:, None, None]
-    elif truncate:
+        logits = logits / temperatures.float()[:, None, None]
+    elif truncation is not None:
         logits = logits.float()
-    completion_ids = batch.completion_ids[:, cols]
     ids = completion_ids.unsqueeze(-1)
-    real = batch.completion_mask[:, cols] > 0
     full = None
-    if truncate:  # the sampler's own distribution: the kept set, renormalised
+    if truncation is not None:  # the sampler's own distribution: the kept set, renormalised
+        top_p, top_k, max_top_k, nucleus = truncation
         token = logits.gather(-1, ids).squeeze(-1)  # the chosen token's logit, never -inf
         b, c, v = logits.shape
         rows = lambda x: x[:, None].expand(b, c).reshape(-1)  # noqa: E731 (one value per row)
         with torch.no_grad():  # which tokens the sampler could draw: a mask, not a function
             keep = truncation_keep(
                 logits.reshape(b * c, v),
-                rows(batch.top_p),
-                rows(batch.top_k),
-                max_k=batch.max_top_k,
-                nucleus=batch.nucleus,
+                rows(top_p),
+                rows(top_k),
+                max_k=max_top_k,
+                nucleus=nucleus,
             )
             keep = keep.reshape(b, c, v)
         if with_full:
@@ -284,9 +391,10 @@ def _score_part(
         logp, entropy = chosen_logprob_and_entropy(logits, completion_ids)
     else:
         logp, entropy = chosen_logprob(logits, completion_ids), None
-    logp = torch.where(real, logp, 0.0)
-    if truncate:
-        full = torch.where(real, full, 0.0) if full is not None else None
+    if real is not None:
+        logp = torch.where(real, logp, 0.0)
+    if truncation is not None:
+        full = torch.where(real, full, 0.0) if full is not None and real is not None else full
     else:
         full = logp if with_full else None
     return logp, entropy, full

@@ -10,13 +10,18 @@ sequences: a turn whose prompt carries a tool's output can be ten times longer t
 and a count of sequences that fits turn 1 does not fit it. The token budget bounds what a
 chunk holds whatever the lengths.
 
-A chunk's forward tokens are the padded positions its scoring computes
+A chunk's forward tokens are the positions its scoring computes
 (``teamrl.update.losses.score_tokens``):
 
-    prefix sharing       U * P_max + B * C_max    (U distinct prompts, run once each, and B
-                                                   completions that read their prompt's cache)
-    no sharing           B * (P_max + C_max)      (gradient checkpointing keeps no cache:
-                                                   every sample runs its prompt again)
+    packed               sum_u P_u + sum_i C_i    (train.padding_free: one row, each distinct
+                                                   prompt once and every completion, no pad;
+                                                   teamrl.update.packing)
+    prefix sharing       U * P_max + B * C_max    (padded: U distinct prompts, run once each,
+                                                   and B completions that read their
+                                                   prompt's cache)
+    no sharing           B * (P_max + C_max)      (padded under gradient checkpointing, which
+                                                   keeps no cache: every sample runs its
+                                                   prompt again)
 
 Under the token budget, a minibatch's samples are first put in prompt order (the samples of
 one prompt next to each other, prompts in their first-seen order, shortest completion first),
@@ -33,12 +38,15 @@ depends on the chunks, as it does under ``micro_batch_size``.
 from __future__ import annotations
 
 from teamrl.sample import Sample
+from teamrl.update.packing import packed_tokens
 
 
-def forward_tokens(chunk: list[Sample], shares_prefix: bool = True) -> int:
-    """Padded token positions the scoring forward of ``chunk`` runs (see the module doc)."""
+def forward_tokens(chunk: list[Sample], shares_prefix: bool = True, packed: bool = False) -> int:
+    """Token positions the scoring forward of ``chunk`` runs (see the module doc)."""
     if not chunk:
         return 0
+    if packed:
+        return packed_tokens(chunk)
     p_max = max(len(s.prompt_ids) for s in chunk)
     c_max = max(1, max(len(s.completion_ids) for s in chunk))  # collate's width is >= 1
     if not shares_prefix:
@@ -62,22 +70,30 @@ def micro_batches(
     max_samples: int | None = None,
     max_tokens: int | None = None,
     shares_prefix: bool = True,
+    packed: bool = False,
 ) -> list[list[Sample]]:
     """The minibatch's forward chunks: at most ``max_samples`` samples and ``max_tokens``
-    forward tokens each (None: no bound). Without a token budget: consecutive slices of
-    ``max_samples``, in the minibatch's order."""
+    forward tokens each (None: no bound), ``packed`` counting a packed row's tokens. Without a
+    token budget: slices of ``max_samples`` in prompt order (``by_prompt``), the whole
+    minibatch as it is when it fits in one."""
     size = max_samples or len(minibatch) or 1
     if max_tokens is None:
-        return [minibatch[i : i + size] for i in range(0, len(minibatch), size)]
+        if size >= len(minibatch):
+            return [list(minibatch)] if minibatch else []
+        ordered = by_prompt(minibatch)  # a prompt split over chunks would run once in each
+        return [ordered[i : i + size] for i in range(0, len(ordered), size)]
     chunks: list[list[Sample]] = []
     chunk: list[Sample] = []
     prompts: set[tuple[int, ...]] = set()
     p_max = c_max = 0  # the open chunk's running widths: forward_tokens without a rescan
+    total = 0  # the open chunk's packed tokens
     for s in by_prompt(minibatch):
         key = tuple(s.prompt_ids)
         p, c = max(p_max, len(key)), max(c_max, len(s.completion_ids), 1)
         rows = len(chunk) + 1
-        if shares_prefix:
+        if packed:
+            tokens = total + (len(key) if key not in prompts else 0) + len(s.completion_ids)
+        elif shares_prefix:
             tokens = (len(prompts) + (key not in prompts)) * p + rows * c
         else:
             tokens = rows * (p + c)
@@ -85,18 +101,24 @@ def micro_batches(
             chunks.append(chunk)
             chunk, prompts = [], set()
             p, c = len(key), max(1, len(s.completion_ids))
+            tokens = len(key) + len(s.completion_ids)
         chunk.append(s)
         prompts.add(key)
-        p_max, c_max = p, c
+        p_max, c_max, total = p, c, tokens
     if chunk:
         chunks.append(chunk)
     return chunks
 
 
-def oversized(chunks: list[list[Sample]], max_tokens: int | None, shares_prefix: bool = True):
+def oversized(
+    chunks: list[list[Sample]],
+    max_tokens: int | None,
+    shares_prefix: bool = True,
+    packed: bool = False,
+):
     """The longest single-sample chunk over the budget, as (agent, tokens), or None."""
     if max_tokens is None:
         return None
-    lone = [(forward_tokens(c, shares_prefix), c[0].agent) for c in chunks if len(c) == 1]
+    lone = [(forward_tokens(c, shares_prefix, packed), c[0].agent) for c in chunks if len(c) == 1]
     tokens, agent = max(lone, default=(0, ""))
     return (agent, tokens) if tokens > max_tokens else None

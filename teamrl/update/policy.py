@@ -3,7 +3,10 @@ policy-gradient steps over its samples, read top to bottom:
 
     run      = prepare(...)              train mode, the statistics to gather, each sample's rank
     passes   = plan_passes(...)          shuffled minibatches of every pass, built up front
-    with fused_lora(model):              LoRA linears as one autograd node each (lora_linear)
+    with fused_lora(model),              LoRA linears as one autograd node each (lora_linear);
+         packed_forward(model):          packed rows' attention (packing; train.padding_free),
+                                         on through the backward's recomputation under
+                                         gradient checkpointing
       take_old_logprobs(run, passes)     the log-probs *before the first optimizer step*
       for each pass, for each minibatch:
         accumulate_gradients(...)        per chunk: logp; IS weights min(pi_old / q, C) for
@@ -62,6 +65,7 @@ from teamrl.update.losses import (
     score_tokens,
 )
 from teamrl.update.micro_batches import micro_batches, oversized
+from teamrl.update.packing import packed_forward
 from teamrl.update.settings import UpdateSettings
 
 if TYPE_CHECKING:
@@ -104,8 +108,8 @@ class UpdateRun:
         micro_batches). The same on every rank: each derives them from the same samples."""
         u = self.settings
         budget, shares = u.max_tokens_per_micro_batch, not drops_kv_cache(self.pol.model)
-        chunks = micro_batches(mb, u.micro_batch_size, budget, shares)
-        over = oversized(chunks, budget, shares)
+        chunks = micro_batches(mb, u.micro_batch_size, budget, shares, u.padding_free)
+        over = oversized(chunks, budget, shares, u.padding_free)
         if over is not None and not self.warned:
             self.warned = True
             warnings.warn(
@@ -125,14 +129,12 @@ class UpdateRun:
         return 0 if masked else len(s.completion_ids)
 
     def batch(self, chunk: Minibatch):
-        """The padded batch, with each row's sampler truncation (truncated_scoring)."""
-        batch = collate(chunk, self.pol.engine.pad_id)
+        """The batch (padded, or packed with train.padding_free), with each row's sampler
+        truncation (truncated_scoring)."""
         u = self.settings
         top_p, top_k = [u.top_p[s.agent] for s in chunk], [u.top_k[s.agent] for s in chunk]
-        batch.top_p = torch.tensor(top_p)
-        batch.top_k = torch.tensor(top_k, dtype=torch.long)
-        batch.max_top_k, batch.nucleus = max(top_k), any(p < 1 for p in top_p)
-        return batch.to(self.device)
+        pad = self.pol.engine.pad_id
+        return collate(chunk, pad, packed=u.padding_free, top_p=top_p, top_k=top_k).to(self.device)
 
     def score(self, model, batch, with_entropy: bool = False, route=None):
         # Under truncated scoring the KL to the reference compares full softmaxes on both
@@ -204,7 +206,8 @@ def update_policy(
     # FSDP's sharded parameters keep PEFT's forward (its hooks gather them per module)
     fuse = settings.fused_lora and not pol.sharded
     skipped, stepped = 0, False
-    with fused_lora(pol.model, settings.lora_compute_dtype) if fuse else nullcontext():
+    packed = packed_forward(pol.model) if settings.padding_free else nullcontext()
+    with fused_lora(pol.model, settings.lora_compute_dtype) if fuse else nullcontext(), packed:
         take_old_logprobs(run, passes)
         for it, minibatches in enumerate(passes):
             for j, mb in enumerate(minibatches):

@@ -25,6 +25,7 @@ class UpdateSettings:
     num_mini_batches: int  # optimizer steps per pass: the samples are split this many ways
     micro_batch_size: int | None  # rows per forward (gradient accumulation); None: the minibatch
     max_tokens_per_micro_batch: int | None  # forward-token budget: bounds activation memory
+    padding_free: bool  # each forward one packed row, no pads (teamrl.update.packing)
     max_grad_norm: float | None  # gradient clipping norm (None: off)
     nan_policy: str  # a non-finite loss: 'error' raises, 'skip' drops the step and counts it
     fused_lora: bool  # each plain LoRA linear as one autograd node (teamrl.update.lora_linear)
@@ -55,6 +56,7 @@ def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
         num_mini_batches=t.num_mini_batches,
         micro_batch_size=t.micro_batch_size,
         max_tokens_per_micro_batch=t.max_tokens_per_micro_batch,
+        padding_free=t.padding_free,
         max_grad_norm=t.max_grad_norm,
         nan_policy=t.nan_policy,
         fused_lora=t.fused_lora,

@@ -66,8 +66,10 @@ def test_cuts_by_hand_with_and_without_prefix_sharing():
     assert names(got, index) == [["A2"], ["A3"], ["B1", "B5"]]
     # both bounds: 1 sample a chunk whatever the budget
     assert names(micro_batches(mb, 1, 1000), index) == [["A2"], ["A3"], ["B1"], ["B5"]]
-    # no token budget: today's consecutive slices, in the minibatch's own order
-    assert names(micro_batches(mb, 3), index) == [["A3", "B5", "A2"], ["B1"]]
+    # no token budget: slices in prompt order (a prompt split over chunks runs in each), the
+    # minibatch as it is when it fits in one
+    assert names(micro_batches(mb, 3), index) == [["A2", "A3", "B1"], ["B5"]]
+    assert names(micro_batches(mb, 2), index) == [["A2", "A3"], ["B1", "B5"]]
     assert names(micro_batches(mb), index) == [["A3", "B5", "A2", "B1"]]
 
 
@@ -112,27 +114,39 @@ def ragged(**extra):
 
 
 def spy_batches(monkeypatch):
-    """Every batch the update scores: (rows, distinct prompts, P, C, grad enabled)."""
+    """Every batch the update scores: (rows, distinct prompts, P, C, grad enabled, the packed
+    row's tokens or None)."""
     seen = []
     real = update_mod.score_tokens
 
     def score(model, batch, **kw):
-        b, c = batch.completion_ids.shape
-        u, p = batch.prompt_ids.shape
-        seen.append((b, u, p, c, torch.is_grad_enabled()))
+        b, c = batch.completion_mask.shape
+        if batch.packed is None:
+            u, p = batch.prompt_ids.shape
+            packed = None
+        else:  # the prompts' count and longest, from the layout's prompt segments
+            prompts = batch.packed.stacks[0].q
+            u, p, packed = prompts.shape[0], prompts.shape[1], batch.packed.tokens
+        seen.append((b, u, p, c, torch.is_grad_enabled(), packed))
         return real(model, batch, **kw)
 
     monkeypatch.setattr(update_mod, "score_tokens", score)
     return seen
 
 
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_every_forward_of_an_update_keeps_the_budget(tmp_path, monkeypatch, checkpointing):
-    extra = {"train.num_mini_batches": 2, "model.gradient_checkpointing": checkpointing}
+def test_every_forward_of_an_update_keeps_the_budget(tmp_path, monkeypatch, checkpointing, packed):
+    extra = {
+        "train.num_mini_batches": 2,
+        "model.gradient_checkpointing": checkpointing,
+        "train.padding_free": packed,
+    }
     probe = Trainer(ragged(**extra), run_dir=tmp_path / "probe")
     samples = probe.rollout(probe.data.next(2)).samples
     prompt = max(len(s.prompt_ids) for s in samples)
-    budget = prompt + 3 * 8 if not checkpointing else 2 * (prompt + 8)  # about 2-3 rows
+    # about 2-3 rows
+    budget = prompt + 3 * 8 if packed or not checkpointing else 2 * (prompt + 8)
     cut = ragged(**extra, **{"train.max_tokens_per_micro_batch": budget})
     tr = Trainer(cut, run_dir=tmp_path / "r")
     seen = spy_batches(monkeypatch)
@@ -140,8 +154,12 @@ def test_every_forward_of_an_update_keeps_the_budget(tmp_path, monkeypatch, chec
     grad = [x for x in seen if x[4]]
     assert sum(b for b, *_ in grad) == 16  # every sample trained on, once
     assert len(grad) > 2  # the budget cut the two minibatches
-    for b, u, p, c, _ in seen:
-        tokens = b * (p + c) if checkpointing else u * p + b * c
+    for b, u, p, c, _, row in seen:
+        if packed:  # the packed row: each distinct prompt once and every completion, no pad
+            assert row is not None and row <= u * p + b * c
+            tokens = row
+        else:
+            tokens = b * (p + c) if checkpointing else u * p + b * c
         assert b == 1 or tokens <= budget, (b, u, p, c, budget)
 
 

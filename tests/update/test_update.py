@@ -26,8 +26,8 @@ def spy(monkeypatch):
     calls, last = [], {}
     real_collate, real_loss = update_mod.collate, update_mod.policy_loss
 
-    def collate(samples, pad_id):
-        last["batch"] = real_collate(samples, pad_id)
+    def collate(samples, pad_id, **kw):
+        last["batch"] = real_collate(samples, pad_id, **kw)
         return last["batch"]
 
     def policy_loss(logp, old_logp, *a, **k):
@@ -88,7 +88,7 @@ def test_micro_batches_and_passes_with_ragged_widths(tmp_path, monkeypatch):
     m = tr.train_step()
     # 16 samples: 2 passes x 2 minibatches of 8 x 4 chunks of 2
     assert len(calls) == 2 * 2 * 4
-    assert len({c["batch"].completion_ids.shape[1] for c in calls}) > 1  # ragged indeed
+    assert len({c["batch"].completion_mask.shape[1] for c in calls}) > 1  # ragged indeed
     assert [c["out"].ratio_max_dev for c in calls[:4]] == [0.0] * 4
     assert max(c["out"].ratio_max_dev for c in calls[4:]) > 0.0
     assert m["clip_fraction/shared"] > 0.0
