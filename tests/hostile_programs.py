@@ -6,8 +6,10 @@ Each program is plain Python with @NAME@ placeholders that the test fills in:
 @UNIX_SOCKET@ (listeners owned by the test), @SECRET_NAME@, @SECRET_VALUE@ (a fake secret in
 the test's environment), @HOME_SECRET@ (a file in the test user's home holding the secret),
 @REPO@ (the repository root), @TMP_SOCKET@ (a 0777 unix socket listening in /tmp),
-@ABSTRACT@ (an abstract unix socket's name, listening), @HTTP_PORT@ (an HTTP server on
-loopback that records every request's path: a path holding the case's @MARKER@ is an escape).
+@ABSTRACT@ (an abstract unix socket's name, listening), @TMP_DGRAM@ and @ABSTRACT_DGRAM@
+(a 0777 unix datagram socket in /tmp and an abstract one, bound), @HTTP_PORT@ (an HTTP server
+on loopback that records every request's path: a path holding the case's @MARKER@ is an
+escape).
 
 A program prints ESCAPED when its attack worked, so the test can check that word never shows
 up. ``killed`` lists the acceptable ``ExecResult.killed`` values (None: any failure will do);
@@ -74,6 +76,25 @@ SYSCALLS = {
 # A child that sleeps, for the cases that reach into another process of their own.
 _CHILD = (
     "import ctypes, os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+)
+
+
+# Hidden disk (issue 53): files the working folder no longer names, held open, mapped or in
+# flight, 8 of file_size_mb (4 MiB in the test's limits) against disk_mb (8 MiB). Then two
+# seconds for the watcher (a look every 50 ms) to see them: the program prints ESCAPED only
+# if it was not stopped by then.
+_WRITE_4_MIB = "def fill(fd):\n    for _ in range(4):\n        os.write(fd, bytes(1 << 20))\n"
+_HOLD = "time.sleep(2)\nprint('ESCAPED', len(held) * 4, 'MiB held without a name')\n"
+_HIDDEN = {"wall_seconds": 6.0}
+# fallocate through ctypes (os.posix_fallocate would fall back to writing): reserve(path,
+# mode, size) returns the open descriptor, or raises the errno's OSError. What it reserved
+# is printed at once (flushed): the watcher may stop the program in the next look.
+_FALLOCATE = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]\n"
+    "def reserve(path, mode, size):\n    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)\n"
+    "    if libc.fallocate(fd, mode, 0, size) != 0:\n        e = ctypes.get_errno()\n"
+    "        raise OSError(e, os.strerror(e))\n    return fd\n"
 )
 
 
@@ -206,6 +227,27 @@ CORPUS: list[Hostile] = [
         ("memory", "wall_time"),
     ),
     Hostile("memory_bytearray", "b = bytearray(10 ** 10)\n", ("memory",)),
+    # Memory in no process's RSS (issue 53): memfds (each one file of file_size_mb) and
+    # raised socket buffers, past memory_mb, which bounds only the address space.
+    Hostile(
+        "memfd_past_memory_mb",
+        "import os\nheld, fds = 0, []\nwhile held <= (160 << 20):\n"
+        "    fd = os.memfd_create('hoard')\n    for _ in range(32):\n"
+        "        os.write(fd, bytes(1 << 20))\n    fds.append(fd)\n    held += 32 << 20\n"
+        "print('ESCAPED', held >> 20, 'MiB in memfds')\n",
+        limits={"memory_mb": 128, "file_size_mb": 32},
+    ),
+    Hostile(
+        "socket_buffers_past_memory_mb",
+        "import socket\nheld, pairs = 0, []\nwhile held <= (160 << 20):\n"
+        "    a, b = socket.socketpair()\n"
+        "    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n"
+        "    a.setblocking(False)\n    try:\n        while True:\n"
+        "            held += a.send(bytes(1 << 16))\n    except BlockingIOError:\n"
+        "        pass\n    pairs.append((a, b))\n"
+        "print('ESCAPED', held >> 20, 'MiB in socket buffers')\n",
+        limits={"memory_mb": 128},
+    ),
     Hostile("memory_string", "s = 'x' * (10 ** 10)\n", ("memory",)),
     Hostile("deep_recursion", "def f(n):\n    return f(n + 1)\nf(0)\n", (None,)),
     Hostile(
@@ -329,6 +371,67 @@ CORPUS: list[Hostile] = [
         ("disk_limit",),
         limits={"file_size_mb": 64},
     ),
+    # Disk the watcher did not see (issue 53): space reserved past file_size_mb, space
+    # reserved before its first look, files without a name.
+    Hostile(
+        "fallocate_keep_size",  # FALLOC_FL_KEEP_SIZE: 256 MiB held, length 0
+        _FALLOCATE + "fd = reserve('big', 1, 256 << 20)\n"
+        "print('ESCAPED', os.fstat(fd).st_blocks // 2048, 'MiB reserved', flush=True)\n",
+    ),
+    Hostile(
+        "fallocate_before_the_first_look",  # 16 files of file_size_mb in a few milliseconds
+        _FALLOCATE + "fds = [reserve(f'r{i}', 0, 4 << 20) for i in range(16)]\n"
+        "print('ESCAPED', 16 * 4, 'MiB reserved', flush=True)\n",
+    ),
+    Hostile(
+        "unlinked_open_files",
+        "import os, time\n" + _WRITE_4_MIB + "held = []\nfor i in range(8):\n"
+        "    fd = os.open(f'u{i}', os.O_RDWR | os.O_CREAT, 0o600)\n    fill(fd)\n"
+        "    os.unlink(f'u{i}')\n    held.append(fd)\n" + _HOLD,
+        ("disk_limit",),
+        limits=_HIDDEN,
+    ),
+    Hostile(
+        "unnamed_tmpfiles",  # O_TMPFILE: never named at all
+        "import os, time\n" + _WRITE_4_MIB + "held = []\nfor i in range(8):\n"
+        "    fd = os.open('.', os.O_TMPFILE | os.O_RDWR, 0o600)\n    fill(fd)\n"
+        "    held.append(fd)\n" + _HOLD,
+        ("disk_limit",),
+        limits=_HIDDEN,
+    ),
+    Hostile(
+        "mapped_deleted_files",  # no descriptor left (libc's mmap: Python's keeps one)
+        "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, "
+        "ctypes.c_long]\n" + _WRITE_4_MIB + "held = []\nfor i in range(8):\n"
+        "    fd = os.open(f'm{i}', os.O_RDWR | os.O_CREAT, 0o600)\n    fill(fd)\n"
+        "    address = libc.mmap(None, 4 << 20, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED\n"
+        "    if address in (None, ctypes.c_void_p(-1).value):\n"
+        "        raise OSError(ctypes.get_errno(), 'mmap')\n"
+        "    held.append(address)\n    os.close(fd)\n    os.unlink(f'm{i}')\n" + _HOLD,
+        ("disk_limit",),
+        limits=_HIDDEN,
+    ),
+    Hostile(
+        "unlinked_files_non_dumpable",  # the watcher cannot read a non-dumpable process
+        "import ctypes, os, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+        + _WRITE_4_MIB
+        + "held = []\nfor i in range(8):\n"
+        "    fd = os.open(f'n{i}', os.O_RDWR | os.O_CREAT, 0o600)\n    fill(fd)\n"
+        "    os.unlink(f'n{i}')\n    held.append(fd)\n" + _HOLD,
+        ("disk_limit",),
+        limits=_HIDDEN,
+    ),
+    Hostile(
+        "unlinked_files_in_flight",  # SCM_RIGHTS: in a socket's queue, in no process's fds
+        "import os, socket, time\n" + _WRITE_4_MIB + "a, b = socket.socketpair()\n"
+        "held = []\nfor i in range(8):\n"
+        "    fd = os.open(f'f{i}', os.O_RDWR | os.O_CREAT, 0o600)\n    fill(fd)\n"
+        "    os.unlink(f'f{i}')\n    socket.send_fds(a, [b'x'], [fd])\n    os.close(fd)\n"
+        "    held.append(i)\n" + _HOLD,
+        limits=_HIDDEN,
+    ),
     Hostile(
         "many_open_files",
         "files = []\nwhile True:\n    files.append(open('/dev/null'))\n",
@@ -415,6 +518,32 @@ CORPUS: list[Hostile] = [
         xfail={
             m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")
         },
+    ),
+    # A datagram socket pair needs no socket(2), and sendto reaches any socket file or
+    # abstract name (issue 53): the host's /dev/log-like sockets.
+    Hostile(
+        "unix_datagram_to_host",
+        "import socket\na, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+        "a.sendto(b'@MARKER@', '@TMP_DGRAM@')\nprint('ESCAPED')\n",
+        xfail={"setuid": "no mount namespace: /tmp is the host's", "rlimits": SAME_UID},
+    ),
+    Hostile(
+        "unix_datagram_to_abstract",
+        "import socket\na, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+        "a.sendto(b'@MARKER@', '\\0@ABSTRACT_DGRAM@')\nprint('ESCAPED')\n",
+        xfail={
+            m: "abstract sockets belong to the network namespace" for m in ("setuid", "rlimits")
+        },
+    ),
+    Hostile(
+        # Outlives the run where there is no IPC namespace (Landlock refuses to open it for
+        # writing, after it was made, and to remove it: the test removes what is left).
+        "posix_message_queue",
+        "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "mq_open, mq_unlink = (180, 181) if platform.machine() == 'aarch64' else (240, 241)\n"
+        "fd = libc.syscall(mq_open, b'@MARKER@', os.O_CREAT | os.O_RDONLY, 0o600, None)\n"
+        "if fd >= 0:\n    libc.syscall(mq_unlink, b'@MARKER@')\n"
+        "    print('ESCAPED')\nraise SystemExit(ctypes.get_errno() or 1)\n",
     ),
     Hostile(
         "http_via_curl",  # (a fresh interpreter where curl is not installed)
@@ -540,6 +669,19 @@ SECCOMP_CASES = frozenset(
         *("keyring_add_key", "keyring_join_session", "bpf_map_create", "ptrace_traceme"),
         *("ptrace_own_child", "process_vm_readv_own_child", "socket_families"),
         *("ptrace_seize_parent", "http_via_curl", "http_via_child_python", "http_via_ctypes"),
+        *("memfd_past_memory_mb", "socket_buffers_past_memory_mb", "posix_message_queue"),
+        *("fallocate_keep_size", "fallocate_before_the_first_look"),
+        *("unlinked_files_non_dumpable", "unlinked_files_in_flight"),
+    }
+)
+# What the corpus added for issue 53: memory and disk a program hid, datagrams and queues.
+HIDDEN_USE_CASES = frozenset(
+    {
+        *("memfd_past_memory_mb", "socket_buffers_past_memory_mb"),
+        *("fallocate_keep_size", "fallocate_before_the_first_look", "unlinked_open_files"),
+        *("unnamed_tmpfiles", "mapped_deleted_files", "unlinked_files_non_dumpable"),
+        *("unlinked_files_in_flight", "unix_datagram_to_host", "unix_datagram_to_abstract"),
+        "posix_message_queue",
     }
 )
 

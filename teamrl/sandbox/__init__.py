@@ -30,8 +30,11 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
       empty tmpfs covers that directory and the interpreter's prefix alone is bound back.
     * The seccomp filter (``teamrl.sandbox.seccomp``), installed in the child before it execs:
       no io_uring, ptrace or reading other processes' memory, new namespaces or mounts, bpf,
-      perf events, keyrings or System V IPC, and no socket but ``AF_UNIX`` (none needed: the
-      network namespace is empty) unless the run allows the network.
+      perf events, keyrings, System V IPC or POSIX message queues, no memfd and no raised
+      socket buffer (memory no RSS counts), and no socket or socket pair but ``AF_UNIX``
+      (none needed: the network namespace is empty) unless the run allows the network.
+      Unix sockets still reach a socket file outside the private folders that the fresh
+      uid may write.
 
 ``"userns"`` (any other user, where unprivileged user namespaces are allowed)
     A user namespace maps uid 0 to the caller; in it the same network, IPC, mount (with the
@@ -54,13 +57,17 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     (also its ``HOME`` and ``TMPDIR``) and ``/dev/null``-like devices; TCP bind and connect
     refused (ABI >= 4); no connecting to abstract unix sockets made outside, no signal to a
     process outside (ABI >= 6). And a seccomp filter (``teamrl.sandbox.seccomp``) that
-    refuses ``socket(2)`` for every family (so no network and no host unix socket, whatever
-    the path), io_uring, ptrace and reading other processes' memory, new namespaces and
-    mounts, bpf, perf events, keyrings and System V IPC. After the run every process of the
+    refuses ``socket(2)`` for every family and ``socketpair(2)`` but for a unix stream pair
+    (so no network and no host unix socket, whatever the path: a datagram pair could send
+    to any socket file), io_uring, ptrace and reading other processes' memory, new
+    namespaces and mounts, bpf, perf events, keyrings, System V IPC, POSIX message queues,
+    memfds and raised socket buffers, and what would hide disk from the watcher below
+    (``fallocate``, ``sendmsg``, ``PR_SET_DUMPABLE``). After the run every process of the
     uid is killed. Residual risk: it reads world-readable files and sees host processes in
     ``/proc`` (not their environment); its working directory is on the caller's disk, not
-    a tmpfs, so ``disk_mb`` and ``disk_files`` are kept by a watcher that looks every 50 ms
-    and kills the run past them (``teamrl.sandbox.disk``), not by the kernel. Needs Landlock ABI >= 3
+    a tmpfs, so ``disk_mb`` and ``disk_files`` are kept by a watcher that looks every 50 ms,
+    counts also the files the run's processes hold there without a name, and kills the run
+    past them (``teamrl.sandbox.disk``), not by the kernel. Needs Landlock ABI >= 3
     (Linux 6.2), seccomp, and an interpreter other users can reach (not under ``/root``);
     without them the mode fails with one line, and ``auto`` never falls back to a weak mode.
 
@@ -70,9 +77,9 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     the drop to the fresh uid, before it execs; after the run every process of the uid is
     killed. Residual risk: the program may write to world-writable places (``/tmp``,
     ``/dev/shm``, any 0777 folder; bounded per file by ``file_size_mb``), directly or
-    through any program it runs, and connect to unix sockets in ``/tmp`` and abstract ones
-    (the filter cannot see a socket's address). Its working directory is on the caller's
-    disk, bounded by the watcher as in "landlock".
+    through any program it runs, and connect or send datagrams to unix sockets in ``/tmp``
+    and abstract ones (the filter cannot see a socket's address). Its working directory is
+    on the caller's disk, bounded by the watcher as in "landlock" (with the same refusals).
     The interpreter must be reachable by other users (not under ``/root``).
 
 ``"rlimits"`` (weak; only when asked for: ``isolation="rlimits"`` or
@@ -84,8 +91,9 @@ which mode ``run_python`` gets by default, and logs it with its residual risks o
     program can signal the caller's processes (same uid), read and write wherever the
     caller can (those ``/proc`` files and its unix sockets included), escape the
     process-group kill with ``setsid``, and RLIMIT_NPROC counts every process of the uid;
-    its working directory is bounded by the watcher. docs/sandbox.md lists what the hostile
-    corpus measured.
+    its working directory is bounded by the watcher, which finds the run's processes by
+    their session (so not one that left it with ``setsid``). docs/sandbox.md lists what the
+    hostile corpus measured.
 
 When no strong mode works and no weak one was asked for, ``isolation_mode`` raises a
 one-line RuntimeError saying what to enable or set.
@@ -98,8 +106,12 @@ the network namespace and the seccomp filter, which every mode installs: it refu
 same families to every process of the program (every family in "landlock").
 
 Common residual risks: memory is capped per process (RLIMIT_AS), so a program may hold up to
-``max_processes * memory_mb`` MiB (plus its tmpfs); the CPU rlimit is per process too (the
-wall clock bounds the sum). If the calling process dies, a parent-death signal kills the
+``max_processes * memory_mb`` MiB (plus its tmpfs), and beside it the kernel buffers of its
+pipes and sockets, which no RSS counts: at most ``open_files`` descriptors per process, a
+socket's buffer at the system default (raising it is refused), a pipe's at 64 KiB unless
+enlarged while the uid's pipes hold less than ``fs.pipe-user-pages-soft``. Memory that would not be bounded so (memfds, System V shared
+memory, POSIX message queues) is refused in every mode; no cgroup is made. The CPU rlimit
+is per process too (the wall clock bounds the sum). If the calling process dies, a parent-death signal kills the
 program (with namespaces, the whole namespace); its temporary directory is then left behind.
 
 Judging programs: ``run_python(..., report=True)`` and ``teamrl.sandbox.channel`` give a

@@ -10,7 +10,12 @@ the number in ``$TEAMRL_REPORT_FD`` and must be closed before untrusted code run
 
 ``TRUSTED_PRELUDE`` (source to put first in ``code``) does that. It takes the channel and
 drops the variable, makes its process non-dumpable (so a process of the same uid can neither
-ptrace it nor open its ``/proc/<pid>/fd``, ``mem`` or ``environ``), and defines
+ptrace it nor open its ``/proc/<pid>/fd``, ``mem`` or ``environ``), and in every child it
+forks with ``os.fork`` (where the untrusted code runs) first points the channel's number at
+``/dev/null``, then makes the child dumpable again and installs a seccomp filter of its own
+that refuses ``PR_SET_DUMPABLE``: where no tmpfs bounds the disk, the watcher reads the
+descriptors of the run's processes, which it cannot do for a non-dumpable one
+(``teamrl.sandbox.disk``), and a child may not hide from it. It defines
 
 * ``_teamrl_report(line)``: write one line on the channel;
 * ``_teamrl_untrusted(source, probe, limit)``: run ``source`` (untrusted) in a forked child
@@ -36,10 +41,31 @@ from __future__ import annotations
 REPORT_FD_ENV = "TEAMRL_REPORT_FD"
 
 TRUSTED_PRELUDE = """\
-import ctypes as _ctypes, os as _os, sys as _sys
+import ctypes as _ctypes, os as _os, struct as _struct, sys as _sys
 _teamrl_channel = int(_os.environ.pop("TEAMRL_REPORT_FD"))
 if _ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
     raise SystemExit("trusted prelude: cannot make the harness non-dumpable")
+def _teamrl_forked(parent=_os.getpid()):
+    if _os.getppid() != parent:  # only the harness's own children
+        return
+    null = _os.open(_os.devnull, _os.O_WRONLY)  # the channel first: then the child is dumpable
+    _os.dup2(null, _teamrl_channel)
+    _os.close(null)
+    # Classic BPF: prctl(PR_SET_DUMPABLE, ...) gets EPERM, every other call passes.
+    prctl = {"x86_64": 157, "aarch64": 167}.get(_os.uname().machine, 0xFFFFFFFF)
+    code = b"".join(_struct.pack("=HBBI", *i) for i in (
+        (0x20, 0, 0, 0), (0x15, 0, 3, prctl), (0x20, 0, 0, 16), (0x15, 0, 1, 4),
+        (0x06, 0, 0, 0x00050001), (0x06, 0, 0, 0x7FFF0000)))
+    class Fprog(_ctypes.Structure):
+        _fields_ = [("len", _ctypes.c_ushort), ("filter", _ctypes.c_char_p)]
+    libc, ulong = _ctypes.CDLL(None), _ctypes.c_ulong
+    program = Fprog(len(code) // 8, code)
+    if libc.prctl(4, 1, 0, 0, 0) != 0 or libc.prctl(
+        ulong(22), ulong(2), _ctypes.byref(program), ulong(0), ulong(0)
+    ) != 0:
+        _os.write(2, b"trusted prelude: cannot keep a forked child dumpable\\n")
+        _os._exit(70)
+_os.register_at_fork(after_in_child=_teamrl_forked)
 def _teamrl_report(line):
     data = (str(line).replace("\\n", " ") + "\\n").encode()
     while data:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from teamrl.sandbox import linux
 from teamrl.sandbox.boot import boot_code
 from teamrl.sandbox.channel import REPORT_FD_ENV
-from teamrl.sandbox.disk import DiskWatch
+from teamrl.sandbox.disk import DiskWatch, RunProcesses
 from teamrl.sandbox.launch import Plan, confinement, make_preexec
 from teamrl.sandbox.limits import FRESH_UID_MODES, UID_KILL_MODES, ExecResult, Limits
 from teamrl.sandbox.pump import classify, kill_tree, namespace_status, pump
@@ -84,7 +84,7 @@ def execute(
         os.mkdir(workdir, 0o700)
         if mode in UID_KILL_MODES:  # no tmpfs of its own: the folder itself is the uid's
             os.chown(workdir, uid, uid)
-        ruleset_fd, syscalls = confinement(mode, workdir, limits.network)
+        ruleset_fd, syscalls = confinement(mode, workdir, limits.network, report)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         env.update(HOME=workdir, TMPDIR=workdir)
         if report:
@@ -121,8 +121,9 @@ def execute(
                 if fd >= 0:
                     os.close(fd)
             status_w = report_w = -1
-        # Without a tmpfs of its own, a watcher bounds the folder (teamrl.sandbox.disk).
-        watch = None if pidns else DiskWatch(workdir, limits)
+        # Without a tmpfs of its own, a watcher bounds the folder and what the run's
+        # processes hold there without a name (teamrl.sandbox.disk).
+        watch = None if pidns else DiskWatch(workdir, limits, _run_processes(mode, uid, proc))
         with proc:
             deadline = start + limits.wall_seconds
             out, err, channel, reason, cpu = pump(
@@ -160,6 +161,14 @@ def execute(
         wall_seconds=wall,
         report=channel.decode(errors="replace"),
     )
+
+
+def _run_processes(mode: str, uid: int | None, proc: subprocess.Popen) -> RunProcesses:
+    """Where the watcher finds the run's processes: every process of its fresh uid, or
+    ("rlimits", the caller's uid) of the session the program started."""
+    if mode in UID_KILL_MODES and uid is not None:
+        return RunProcesses(uid)
+    return RunProcesses(os.getuid(), session=proc.pid)
 
 
 def _reap(mode: str, uid: int | None, init_pid: int | None) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from teamrl.sandbox import landlock, linux, seccomp
-from teamrl.sandbox.limits import Limits
+from teamrl.sandbox.limits import WATCHED_MODES, Limits
 
 # Host directories the sandbox gets as empty private tmpfs instead (read-only, like
 # everything else): their unix sockets, shared memory and temp files are out of reach.
@@ -43,11 +43,16 @@ class Plan:
     syscalls: seccomp.Filter | None = None
 
 
-def confinement(mode: str, workdir: str, network: bool) -> tuple[int, seccomp.Filter]:
+def confinement(
+    mode: str, workdir: str, network: bool, report: bool = False
+) -> tuple[int, seccomp.Filter]:
     """The Landlock ruleset fd ("landlock" mode, else -1; the caller closes it) and the seccomp
     filter (every mode) for one run, built here in the parent so that a kernel without them
-    is a one-line RuntimeError before any fork."""
-    syscalls = seccomp.Filter(seccomp.socket_policy(mode, network), mode)  # raises before an fd
+    is a one-line RuntimeError before any fork. ``report``: the run is a judging harness,
+    which may make itself non-dumpable (see ``teamrl.sandbox.seccomp``)."""
+    sockets = seccomp.socket_policy(mode, network)
+    watched = mode in WATCHED_MODES
+    syscalls = seccomp.Filter(sockets, mode, watched, report)  # raises before any fd
     if mode != "landlock":
         return -1, syscalls
     return landlock.ruleset(workdir, network), syscalls

@@ -12,6 +12,8 @@ WEAK_MODES = ("setuid", "rlimits")
 FRESH_UID_MODES = ("namespaces", "landlock", "setuid")
 # Fresh-uid modes without a pid namespace: what the program leaves is killed by its uid.
 UID_KILL_MODES = ("landlock", "setuid")
+# Modes without a tmpfs of their own: a watcher keeps the disk bound (teamrl.sandbox.disk).
+WATCHED_MODES = ("landlock", "setuid", "rlimits")
 
 
 def _limit(default, help: str):  # noqa: A002
@@ -43,7 +45,12 @@ class Limits:
     output_bytes: int = _limit(
         65536, "Bytes kept per stream (stdout, stderr); more kills the program."
     )
-    open_files: int = _limit(256, "Open file descriptors per process (RLIMIT_NOFILE).")
+    open_files: int = _limit(
+        64,
+        "Open file descriptors per process (RLIMIT_NOFILE). Each pipe or socket holds kernel "
+        "buffers no RSS counts (a socket up to net.core.wmem_default), so this times "
+        "max_processes bounds them.",
+    )
     network: bool = _limit(
         False, "Allow network access (False: network namespace or socket guard)."
     )

@@ -18,27 +18,38 @@ from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, WEAK_MODES, 
 ISOLATION_ENV = "TEAMRL_SANDBOX_ISOLATION"
 logger = logging.getLogger("teamrl.sandbox")
 
-# What each mode leaves open, as the hostile corpus in tests/sandbox/test_sandbox.py measures it.
+# What each mode leaves open, as the hostile corpus in tests/sandbox/test_sandbox.py measures it
+# (docs/sandbox.md has a table per mode of the memory, disk, sockets and IPC a program can use).
+_COMMON = (
+    "memory is bounded per process (memory_mb of address space, up to max_processes), plus "
+    "kernel buffers no RSS counts: a pipe or socket per descriptor (open_files), each socket "
+    "at the system's default buffer size"
+)
 RESIDUAL_RISKS = {
     "namespaces": "reads world-readable files; sees host processes in /proc (not their "
-    "environment); memory and CPU are bounded per process",
+    "environment); may connect or send to a unix socket file it may write outside the "
+    f"private /tmp, /run, /dev/shm, /var/tmp; {_COMMON}, and its tmpfs (disk_mb)",
     "userns": "runs as your uid outside its namespaces: reads files you can read outside your "
-    "home and the private /tmp, /run, /dev/shm, /var/tmp (read-only), and may connect to your "
-    "unix sockets elsewhere; memory and CPU are bounded per process",
+    "home and the private /tmp, /run, /dev/shm, /var/tmp (read-only), and may connect or "
+    f"send to your unix sockets elsewhere; {_COMMON}, and its tmpfs (disk_mb)",
     "landlock": "reads world-readable files; sees host processes in /proc (not their "
-    "environment); the working directory is on disk, bounded (disk_mb, disk_files) by a "
-    "watcher that looks every 50 ms, so a program may write past the bound for that long "
-    "(each file within file_size_mb) before it is killed; memory and CPU are bounded per "
-    "process",
+    "environment); the working directory is on disk, bounded (disk_mb, disk_files, and "
+    "the files its processes hold there without a name) by a watcher that looks every "
+    "50 ms, so a program may write past the bound for that long (each file within "
+    "file_size_mb) before it is killed, and a process that runs an executable it may not "
+    f"read is not watched; {_COMMON}",
     "setuid": "WEAK: writes to world-writable places (/tmp, /dev/shm, any 0777 folder), "
-    "directly or through any program it runs; connects to unix sockets in /tmp and abstract "
-    "ones (the seccomp filter refuses every other socket family, also to ctypes, curl or a "
-    "child interpreter); the working directory is on disk, bounded by a watcher only",
+    "directly or through any program it runs, each file within file_size_mb (/dev/shm is "
+    "memory); connects or sends (datagrams) to unix sockets in /tmp and abstract ones (the "
+    "seccomp filter refuses every other socket family, also to ctypes, curl or a child "
+    "interpreter); the working directory is on disk, bounded by a watcher only (as in "
+    f"landlock); {_COMMON}",
     "rlimits": "WEAK: runs as your uid without namespaces: it can write and read wherever you "
     "can, read the trainer's /proc/<pid>/environ and its memory (/proc/<pid>/mem), signal "
-    "the trainer, connect to your unix sockets and abstract ones, and leave daemons running; "
-    "the seccomp filter refuses ptrace, io_uring, keyrings, new namespaces and every socket "
-    "family but unix",
+    "the trainer, connect or send to your unix sockets and abstract ones, and leave "
+    "daemons running (which the disk watcher does not see either); the seccomp filter "
+    "refuses ptrace, io_uring, keyrings, memfds, IPC, new namespaces and every socket "
+    f"family but unix; {_COMMON}",
 }
 
 _lock = threading.Lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import http.server
 import json
 import os
@@ -16,10 +17,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
-from hostile_programs import CORPUS, SECCOMP_CASES, Hostile
+from hostile_programs import CORPUS, HIDDEN_USE_CASES, SECCOMP_CASES, Hostile
 
 from teamrl.sandbox import (
     ISOLATION_ENV,
@@ -32,7 +33,12 @@ from teamrl.sandbox import (
     run_python,
 )
 from teamrl.sandbox.boot import USERNS_UID
-from teamrl.sandbox.limits import FRESH_UID_MODES, ISOLATION_MODES, UID_KILL_MODES
+from teamrl.sandbox.limits import (
+    FRESH_UID_MODES,
+    ISOLATION_MODES,
+    UID_KILL_MODES,
+    WATCHED_MODES,
+)
 from teamrl.tasks.coding.harness import build_test_program, unit_results
 from teamrl.tasks.coding.stdio import stdio_pass_ratio
 
@@ -474,7 +480,7 @@ def test_socket_guard_refuses_the_network_but_not_unix_sockets():
 
 
 FILTER_SCRIPT = """\
-import ctypes, errno, json, socket, subprocess, threading
+import ctypes, errno, json, os, socket, subprocess, threading
 libc = ctypes.CDLL(None, use_errno=True)
 def call(fn, *args):
     return "ok" if fn(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
@@ -486,6 +492,21 @@ t.join()
 a, b = socket.socketpair()
 a.sendall(b"x")
 child = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True).stdout
+arm = os.uname().machine == "aarch64"
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+fd = os.open("f", os.O_RDWR | os.O_CREAT, 0o600)
+pair, size = (ctypes.c_int * 2)(), ctypes.c_int(1 << 20)
+def send_fd():
+    try:
+        socket.send_fds(a, [b"y"], [fd])
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+def mq_open():  # (removed again if it was made)
+    name = b"teamrl-filter-probe-%d" % os.getpid()
+    made = call(libc.syscall, 180 if arm else 240, name, os.O_CREAT | os.O_RDWR, 0o600, None)
+    libc.syscall(181 if arm else 241, name)
+    return made
 print(json.dumps({
     "seccomp": seccomp(open("/proc/self/status").read()),
     "exec'd child": seccomp(child),
@@ -497,6 +518,14 @@ print(json.dumps({
     "io_uring": call(libc.syscall, 425, 8, ctypes.create_string_buffer(120)),
     "unshare": call(libc.unshare, 0x10000000),
     "sysv_shm": call(libc.shmget, 0, 4096, 0o1600),  # IPC_PRIVATE, IPC_CREAT | 0600
+    "socketpair_inet": call(libc.socketpair, 2, 1, 0, pair),
+    "socketpair_dgram": call(libc.socketpair, 1, 2, 0, pair),
+    "memfd": call(libc.syscall, 279 if arm else 319, b"m", 0),
+    "mq_open": mq_open(),
+    "sndbuf": call(libc.setsockopt, a.fileno(), 1, 7, ctypes.byref(size), 4),  # SO_SNDBUF
+    "fallocate": call(libc.fallocate, fd, 0, 0, 4096),
+    "sendmsg": send_fd(),
+    "dumpable": call(libc.prctl, 4, 1, 0, 0, 0),  # PR_SET_DUMPABLE (to what it is)
 }))
 """
 
@@ -507,16 +536,23 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from teamrl.sandbox import Limits, run_python
 job = json.load(sys.stdin)
-r = run_python(job.pop("code"), isolation=sys.argv[2], limits=Limits(wall_seconds=20), **job)
+limits = Limits(**job.pop("limits"))
+r = run_python(job.pop("code"), isolation=sys.argv[2], limits=limits, **job)
 print(json.dumps(r.__dict__))
 """
 
 
 def run_in_mode(
-    mode: str, code: str, package: str, stdin: str = "", report: bool = False
+    mode: str,
+    code: str,
+    package: str,
+    stdin: str = "",
+    report: bool = False,
+    limits: Limits | None = None,
 ) -> ExecResult:
     """``code`` run in ``mode`` by a caller that may use it: this process, or (as root, for
-    the modes refused to root) a caller running as `nobody`; skips where none may."""
+    the modes refused to root) a caller running as `nobody`; skips where none may.
+    ``limits``: by default ``Limits(wall_seconds=20)``."""
     root = os.geteuid() == 0
     if not root and mode in FRESH_UID_MODES:
         pytest.skip(f"{mode}: needs root")
@@ -527,14 +563,14 @@ def run_in_mode(
     if not root and mode == "userns" and MODE != "userns":
         pytest.skip(f"userns: not here (the corpus runs in {MODE})")
     job = {"stdin": stdin, "report": report}
+    limits = limits or Limits(wall_seconds=20)
     if not (root and mode in ("userns", "rlimits")):
         python = reachable_python() if mode in UID_KILL_MODES else None
-        limits = Limits(wall_seconds=20)
         return run_python(code, isolation=mode, limits=limits, python=python, **job)
     argv = [reachable_python(), "-I", "-c", FILTER_CALLER, package, mode]
     done = subprocess.run(
         argv,
-        input=json.dumps({"code": code, **job}),
+        input=json.dumps({"code": code, "limits": limits.__dict__, **job}),
         capture_output=True,
         text=True,
         cwd="/",
@@ -543,6 +579,9 @@ def run_in_mode(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return ExecResult(**json.loads(done.stdout))
+
+
+NOT_SUPPORTED = errno.errorcode[errno.EOPNOTSUPP]  # (its name: ENOTSUP, the same number)
 
 
 @pytest.mark.parametrize("mode", ISOLATION_MODES)
@@ -563,7 +602,49 @@ def test_every_mode_runs_under_the_seccomp_filter(mode, readable_package):
         "io_uring": "EPERM",
         "unshare": "EPERM",
         "sysv_shm": "EPERM",
+        # issue 53: pairs of unix sockets only, stream ones only where Landlock cannot fence
+        # a datagram's address; no memfd, POSIX queue or raised socket buffer anywhere; and
+        # where a watcher keeps the disk bound, nothing that hides disk from it
+        "socketpair_inet": "EPERM",
+        "socketpair_dgram": "EPERM" if mode == "landlock" else "ok",
+        "memfd": "EPERM",
+        "mq_open": "EPERM",
+        "sndbuf": "EPERM",
+        "fallocate": NOT_SUPPORTED if mode in WATCHED_MODES else "ok",
+        "sendmsg": "EPERM" if mode in WATCHED_MODES else "ok",
+        "dumpable": "EPERM" if mode in WATCHED_MODES else "ok",
     }
+
+
+# A judging harness (report=True) may make itself non-dumpable; the children it forks are
+# made dumpable again and cannot undo it, so the watcher reads what they hold. The first
+# child reports what PR_SET_DUMPABLE 0 returned; the second hides 32 MiB of files.
+HARNESS_CHILDREN = (
+    TRUSTED_PRELUDE
+    + """
+PROBE = "import ctypes\\ndone = ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)"
+HIDE = (
+    "import os, time\\nheld = []\\nfor i in range(8):\\n"
+    "    fd = os.open('h%d' % i, os.O_RDWR | os.O_CREAT, 0o600)\\n"
+    "    for _ in range(4):\\n        os.write(fd, bytes(1 << 20))\\n"
+    "    os.unlink('h%d' % i)\\n    held.append(fd)\\ntime.sleep(2)\\n"
+)
+_teamrl_report(_teamrl_untrusted(PROBE, "done"))
+_teamrl_report(_teamrl_untrusted(HIDE, "len(held)"))
+"""
+)
+
+
+@pytest.mark.parametrize("mode", ISOLATION_MODES)
+def test_a_harness_child_cannot_hide_files_in_any_mode(mode, readable_package):
+    limits = Limits(wall_seconds=20, disk_mb=8, file_size_mb=4)
+    r = run_in_mode(mode, HARNESS_CHILDREN, readable_package, report=True, limits=limits)
+    first, *rest = r.report.splitlines()
+    assert first == "-1", r  # refused: the child stays dumpable
+    if mode in WATCHED_MODES:  # the watcher saw the files and stopped the run
+        assert r.killed == "disk_limit" and rest == [], r
+    else:  # the tmpfs refused the third file: the child failed, the harness went on
+        assert r.ok and rest == ["None"], r
 
 
 @pytest.mark.parametrize("mode", ISOLATION_MODES)
@@ -616,7 +697,12 @@ class Arena:
     tmp_socket_path: str
     abstract: socket.socket
     abstract_name: str
+    tmp_dgram: socket.socket  # datagram sockets: what a program sent stays queued here
+    tmp_dgram_path: str
+    abstract_dgram: socket.socket
+    abstract_dgram_name: str
     http: http.server.HTTPServer  # records the path of every request in ``http.paths``
+    received: list[bytes] = field(default_factory=list)  # datagrams, drained
 
     def case_marker(self, case: str) -> str:
         return f"{self.marker}-{case}"  # per case, so one escape cannot fail every case
@@ -627,14 +713,30 @@ class Arena:
     def http_hits(self, case: str) -> list[str]:
         return [p for p in self.http.paths if p == "/" + self.case_marker(case)]
 
+    def datagram_hits(self, case: str) -> list[bytes]:
+        """The datagrams ``case`` got to the arena's datagram sockets (its marker)."""
+        for listener in (self.tmp_dgram, self.abstract_dgram):
+            listener.setblocking(False)
+            while True:
+                try:
+                    self.received.append(listener.recv(4096))
+                except BlockingIOError:
+                    break
+        return [d for d in self.received if d == self.case_marker(case).encode()]
+
     def forget(self, case: str) -> None:
-        """Remove what an expected escape of ``case`` left (its marker files, its requests),
-        so that a run in the next mode is judged on its own."""
+        """Remove what an expected escape of ``case`` left (its marker files, its requests,
+        its datagrams), so that a run in the next mode is judged on its own."""
         for path in self.marker_paths(case):
             if os.path.lexists(path):
                 os.remove(path)
         for hit in self.http_hits(case):
             self.http.paths.remove(hit)
+        for hit in self.datagram_hits(case):
+            self.received.remove(hit)
+        # a POSIX message queue of that name, left where there is no IPC namespace
+        mq_unlink = 181 if os.uname().machine == "aarch64" else 241
+        ctypes.CDLL(None).syscall(mq_unlink, self.case_marker(case).encode())
 
     def drain_listeners(self) -> None:
         """Accept and close what an expected escape left waiting on the listeners."""
@@ -661,6 +763,8 @@ class Arena:
             "REPO": REPO,
             "TMP_SOCKET": self.tmp_socket_path,
             "ABSTRACT": self.abstract_name,
+            "TMP_DGRAM": self.tmp_dgram_path,
+            "ABSTRACT_DGRAM": self.abstract_dgram_name,
             "HTTP_PORT": str(self.http.server_address[1]),
         }
         for key, value in values.items():
@@ -723,6 +827,14 @@ def arena(tmp_path_factory):
     abstract = socket.socket(socket.AF_UNIX)
     abstract.bind("\0" + abstract_name)
     abstract.listen(8)
+    # Datagram sockets a program could reach by sendto (like the host's /dev/log).
+    tmp_dgram_path = f"/tmp/{marker}.dgram"
+    tmp_dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    tmp_dgram.bind(tmp_dgram_path)
+    os.chmod(tmp_dgram_path, 0o777)
+    abstract_dgram_name = f"{marker}-abstract-dgram"
+    abstract_dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    abstract_dgram.bind("\0" + abstract_dgram_name)
     paths = ["/tmp", "/etc", REPO, home, "/dev/shm", marker_dir, "/var/tmp"]
     arena = Arena(
         pid=os.getpid(),
@@ -742,18 +854,23 @@ def arena(tmp_path_factory):
         tmp_socket_path=tmp_socket_path,
         abstract=abstract,
         abstract_name=abstract_name,
+        tmp_dgram=tmp_dgram,
+        tmp_dgram_path=tmp_dgram_path,
+        abstract_dgram=abstract_dgram,
+        abstract_dgram_name=abstract_dgram_name,
         http=http_recorder(),
     )
     yield arena
-    arena.http.shutdown()
-    arena.http.server_close()
-    for s in (tcp, udp, unix, tmp_socket, abstract):
-        s.close()
-    os.remove(tmp_socket_path)
-    os.remove(home_secret)
-    del os.environ[secret_name]
     for case in CORPUS:  # what an expected (residual-risk) escape wrote
         arena.forget(case.name)
+    arena.http.shutdown()
+    arena.http.server_close()
+    for s in (tcp, udp, unix, tmp_socket, abstract, tmp_dgram, abstract_dgram):
+        s.close()
+    os.remove(tmp_socket_path)
+    os.remove(tmp_dgram_path)
+    os.remove(home_secret)
+    del os.environ[secret_name]
     shutil.rmtree(marker_dir, ignore_errors=True)
 
 
@@ -829,6 +946,7 @@ def test_corpus_is_large_and_names_are_unique(arena):
     names = [case.name for case in CORPUS]
     assert len(names) >= 30
     assert len(set(names)) == len(names)
+    assert SECCOMP_CASES | HIDDEN_USE_CASES <= set(names)
     for case in CORPUS:  # a syntax error would fail "safely", in every mode
         compile(arena.fill(PRELUDE + case.code, case.name), case.name, "exec")
 
@@ -871,6 +989,7 @@ def violations(
     for path in arena.marker_paths(case.name):
         expect(not os.path.lexists(path), f"wrote {path}")
     expect(not arena.http_hits(case.name), "reached the loopback HTTP server")
+    expect(not arena.datagram_hits(case.name), "reached a datagram socket outside")
     if not r.stdout.startswith("UID "):  # (fence_only: stopped before it began, on a busy machine)
         return found if fence_only else [*found, "no uid line"]
     uid = reported_uid(r)
@@ -1087,6 +1206,7 @@ RLIMITS_ESCAPES = {
     *("write_parent_dir", "overwrite_program"),
     *("proc_parent_environ", "proc_parent_fds", "proc_parent_cwd", "proc_parent_mem"),
     *("unix_socket_in_tmp", "abstract_unix_socket"),
+    *("unix_datagram_to_host", "unix_datagram_to_abstract"),
 }
 # Escapes that start another process: in "rlimits" mode RLIMIT_NPROC counts every process
 # and thread of the caller's uid (its pool's threads and the other programs included), so
@@ -1166,15 +1286,18 @@ def test_corpus_as_nobody_in_the_weak_mode_escapes_as_documented(arena, readable
     assert all("rlimits" in next(c for c in CORPUS if c.name == n).xfail for n in escaped)
 
 
-def without_cap_sys_admin() -> dict:
-    """Subprocess arguments that start a root caller without CAP_SYS_ADMIN, like root in a
-    default container: the capability leaves the bounding set before exec, so the root
-    process exec'd gets every capability but that one, and unshare() fails for real."""
+def like_a_default_container() -> dict:
+    """Subprocess arguments that start a root caller without CAP_SYS_ADMIN and
+    CAP_SYS_PTRACE, like root in a default container: the capabilities leave the bounding
+    set before exec, so the root process exec'd gets every capability but those, unshare()
+    fails for real, and the disk watcher may read the program's /proc entries only as the
+    program's uid."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, only called in the child
 
     def drop() -> None:
-        if prctl(24, 21, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_SYS_ADMIN
-            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP CAP_SYS_ADMIN")
+        for name, cap in (("CAP_SYS_ADMIN", 21), ("CAP_SYS_PTRACE", 19)):
+            if prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), f"PR_CAPBSET_DROP {name}")
 
     return {"preexec_fn": drop}
 
@@ -1186,7 +1309,7 @@ def without_cap_sys_admin() -> dict:
 def test_corpus_as_root_without_namespaces_gets_landlock_and_is_contained(arena):
     arena.drain_listeners()
     mode, probes, runs = corpus_in_caller(
-        arena, REPO, "auto", "landlock", **without_cap_sys_admin()
+        arena, REPO, "auto", "landlock", **like_a_default_container()
     )
     # The namespace probe failed for real, and auto took the Landlock fallback, not "setuid".
     assert list(probes) == ["namespaces", "landlock"] and probes["landlock"] is None, probes
@@ -1204,7 +1327,11 @@ def test_corpus_as_root_without_namespaces_gets_landlock_and_is_contained(arena)
 
 
 # What escapes the "setuid" mode (root without namespaces, only by name), as measured.
-SETUID_ESCAPES = {*WRITE_ESCAPES, "unix_socket_in_tmp", "abstract_unix_socket"}
+SETUID_ESCAPES = {
+    *WRITE_ESCAPES,
+    *("unix_socket_in_tmp", "abstract_unix_socket"),
+    *("unix_datagram_to_host", "unix_datagram_to_abstract"),
+}
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or MODE == "setuid", reason="root; MODE covers setuid")

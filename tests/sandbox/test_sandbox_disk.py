@@ -9,19 +9,24 @@ test_sandbox.py.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 
 import pytest
 from helpers.cli import one_line_error
 from helpers.runs import tiny_overrides
 
 from teamrl.config import ConfigError, load_config
-from teamrl.sandbox import Limits, SandboxPool, isolation_mode, linux, mode_problem
-from teamrl.sandbox.disk import MAX_DEPTH, MIB, DiskWatch, usage
+from teamrl.sandbox import Limits, SandboxPool, disk, isolation_mode, linux, mode_problem
+from teamrl.sandbox.disk import MAX_DEPTH, MIB, DiskWatch, RunProcesses, usage
 
 ROOT = os.geteuid() == 0
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL_ROOT = ROOT and linux.in_initial_userns()
 
 # Writes 1 MiB files until something stops it; then the good programs' job, with stdin.
@@ -88,6 +93,122 @@ def test_usage_counts_a_folder_it_cannot_measure_as_over(tmp_path):
         usage(str(shallow), 1 << 30, 1000)[0],
         MAX_DEPTH - 1,
     )
+
+
+# Holds, in the folder argv[1]: a 3 MiB file removed while open, a 1 MiB file removed while
+# mapped (its descriptor closed), a 1 MiB file removed and closed (freed), and a named one;
+# then says so and waits to be killed.
+HOLDER = """\
+import ctypes, os, sys, time
+os.chdir(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
+def made(name, mib):
+    fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(fd, bytes(mib << 20))
+    return fd
+kept = made("open", 3)
+os.unlink("open")
+fd = made("mapped", 1)
+# (through libc: Python's mmap keeps a descriptor of its own)
+assert libc.mmap(None, 1 << 20, 1, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)
+os.close(fd)
+os.unlink("mapped")
+os.close(made("freed", 1))
+os.unlink("freed")
+made("named", 1)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def holding(folder: str, **user) -> subprocess.Popen:
+    """HOLDER running on ``folder`` in a session of its own, once it holds its files."""
+    argv = [reachable_python(), "-I", "-c", HOLDER, folder]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True, **user)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_the_watcher_counts_what_the_run_holds_without_a_name(tmp_path, monkeypatch):
+    # Issue 53: files removed while open or mapped kept their blocks, unseen by the walk.
+    folder = tmp_path / "work"
+    folder.mkdir()
+    proc = holding(str(folder))
+    try:
+        run = RunProcesses(os.getuid(), session=proc.pid)
+        assert run.pids() == [proc.pid]
+        # open: what it holds (3 MiB); mapped only: at file_size_mb, the most a file may hold
+        assert run.hidden(str(folder), 5 * MIB) == (8 * MIB, 2)
+        assert RunProcesses(os.getuid(), session=os.getsid(0)).hidden(str(folder), MIB) == (0, 0)
+        assert run.hidden(str(tmp_path / "elsewhere"), MIB) == (0, 0)
+        limits = Limits(disk_mb=9, file_size_mb=5)
+        assert not DiskWatch(str(folder), limits).over()  # the walk sees the named 1 MiB
+        assert not DiskWatch(str(folder), limits, run).over()  # 9 MiB: at the bound
+        assert DiskWatch(str(folder), Limits(disk_mb=8, file_size_mb=5), run).over()
+        assert DiskWatch(str(folder), Limits(disk_files=2, file_size_mb=5), run).over()
+        # mappings past what one look reads count as over, like a folder it cannot measure
+        monkeypatch.setattr(disk, "MAX_MAPS", 1000)
+        assert run.hidden(str(folder), 5 * MIB) is None
+        assert DiskWatch(str(folder), Limits(disk_mb=1000), run).over()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# As root without CAP_SYS_PTRACE (a default container): RunProcesses(uid) on argv[2]'s
+# folder, then this thread's file system ids and capabilities.
+WATCH_AS_ROOT = """\
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from teamrl.sandbox import linux
+from teamrl.sandbox.disk import RunProcesses
+run = RunProcesses(int(sys.argv[3]))
+found = {"pids": run.pids(), "hidden": run.hidden(sys.argv[2], 2 << 20)}
+libc = linux.libc()
+found["fs_ids"] = [libc.setfsuid(-1), libc.setfsgid(-1)]
+with open("/proc/thread-self/status") as f:
+    caps = dict(line.split(":\t", 1) for line in f if line.startswith("Cap"))
+found["caps_back"] = caps["CapEff"] == caps["CapPrm"]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a fresh uid's processes")
+def test_the_watcher_reads_a_fresh_uids_processes_as_that_uid():
+    # Root without CAP_SYS_PTRACE may not read another uid's /proc/<pid>/fd and maps: the
+    # watcher reads them as the fresh uid (setfsuid, this thread only), then takes root back.
+    uid = linux.lease_uid()
+    base = tempfile.mkdtemp(prefix="teamrl-watch-", dir="/tmp")  # (others may enter /tmp)
+    os.chmod(base, 0o755)
+    folder = os.path.join(base, "work")
+    os.mkdir(folder, 0o700)
+    os.chown(folder, uid, uid)
+    proc = holding(folder, user=uid, group=uid, extra_groups=[])
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def without_ptrace() -> None:
+        if prctl(24, 19, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_SYS_PTRACE
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP CAP_SYS_PTRACE")
+
+    try:
+        argv = [reachable_python(), "-I", "-c", WATCH_AS_ROOT, REPO, folder, str(uid)]
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, preexec_fn=without_ptrace
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout) == {
+            "pids": [proc.pid],
+            "hidden": [5 * MIB, 2],  # 3 MiB open, 1 MiB mapped at the 2 MiB bound
+            "fs_ids": [0, 0],
+            "caps_back": True,
+        }
+    finally:
+        proc.kill()
+        proc.wait()
+        linux.release_uid(uid)
+        shutil.rmtree(base)
 
 
 def test_disk_limits_are_checked():
