@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 import types
 import warnings
@@ -194,10 +195,31 @@ def _decode_step(model, input_ids, attention_mask, position_ids, cache_kw):
     return out.logits[:, -1]
 
 
+def compile_cache_dir() -> str:
+    """Where compiled decode steps are kept across runs: ``TORCHINDUCTOR_CACHE_DIR`` when the
+    user set it, else ``torch-compile/`` in teamrl's cache (``TEAMRL_CACHE``, else
+    ~/.cache/teamrl, as for converted models). Inductor's FX graph cache (and AOTAutograd's)
+    key each compiled graph by its code, shapes, versions and settings, so a later run, or
+    another process, loads the kernels it compiled instead of compiling them again; torch's own
+    default is a folder under /tmp that a reboot or a fresh container empties. Set before the
+    first compile, which is when inductor reads it (torch writes its default into the
+    variable at its first look, so that value counts as unset)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        root = os.environ.get("TEAMRL_CACHE") or os.path.join(
+            os.path.expanduser("~"), ".cache", "teamrl"
+        )
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "torch-compile")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 def _own_step(compile_kwargs: dict):
     """``_decode_step`` compiled under a code object of its own. Dynamo keeps its compiled
     graphs, and counts recompiles against its limit, per code object: one per model keeps one
-    model's shapes from using up another's budget (separate policies decode several models)."""
+    model's shapes from using up another's budget (separate policies decode several models).
+    Its kernels go to ``compile_cache_dir``, so the next run's first step loads them."""
+    compile_cache_dir()
     code = _decode_step.__code__
     code = code.replace(co_name=f"{code.co_name}_{next(_MODEL_IDS)}")
     fn = types.FunctionType(code, _decode_step.__globals__, code.co_name)
