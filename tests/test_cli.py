@@ -453,7 +453,7 @@ def test_help_config_of_an_unknown_section_is_one_line_listing_the_sections(caps
     assert err == (
         "teamrl: error: --help-config: unknown section 'algo'; did you mean 'algorithm'? "
         "sections: model, team, team.agents, env, algorithm, train, eval, log, generation, "
-        "distributed (or a field's dotted name)\n"
+        "distributed, endpoint (or a field's dotted name)\n"
     )
 
 

@@ -31,7 +31,7 @@ from teamrl.algorithms.recipe import Recipe
 from teamrl.apps.endpoint import require_apps
 from teamrl.apps.episodes import EpisodeRecord, run_episodes
 from teamrl.apps.task import AppEnv
-from teamrl.config import ConfigError
+from teamrl.config import ConfigError, EndpointConfig
 from teamrl.config.step_shape import agent_turn_shape
 from teamrl.rollout.common import RewardError, RolloutClock, RolloutResult
 from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
@@ -51,17 +51,20 @@ def app_rollout(
     ignore_eos: bool = False,
     keep_small_groups: bool = False,
     timeout: float = 0.0,
+    limits: EndpointConfig | None = None,
 ) -> RolloutResult:
     """K episodes per example (one when greedy), their calls as samples with groups and
     returns. ``keep_small_groups``: keep groups of one episode (evaluation, which never
     computes a baseline). ``timeout``: seconds the episodes may run their own code without a
-    call or a return (``env.step_timeout``; 0: no limit)."""
+    call or a return (``env.step_timeout``; 0: no limit). ``limits``: the endpoint's (the
+    config's ``endpoint`` section)."""
     require_apps()
     env = app_env(make_env)
     k = 1 if greedy else num_generations
     clock, t0 = RolloutClock(), time.perf_counter()
     records = run_episodes(
-        team, env, examples, k, greedy=greedy, ignore_eos=ignore_eos, clock=clock, timeout=timeout
+        team, env, examples, k, greedy=greedy, ignore_eos=ignore_eos, clock=clock,
+        timeout=timeout, limits=limits,
     )  # fmt: skip
     clock.reward += time.perf_counter() - t0 - clock.generate  # the app's own time
     if groups == "joint":
@@ -211,7 +214,7 @@ def rollout(team, make_env, examples, cfg, *, step: int, greedy=False, single_pa
     return app_rollout(
         team, make_env, examples, num_generations=1 if single_path else a.num_generations,
         groups=a.app_groups, alpha=a.alpha, greedy=greedy, ignore_eos=cfg.team.ignore_eos,
-        keep_small_groups=single_path, timeout=cfg.env.step_timeout,
+        keep_small_groups=single_path, timeout=cfg.env.step_timeout, limits=cfg.endpoint,
     )  # fmt: skip
 
 
@@ -219,7 +222,7 @@ def eval_rollout(team, make_env, examples, cfg, *, n: int, greedy: bool):
     return app_rollout(
         team, make_env, examples, num_generations=n, groups=cfg.algorithm.app_groups,
         alpha=cfg.algorithm.alpha, greedy=greedy, ignore_eos=cfg.team.ignore_eos,
-        keep_small_groups=True, timeout=cfg.env.step_timeout,
+        keep_small_groups=True, timeout=cfg.env.step_timeout, limits=cfg.endpoint,
     )  # fmt: skip
 
 

@@ -15,7 +15,15 @@ to the episodes' clients: a request without it is answered 401, before its body 
 
 A request it cannot serve is an OpenAI-style error, ``{"error": {"message", "type", "code"}}``
 with a 4xx status, never a hang. Statuses the OpenAI clients retry (408, 409, 429, 5xx) are
-never used for a refusal, so a refused call fails at once.
+never used for a refusal of what a request asks, so a refused call fails at once; 429 says
+only that an episode has too many calls in one batch (``endpoint.max_batch_calls``), which a
+retry after the batch may pass.
+
+Under load (the ``endpoint`` section of the config, ``EndpointConfig``): every connection is
+guarded (``teamrl.apps.guard``: a cap, a deadline for a whole request, the open-file limit
+raised while it serves), and every request is read in one place, ``read_call``: its body at
+most ``max_body_mb`` (413 without reading the rest), its JSON at most ``max_json_depth`` deep
+(400 before parsing), then checked by ``parse_call``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import importlib.util
+import json
+import re
 import secrets
 import socket
 import threading
@@ -32,6 +42,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
+from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import ConfigError
 
 REQUIRED = ("starlette", "uvicorn", "openai")
@@ -64,11 +77,20 @@ class ChatCall:
 
 
 class Refusal(Exception):
-    """A request the endpoint answers with an OpenAI-style error."""
+    """A request the endpoint answers with an OpenAI-style error; ``close``: the connection
+    is closed after the answer (a body left unread, a client without the key)."""
 
-    def __init__(self, status: int, message: str, code: str, type_: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        type_: str = "invalid_request_error",
+        close: bool = False,
+    ):
         super().__init__(message)
         self.status, self.message, self.code, self.type = status, message, code, type_
+        self.close = close
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
@@ -172,6 +194,85 @@ def _stop(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+# --- reading a request, within the limits -------------------------------------------------------
+
+
+async def read_call(request: Any, agents: list[str], limits: EndpointConfig) -> ChatCall:
+    """The one place a chat request is read and checked: its body within
+    ``limits.max_body_mb`` and ``limits.max_json_depth``, then ``parse_call``. ``request`` is
+    Starlette's ``Request``."""
+    return parse_call(await read_json(request, limits), agents)
+
+
+async def read_json(request: Any, limits: EndpointConfig) -> Any:
+    """The request's body as JSON. A body that declares (``Content-Length``) or reaches more
+    than ``max_body_mb`` MiB is refused 413 as soon as that is known, unread past it; JSON
+    nested deeper than ``max_json_depth`` is refused 400 before the parser recurses into it."""
+    from starlette.requests import ClientDisconnect
+
+    most = limits.max_body_mb * 2**20
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > most:
+        raise too_large(f"declares {int(declared):,} bytes", limits)
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > most:
+                raise too_large(f"has sent more than {most:,} bytes", limits)
+            chunks.append(chunk)
+    except ClientDisconnect:  # closed at its deadline, or by the client: no one to answer
+        raise Refusal(400, "the client closed the connection mid-body", "invalid_body") from None
+    raw = b"".join(chunks)
+    if nested_deeper(raw, limits.max_json_depth):
+        raise Refusal(
+            400,
+            f"the request body nests objects and lists more than {limits.max_json_depth} deep "
+            "(endpoint.max_json_depth)",
+            "nested_too_deeply",
+        )
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise Refusal(400, "the request body is not JSON", "invalid_body") from None
+
+
+def too_large(what: str, limits: EndpointConfig) -> Refusal:
+    return Refusal(
+        413,
+        f"the request body {what}: more than endpoint.max_body_mb={limits.max_body_mb} MiB",
+        "request_too_large",
+        close=True,  # the rest of the body is never read: the connection cannot serve another
+    )
+
+
+# A JSON string, escapes included; possessive, so an unterminated one ends at the body's end
+# instead of being retried from every later quote (which would be quadratic).
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")  # +1 opens, -1 (int8) closes
+_CHUNK = 1 << 20
+
+
+def nested_deeper(raw: bytes, limit: int) -> bool:
+    """Whether the JSON text ``raw`` nests objects and lists more than ``limit`` deep: the
+    strings taken out (a bracket in a string nests nothing), the depth is the running sum of
+    +1 per opening and -1 per closing bracket, and its maximum is compared. Linear in the
+    body and in C (re, bytes.translate, numpy), so a large body costs the loop little. On
+    text that is not JSON it may answer either way; the parser refuses that text anyway."""
+    marks = _STRING.sub(b"", raw).translate(None, _NOT_BRACKET)
+    if len(marks) <= limit:
+        return False
+    steps = np.frombuffer(marks.translate(_STEP), dtype=np.int8)
+    depth = 0
+    for start in range(0, len(steps), _CHUNK):
+        running = np.cumsum(steps[start : start + _CHUNK], dtype=np.int64) + depth
+        if running.max() > limit:
+            return True
+        depth = int(running[-1])
+    return False
+
+
 # --- who serves the calls ---------------------------------------------------------------------
 
 
@@ -196,16 +297,25 @@ class EpisodeSlot:
 class Endpoint:
     """The HTTP server and the table of live episodes. ``start`` binds ``host:port`` (port 0:
     a free one) and serves on a daemon thread; ``register`` gives a sink's episodes their
-    ids, ``unregister`` ends them."""
+    ids, ``unregister`` ends them. ``limits`` (the config's ``endpoint`` section) may be
+    replaced while it serves: each connection and request reads them when it starts."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        limits: EndpointConfig | None = None,
+    ):
         self.host, self.port = host, port
+        self.limits = limits or EndpointConfig()
         self.api_key = api_key or "teamrl-" + secrets.token_urlsafe(24)
         self._episodes: dict[str, EpisodeSlot] = {}
         self._ended: dict[str, None] = {}  # insertion-ordered, trimmed to ENDED_KEPT
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self.guard: Any = None  # teamrl.apps.guard.ConnectionGuard, while it serves
         self._agents: list[str] = []  # the latest sink's, for /v1/models
 
     @property
@@ -250,18 +360,24 @@ class Endpoint:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> Endpoint:
+        """Serve on a daemon thread, guarded (``teamrl.apps.guard``): the soft open-file
+        limit raised to the hard one until ``stop``, connections capped and given a deadline."""
         require_apps()
         import uvicorn
+
+        from teamrl.apps.guard import BACKLOG, ConnectionGuard, raise_open_files
 
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
+        self.guard = ConnectionGuard(lambda: self.limits, open_files=raise_open_files())
         config = uvicorn.Config(
             asgi_app(self), log_level="warning", access_log=False, lifespan="off",
-            loop="asyncio", http="h11", ws="none", timeout_keep_alive=60,
+            loop="asyncio", http=self.guard.protocol(), ws="none", backlog=BACKLOG,
+            timeout_keep_alive=self.limits.request_timeout,  # the guard's deadline rules
         )  # fmt: skip
-        self._server = uvicorn.Server(config)
+        self._server = self.guard.server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="teamrl-endpoint"
         )
@@ -269,16 +385,20 @@ class Endpoint:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError(f"the app endpoint did not start on {self.url}")
             time.sleep(0.01)
         return self
 
     def stop(self) -> None:
+        from teamrl.apps.guard import restore_open_files
+
         if self._server is not None:
             self._server.should_exit = True
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self._server = self._thread = None
+            restore_open_files()
 
 
 def asgi_app(endpoint: Endpoint):
@@ -290,10 +410,12 @@ def asgi_app(endpoint: Endpoint):
     from starlette.routing import Route
 
     def refuse(r: Refusal) -> JSONResponse:
-        return JSONResponse(r.body(), status_code=r.status)
+        headers = {"connection": "close"} if r.close else None
+        return JSONResponse(r.body(), status_code=r.status, headers=headers)
 
     def unauthorised() -> JSONResponse:
-        return refuse(Refusal(401, "invalid API key: use the key the episode was given", "invalid_api_key"))  # fmt: skip
+        # closed: a client without the key holds no connection between its requests
+        return refuse(Refusal(401, "invalid API key: use the key the episode was given", "invalid_api_key", close=True))  # fmt: skip
 
     async def models(request: Request) -> JSONResponse:
         if not endpoint.authorised(request.headers):
@@ -311,11 +433,7 @@ def asgi_app(endpoint: Endpoint):
             return unauthorised()
         try:
             slot = endpoint.slot(request.path_params["episode"])
-            try:
-                body = await request.json()
-            except ValueError:
-                raise Refusal(400, "the request body is not JSON", "invalid_body") from None
-            call = parse_call(body, slot.sink.agents)
+            call = await read_call(request, slot.sink.agents, endpoint.limits)
             status, reply = await asyncio.wrap_future(slot.sink.submit(slot.episode, call))
         except Refusal as r:
             return refuse(r)
@@ -340,11 +458,14 @@ _SHARED: Endpoint | None = None
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_endpoint() -> Endpoint:
+def shared_endpoint(limits: EndpointConfig | None = None) -> Endpoint:
     """The process's endpoint, started on first use on loopback (a free port) and kept for
-    the process's life: every rollout of a run registers its episodes on it."""
+    the process's life: every rollout of a run registers its episodes on it. ``limits``: the
+    run's ``endpoint`` section, in force from the next connection and request on."""
     global _SHARED
     with _SHARED_LOCK:
-        if _SHARED is None:
-            _SHARED = Endpoint().start()
+        if _SHARED is None or _SHARED._server is None:
+            _SHARED = Endpoint(limits=limits).start()
+        elif limits is not None:
+            _SHARED.limits = limits
         return _SHARED

@@ -14,7 +14,13 @@ replies release the episodes, and the next barrier forms. An episode whose calls
 another therefore meets the same batches in the same order on every run from the same
 weights and RNG state, so sampling is reproducible and a resumed run equals an uninterrupted
 one. (Calls an episode sends concurrently are served too; their order within the episode is
-the order they arrived.)
+the order they arrived.) An episode has at most ``endpoint.max_batch_calls`` calls in one
+batch; one more is refused (429) at once.
+
+A prompt that cannot fit the model's context by its length alone is refused before the
+tokenizer reads it: no token stands for more characters than the vocabulary's longest entry,
+so a prompt of C characters is at least C / longest tokens, give or take what a normalizer
+merges (``refuse_too_long``).
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import dataclasses
 import inspect
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
 from teamrl.apps.task import AppEnv
+from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import user_frame
 from teamrl.generation import Generation
 from teamrl.rollout.common import RewardError, RolloutClock, as_reward
@@ -73,10 +81,20 @@ class Waiting:
 class Session:
     """One rollout's episodes on the endpoint (the ``CallSink`` its server hands calls to)."""
 
-    def __init__(self, team: Team, n: int, greedy: bool, ignore_eos: bool, timeout: float = 0.0):
-        """``timeout``: seconds the episodes may go without a call or a return (0: no limit)."""
+    def __init__(
+        self,
+        team: Team,
+        n: int,
+        greedy: bool,
+        ignore_eos: bool,
+        timeout: float = 0.0,
+        max_batch_calls: int = 0,
+    ):
+        """``timeout``: seconds the episodes may go without a call or a return (0: no limit);
+        ``max_batch_calls``: calls one episode may have waiting at once (0: no limit)."""
         self.team, self.n, self.greedy, self.ignore_eos = team, n, greedy, ignore_eos
         self.timeout = float(timeout or 0.0)
+        self.max_batch_calls = max_batch_calls
         self._moved = time.monotonic()  # the last call, return or reply
         self.agents = list(team.agents)
         self.calls: list[list[Served]] = [[] for _ in range(n)]
@@ -98,9 +116,12 @@ class Session:
                 why = self._closed or f"episode {episode} has returned"
                 reply.set_result((410, Refusal(410, why, "episode_ended").body()))
                 return reply
-            self._waiting.setdefault(episode, []).append(
-                Waiting(episode, self._seq[episode], call, reply)
-            )
+            waiting = self._waiting.setdefault(episode, [])
+            if self.max_batch_calls and len(waiting) >= self.max_batch_calls:
+                self.refused[episode] += 1
+                reply.set_result((429, too_many_calls(len(waiting)).body()))
+                return reply
+            waiting.append(Waiting(episode, self._seq[episode], call, reply))
             self._seq[episode] += 1
             self._moved = time.monotonic()
             self._cond.notify_all()
@@ -161,7 +182,8 @@ class Session:
             try:
                 ids = self._prompt(w.call)
             except Refusal as r:
-                self.refused[w.episode] += 1
+                with self._cond:
+                    self.refused[w.episode] += 1
                 w.reply.set_result((r.status, r.body()))
                 continue
             request = self.team.request(w.call.agent, ids, 1, greedy=self.greedy)
@@ -194,12 +216,15 @@ class Session:
         return tokens
 
     def _prompt(self, call: ChatCall) -> list[int]:
+        limit = context_length(self.team, call.agent)
+        new = min(self.team.agents[call.agent].max_completion_length, call.max_tokens or 10**9)
+        if limit is not None:
+            tokenizer = self.team.engine_of(call.agent).tokenizer
+            refuse_too_long(call.messages, longest_token(tokenizer), limit, new)
         try:
             ids = self.team.encode_messages(call.agent, call.messages)
         except Exception as err:  # a template that rejects the roles (e.g. two system turns)
             raise Refusal(400, f"the chat template refused the messages: {err}", "invalid_messages") from None  # fmt: skip
-        limit = context_length(self.team, call.agent)
-        new = min(self.team.agents[call.agent].max_completion_length, call.max_tokens or 10**9)
         if limit is not None and len(ids) + new > limit:
             raise Refusal(
                 400,
@@ -251,6 +276,63 @@ class Session:
             w.reply.set_result((410, Refusal(410, why, "episode_ended").body()))
 
 
+def too_many_calls(waiting: int) -> Refusal:
+    return Refusal(
+        429,
+        f"this episode has {waiting} calls waiting for the batch already, the most one "
+        "episode may have in a batch (endpoint.max_batch_calls): wait for replies before "
+        "sending more, or raise endpoint.max_batch_calls",
+        "too_many_calls",
+        "requests",
+    )
+
+
+# A normalizer may merge characters before the vocabulary sees them (NFC composes up to three
+# code points, e.g. Hangul jamo, into one): the length check allows this many per character.
+NORMALIZER_MERGE = 4
+_LONGEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def longest_token(tokenizer: Any) -> int | None:
+    """The most characters one token of ``tokenizer`` stands for: its vocabulary's longest
+    entry (a byte-level vocabulary spells each byte as one character, a byte-fallback token
+    as six, so this bounds bytes too), or None when it shows no vocabulary."""
+    try:
+        return _LONGEST[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    try:
+        value = max(map(len, tokenizer.get_vocab()), default=0) or None
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    try:
+        _LONGEST[tokenizer] = value
+    except TypeError:  # not weakly referable: computed again next time
+        pass
+    return value
+
+
+def refuse_too_long(
+    messages: list[dict[str, str]], longest: int | None, limit: int, new: int
+) -> None:
+    """Refuse, before tokenizing, messages whose characters cannot fit the context: C
+    characters need at least C / (longest x NORMALIZER_MERGE) tokens, more than the
+    ``limit - new`` the prompt has when C exceeds that times ``limit - new``. Costs one pass
+    over the lengths, where the tokenizer would take seconds on megabytes."""
+    if longest is None:
+        return
+    chars = sum(len(m["content"]) for m in messages)
+    room = max(0, limit - new)
+    if chars > room * longest * NORMALIZER_MERGE:
+        raise Refusal(
+            400,
+            f"the messages hold {chars:,} characters, more than a prompt of {room} tokens can "
+            f"(the model's context of {limit} tokens less the reply's {new}; one token spells "
+            f"at most {longest} characters): refused before tokenizing",
+            "context_length_exceeded",
+        )
+
+
 def context_length(team: Team, agent: str) -> int | None:
     """The model's context (``max_position_embeddings``), or None where it is not known here
     (a Ray controller holds no model)."""
@@ -274,18 +356,22 @@ def run_episodes(
     clock: RolloutClock,
     endpoint: Endpoint | None = None,
     timeout: float = 0.0,
+    limits: EndpointConfig | None = None,
 ) -> list[EpisodeRecord]:
     """``copies`` episodes of every example (in the batch's order), run concurrently; their
     calls served in barrier batches. An episode that raises, or returns something that is not
     a reward, is a ``RewardError`` naming the example, the episode and the user's frame; so
-    are episodes that neither call nor return for ``timeout`` seconds (0: no limit)."""
-    endpoint = endpoint or shared_endpoint()
+    are episodes that neither call nor return for ``timeout`` seconds (0: no limit).
+    ``limits``: the run's ``endpoint`` section, for the shared endpoint (None: as it is)."""
+    endpoint = endpoint or shared_endpoint(limits)
     records = [
         EpisodeRecord(problem, slot, c)
         for slot, (problem, _) in enumerate(examples)
         for c in range(copies)
     ]
-    session = Session(team, len(records), greedy, ignore_eos, timeout)
+    session = Session(
+        team, len(records), greedy, ignore_eos, timeout, endpoint.limits.max_batch_calls
+    )
     ids = endpoint.register(session, len(records))
     try:
         for i, rec in enumerate(records):

@@ -105,6 +105,9 @@ def _check_mini_batches(cfg: Any) -> None:
 
 MAX_EPISODES_PER_STEP = 10**6  # env steps of one rollout; more never finishes a step on a host
 SEED_LIMIT = 2**32  # numpy's seed range (torch's is wider)
+# Python's json parser recurses once per level, within the interpreter's recursion limit
+# (1,000 frames by default, some taken by the server's own stack): deeper is never parsed.
+MAX_JSON_DEPTH = 512
 
 
 def _ge(low: float) -> Any:
@@ -208,6 +211,11 @@ RULES: list[tuple[str, Any, str]] = [
     ("distributed.num_gpus_per_worker", _ge(0), ">= 0"),
     ("distributed.num_cpus_per_worker", _gt(0), "> 0"),
     ("distributed.gpu_memory_gb", _gt(0), "> 0 or None"),
+    ("endpoint.request_timeout", _gt(0), "> 0 seconds"),
+    ("endpoint.max_connections", _ge(1), ">= 1"),
+    ("endpoint.max_body_mb", _ge(1), ">= 1"),
+    ("endpoint.max_json_depth", lambda v: 1 <= v <= MAX_JSON_DEPTH, f"in [1, {MAX_JSON_DEPTH}]"),
+    ("endpoint.max_batch_calls", _ge(1), ">= 1"),
 ]
 
 AGENT_RULES: list[tuple[str, Any, str]] = [

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from teamrl.config.algorithm import AlgorithmConfig
+from teamrl.config.endpoint import EndpointConfig
 from teamrl.config.engines import DistributedConfig, GenerationConfig
 from teamrl.config.fields import _f
 from teamrl.config.rules import check_max_turns, validate_config
@@ -31,6 +32,7 @@ __all__ = [
     "AlgorithmConfig",
     "ConfigError",
     "DistributedConfig",
+    "EndpointConfig",
     "EvalConfig",
     "GenerationConfig",
     "LogConfig",
@@ -274,6 +276,10 @@ class Config:
     generation: GenerationConfig = _f(default_factory=GenerationConfig, help="Generation backend.")
     distributed: DistributedConfig = _f(
         default_factory=DistributedConfig, help="Processes and placement (one process, or Ray)."
+    )
+    endpoint: EndpointConfig = _f(
+        default_factory=EndpointConfig,
+        help="The app endpoint's limits under load (algorithm.name=app).",
     )
 
     def validate(self) -> Config:

@@ -381,14 +381,15 @@ def schedule_changes(saved: Config, cfg: Config) -> list[str]:
 
 
 # What a resume may change without changing the training maths: where and how the run executes
-# (devices, workers, backends, micro-batching: the same sums, cut otherwise), what it logs and how
-# it evaluates. Every other setting is compared, so a field added later is compared too.
+# (devices, workers, backends, micro-batching: the same sums, cut otherwise; the app endpoint's
+# limits under load), what it logs and how it evaluates. Every other setting is compared, so a field added later is compared too.
 NOT_THE_MATHS = (
     "run_name",
     "log.",
     "eval.",
     "generation.",
     "distributed.",
+    "endpoint.",
     "model.device",
     "model.gradient_checkpointing",
     "env.reward_workers",
