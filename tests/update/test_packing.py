@@ -177,8 +177,8 @@ def test_routed_adapters_packed_equal_padded_in_float64():
 
     model = tiny()
     cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
-    model = get_peft_model(model, cfg, adapter_name="a")
-    model.add_adapter("b", cfg)
+    model = get_peft_model(model, cfg, adapter_name="first")
+    model.add_adapter("second", cfg)
     torch.manual_seed(1)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -191,10 +191,10 @@ def test_routed_adapters_packed_equal_padded_in_float64():
     mask = padded.completion_mask > 0
     out = []
     for batch in (padded, packed):
-        with routed_lora(model, ["a", "b"], "model") as rt:
+        with routed_lora(model, ["first", "second"], "model") as rt:
             out.append(scored(model, batch, route=rt, with_entropy=True))
     assert_same(*out, mask)
-    assert any("lora_A.b" in n for n in out[1][1])  # both adapters got gradients
+    assert any("lora_A.second" in n for n in out[1][1])  # both adapters got gradients
 
 
 def test_a_whole_update_packed_equals_padded_in_float64(tmp_path):
