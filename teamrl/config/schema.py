@@ -26,6 +26,7 @@ from teamrl.config.engines import DistributedConfig, GenerationConfig
 from teamrl.config.fields import _f
 from teamrl.config.rules import check_max_turns, validate_config
 from teamrl.config.run import EvalConfig, LogConfig
+from teamrl.config.yaml_file import YamlProblem, load_mapping
 from teamrl.errors import ConfigError, did_you_mean
 
 __all__ = [
@@ -526,28 +527,18 @@ def load_config(path: str | Path | None = None, overrides: Overrides = None) -> 
 
 
 def read_yaml(path: Path) -> dict:
-    """A YAML mapping from ``path``; any problem is a ConfigError naming the file (and the line
-    and column of a syntax error)."""
+    """A YAML mapping from ``path``, its aliases bounded (``teamrl.config.yaml_file``); any
+    problem is a ConfigError naming the file (and the line and column of a syntax error)."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read config file ({err})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError(f"{path}{where}: invalid YAML: {reason}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}"
-        )
-    return data
+        return load_mapping(text)
+    except YamlProblem as err:
+        where = f", line {err.line}" if err.line is not None else ""
+        where += f", column {err.column}" if err.column is not None else ""
+        raise ConfigError(f"{path}{where}: {err.reason}") from None
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

@@ -38,11 +38,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from teamrl.config.yaml_file import YamlProblem, load_mapping
 from teamrl.errors import ConfigError
-
-ALIAS_BUDGET = 100_000  # nodes and characters YAML aliases may add to a config.yaml
 
 
 class RunFileError(ConfigError):
@@ -262,7 +259,8 @@ def _cut(text: str, n: int = 60) -> str:
 def read_config(path: Path) -> dict:
     """The mapping in a run's ``config.yaml`` (``{}`` for an empty file). Bad UTF-8, bad YAML, a
     document that is not a mapping, and aliases that expand it by more than ``ALIAS_BUDGET``
-    are each a ``RunFileError`` naming the file (and the line, where there is one)."""
+    (``teamrl.config.yaml_file``) are each a ``RunFileError`` naming the file (and the line,
+    where there is one)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as err:
@@ -273,80 +271,8 @@ def read_config(path: Path) -> dict:
         line = raw.count(b"\n", 0, err.start) + 1
         raise RunFileError(f"{path}:{line}: not UTF-8 text (byte {raw[err.start]:#04x})") from None
     try:
-        data = _load_bounded(path, text)
-    except yaml.reader.ReaderError as err:  # a character YAML does not allow (a NUL, ...)
-        line = text.count("\n", 0, err.position) + 1
-        raise RunFileError(
-            f"{path}:{line}: invalid YAML: character {chr(err.character)!r} is not allowed"
-        ) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        reason = getattr(err, "problem", None) or type(err).__name__
-        raise RunFileError(f"{path}{where}: invalid YAML: {reason}") from None
-    except RecursionError:
-        raise RunFileError(f"{path}: invalid YAML: nested too deeply") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise RunFileError(
-            f"{path}: expected a YAML mapping (a run's config), got {_json_kind(data)}"
-        )
-    return data
-
-
-def _load_bounded(path: Path, text: str) -> object:
-    """``yaml.safe_load`` in its two halves, the aliases measured between them: compose the
-    node graph (aliases are shared nodes, nothing is expanded yet), then construct."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _bound_aliases(path, node)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _bound_aliases(path: Path, root: yaml.Node) -> None:
-    """Refuse ``root`` when its aliases expand it by more than ``ALIAS_BUDGET``.
-
-    The composer resolves an alias to the very node its anchor names, so the document is a
-    graph; its size as written is the sum over distinct nodes, its size expanded the sum over
-    every path from the root. Each counts a node as 1 plus its scalar's characters. The
-    expanded size is computed once per node (memo), so a bomb is measured, never expanded; a
-    node reached again while its own size is still being computed is a recursive alias.
-    """
-    expanded: dict[int, int] = {}
-    open_nodes: set[int] = set()
-    written = 0
-
-    def size(node: yaml.Node) -> int:
-        nonlocal written
-        key = id(node)
-        if key in expanded:
-            return expanded[key]
-        if key in open_nodes:
-            mark = node.start_mark
-            raise RunFileError(
-                f"{path}:{mark.line + 1}: a recursive YAML alias (an endless document)"
-            )
-        open_nodes.add(key)
-        if isinstance(node, yaml.ScalarNode):
-            total = 1 + len(node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(child) for child in node.value)
-        else:  # a mapping: its keys and values
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        open_nodes.discard(key)
-        expanded[key] = total
-        written += 1 + len(node.value) if isinstance(node, yaml.ScalarNode) else 1
-        return total
-
-    total = size(root)
-    if total - written > ALIAS_BUDGET:
-        raise RunFileError(
-            f"{path}: its YAML aliases expand it from {written:,} to {total:,} nodes and "
-            f"characters (at most {ALIAS_BUDGET:,} more are read): an alias bomb?"
-        )
+        return load_mapping(text)
+    except YamlProblem as err:
+        where = f":{err.line}" if err.line is not None else ""
+        reason = err.reason.replace("at the top level", "(a run's config)")
+        raise RunFileError(f"{path}{where}: {reason}") from None

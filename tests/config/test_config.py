@@ -307,7 +307,7 @@ def test_yaml_file_errors_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(bad))}, line 3, column 1: invalid"):
         load_config(bad)
     bad.write_text("- a\n- b\n")
-    with pytest.raises(ConfigError, match=r"expected a YAML mapping at the top level, got list"):
+    with pytest.raises(ConfigError, match=r"expected a YAML mapping at the top level, got a list"):
         load_config(bad)
     with pytest.raises(ConfigError, match=r"cannot read config file"):
         load_config(tmp_path)  # a folder
@@ -387,3 +387,21 @@ def test_a_model_name_with_a_part_longer_than_a_file_name_is_one_line():
             load("team.policies=separate", override)
     long_ok = "org/" + "a" * 255
     assert load(f"model.name_or_path={long_ok}").model.name_or_path == long_ok
+
+
+def test_a_config_files_yaml_aliases_are_bounded(tmp_path):
+    """A user's config is read as a run's config.yaml is (teamrl.config.yaml_file): a few
+    hundred bytes of aliases of aliases are refused in one line, a merge key still reads."""
+    levels = ["a0: &a0 " + '"' + "x" * 9 + '"']
+    for i in range(1, 7):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        levels.append(f"a{i}: &a{i} [{refs}]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(["x_anchors:", *("  " + line for line in levels)]) + "\n")
+    assert bomb.stat().st_size < 1000
+    with pytest.raises(ConfigError, match=r"aliases expand it from .* an alias bomb\?"):
+        load_config(bomb)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("base: &b {max_steps: 3}\ntrain:\n  <<: *b\n  prompts_per_step: 2\n")
+    with pytest.raises(ConfigError, match=r"base"):  # read, then refused as an unknown section
+        load_config(ok)
