@@ -32,7 +32,7 @@ samples each, exactly ``--new-tokens`` per completion), in interleaved rounds
 
 The report gives measured / floor per part: how far each is from what this CPU allows.
 ``--profile`` adds, after the rounds, one profiled rollout per mode (``torch.profiler``, each
-operator's self CPU time by class, ``update_profile.op_class``): what the sampling time beyond
+operator's self CPU time by class, ``op_classes.op_class``): what the sampling time beyond
 its floor is made of (the matmuls themselves, attention, elementwise work, copies, and the time
 outside any operator: Python, dispatch, the profiler), and how many operators a decode step
 dispatches. Output: ``results/roofline.md`` and ``.json`` with date, machine and load.
@@ -140,8 +140,8 @@ class Step:
 def profile_rollout(step: Step, new_tokens: int) -> dict:
     """One profiled rollout of ``step``'s trainer: seconds by operator class (self CPU time),
     the time outside operators, and operator calls per decode step."""
+    from op_classes import op_class
     from torch.profiler import ProfilerActivity, profile
-    from update_profile import op_class
 
     tr = step.trainer
     batch = tr.data.next(1)

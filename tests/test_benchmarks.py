@@ -247,7 +247,7 @@ def test_roofline_ab_compares_each_mode_round_by_round():
 
 
 def test_update_profile_classes_operators():
-    from update_profile import op_class
+    from op_classes import op_class
 
     cases = {
         "aten::mm": "matmul",
