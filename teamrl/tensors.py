@@ -72,3 +72,15 @@ def output_cache(out: Any) -> Any:
     """The KV cache a forward with ``use_cache=True`` returned (either field name)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+def is_adapter_param(name: str, adapter: str) -> bool:
+    """Whether parameter ``name`` belongs to LoRA adapter ``adapter``.
+
+    PEFT names adapter weights ``<module>.lora_A.<adapter>.weight`` (also ``lora_B``,
+    ``lora_embedding_A``/``_B``, ``lora_magnitude_vector``), so the adapter is the path part
+    right after a ``lora_*`` part. A plain substring test would also match base weights of an
+    agent named like a module (``mlp``, ``q_proj``, ``0``) and unfreeze them.
+    """
+    parts = name.split(".")
+    return any(part.startswith("lora_") and nxt == adapter for part, nxt in zip(parts, parts[1:]))

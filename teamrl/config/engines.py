@@ -38,6 +38,16 @@ class GenerationConfig:
         "per model (rows bucket to powers of two, cache lengths to 2^k or 3*2^(k-1)); a call "
         "beyond them, or one that dynamo cannot compile, runs eagerly with one warning.",
     )
+    sampler_dtype: Literal["model", "bfloat16"] = _f(
+        "model",
+        "hf backend only: sample from the trainer's weights in their own dtype ('model'), or "
+        "from a copy of them in bfloat16 ('bfloat16'), refreshed after every optimizer step, "
+        "while the update trains the model.dtype weights. On CPUs with bf16 instructions "
+        "(AVX512-BF16, AMX) bf16 products run several times faster than float32 ones "
+        "(docs/performance.md); the sampler's log-probs then differ from the trainer's, so the "
+        "importance-sampling correction turns on (algorithm.importance_sampling_correction "
+        "auto). Costs one bf16 copy of the weights in memory.",
+    )
     cpu_prepack: Literal["auto", "on", "off"] = _f(
         "auto",
         "hf backend only: while sampling on CPU in float32, multiply by copies of the large "

@@ -1,19 +1,30 @@
 """The ``hf`` backend: teamrl's own sampler over the trainer's live model, with its two loops
 (the eager KV-cache loop of ``teamrl.generation.hf`` and the static-cache, compiled loop of
-``teamrl.generation.fast_decode``) and the CPU prepacking of ``teamrl.generation.cpu_prepack``."""
+``teamrl.generation.fast_decode``) and the CPU prepacking of ``teamrl.generation.cpu_prepack``.
+
+With ``generation.sampler_dtype=bfloat16`` on a model trained in another dtype, it samples from
+a bfloat16 copy of the model instead, refreshed from the live weights after every optimizer
+step (``weights_changed``: the stepped adapter's tensors, or every tensor of a full model). The
+sampler's log-probs are then the copy's, which the update's importance-sampling correction
+weighs against its own (``teamrl.update.importance``)."""
 
 from __future__ import annotations
+
+import copy
+
+import torch
 
 from teamrl.generation import cpu_prepack as prepack
 from teamrl.generation import fast_decode as static_loop
 from teamrl.generation import hf as eager_loop
 from teamrl.generation import multi_lora
 from teamrl.generation.types import EngineSpec, Generation, Request
+from teamrl.tensors import is_adapter_param
 
 
 class HFBackend:
     """Samples from ``spec.model`` itself, so it always sees the weights the trainer just
-    stepped: ``weights_changed`` has nothing to do."""
+    stepped (``weights_changed`` has nothing to do), or from its copy in ``sampler_dtype``."""
 
     name = "hf"
 
@@ -24,10 +35,14 @@ class HFBackend:
         cpu_prepack: str = "off",
         compile: str = "auto",
         max_shapes: int = static_loop.MAX_SHAPES,
+        sampler_dtype: str = "model",
     ):
         self.spec = spec
+        self.copy: torch.nn.Module | None = None  # the sampler's own weights, when it has them
+        if sampler_dtype not in ("model", spec.dtype) and spec.model is not None:
+            self.copy = sampler_copy(spec.model, getattr(torch, sampler_dtype))
         if spec.adapters and spec.model is not None:  # the update's choice, for the sampler
-            multi_lora.set_compute_dtype(spec.model, spec.lora_compute_dtype)
+            multi_lora.set_compute_dtype(self.model, spec.lora_compute_dtype)
         on_cuda = str(spec.device).startswith("cuda")
         # 'auto': the static cache where it was measured faster, on CUDA (its decode step
         # replays as CUDA graphs). On CPU, eager, it was not faster than the growing cache in a
@@ -38,21 +53,27 @@ class HFBackend:
         self.max_shapes = max_shapes
         # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so
         # when it cannot (checked here, once, rather than silently per call).
-        self.prepack = cpu_prepack != "off" and prepack.available() and prepack.eligible(spec.model)
+        self.prepack = cpu_prepack != "off" and prepack.available() and prepack.eligible(self.model)
         if cpu_prepack == "on" and not self.prepack:
             from teamrl.errors import ConfigError
 
             raise ConfigError(
                 "generation.cpu_prepack=on: needs a float32 model on CPU and PyTorch's oneDNN "
-                f"linear operators (model on {spec.device}, dtype {spec.dtype}); use auto or off"
+                f"linear operators (model on {spec.device}, sampled in "
+                f"{str(self.model.dtype).removeprefix('torch.')}); use auto or off"
             )
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model the sampler runs: the live one, or its copy in the sampler's dtype."""
+        return self.spec.model if self.copy is None else self.copy
 
     def generate(self, requests: list[Request], ignore_eos: bool = False) -> list[list[Generation]]:
         s = self.spec
-        with prepack.prepacked(s.model, enabled=self.prepack):
+        with prepack.prepacked(self.model, enabled=self.prepack):
             if self.fast:  # static KV cache + compiled decode; declines where unsupported
                 return static_loop.generate(
-                    s.model,
+                    self.model,
                     requests,
                     s.eos_ids,
                     s.pad_id,
@@ -62,11 +83,28 @@ class HFBackend:
                     max_shapes=self.max_shapes,
                 )
             return eager_loop.generate(
-                s.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
+                self.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode
             )
 
     def _decode(self, ids: list[int]) -> str:
         return self.spec.tokenizer.decode(ids, skip_special_tokens=True)
 
     def weights_changed(self, adapter: str | None) -> None:
-        pass  # the live model is the sampler's model
+        """The live model is the sampler's model; a copy takes the stepped weights: those of
+        LoRA adapter ``adapter`` (PEFT names them ``...lora_A.<adapter>.weight``), or all."""
+        if self.copy is None:
+            return
+        live = dict(self.spec.model.named_parameters())
+        with torch.no_grad():
+            for name, param in self.copy.named_parameters():
+                if adapter is None or is_adapter_param(name, adapter):
+                    param.copy_(live[name])
+
+
+def sampler_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of ``model`` (its adapters included) in ``dtype``, for sampling only: eval mode,
+    no gradients."""
+    out = copy.deepcopy(model).to(dtype=dtype)
+    out.eval()
+    out.requires_grad_(False)
+    return out

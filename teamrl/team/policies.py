@@ -26,6 +26,7 @@ from teamrl.config import AgentConfig, Config, ConfigError
 from teamrl.envs.base import check_observation
 from teamrl.generation import Backend, EngineSpec, Generation, Request, make_backend
 from teamrl.team.models import load_model, load_tokenizer, resolve
+from teamrl.tensors import is_adapter_param
 
 FEATURE_CHUNK = 16  # sequences per forward of ``Policy.hidden_at``
 
@@ -353,18 +354,6 @@ def cut_at_stop(text: str, stops) -> str:
     earliest end of any occurrence is where the reply ended."""
     ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
     return text[: min(ends)] if ends else text
-
-
-def is_adapter_param(name: str, adapter: str) -> bool:
-    """Whether parameter ``name`` belongs to LoRA adapter ``adapter``.
-
-    PEFT names adapter weights ``<module>.lora_A.<adapter>.weight`` (also ``lora_B``,
-    ``lora_embedding_A``/``_B``, ``lora_magnitude_vector``), so the adapter is the path part
-    right after a ``lora_*`` part. A plain substring test would also match base weights of an
-    agent named like a module (``mlp``, ``q_proj``, ``0``) and unfreeze them.
-    """
-    parts = name.split(".")
-    return any(part.startswith("lora_") and nxt == adapter for part, nxt in zip(parts, parts[1:]))
 
 
 def resolve_device(name: str) -> torch.device:

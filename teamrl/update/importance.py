@@ -37,23 +37,34 @@ import torch
 from teamrl.config import AlgorithmConfig
 
 
-def sampler_differs(top_p: list[float], top_k: list[int], backend: str) -> bool:
-    """Whether the sampler's distribution differs from the trainer's full softmax."""
-    return backend != "hf" or any(p < 1 for p in top_p) or any(k > 0 for k in top_k)
+def sampler_differs(
+    top_p: list[float], top_k: list[int], backend: str, other_dtype: bool = False
+) -> bool:
+    """Whether the sampler's distribution differs from the trainer's full softmax (another
+    backend, a truncated set, or the hf sampler in another dtype than the trainer's)."""
+    numerics = backend != "hf" or other_dtype
+    return numerics or any(p < 1 for p in top_p) or any(k > 0 for k in top_k)
 
 
-def correction_on(a: AlgorithmConfig, top_p: list[float], top_k: list[int], backend: str) -> bool:
+def correction_on(
+    a: AlgorithmConfig,
+    top_p: list[float],
+    top_k: list[int],
+    backend: str,
+    other_dtype: bool = False,
+) -> bool:
     """``importance_sampling_correction``, with None (auto) = on whenever the sampler differs
     from what the trainer scores: under ``truncated_scoring`` the trainer scores the same
-    truncated distribution, so only another backend's numerics remain; and always in
-    asynchronous training (``max_staleness`` > 0), whose sampler may be updates behind."""
+    truncated distribution, so only another backend's numerics (or a sampler in another dtype,
+    ``other_dtype``: generation.sampler_dtype) remain; and always in asynchronous training
+    (``max_staleness`` > 0), whose sampler may be updates behind."""
     if a.importance_sampling_correction is not None:
         return a.importance_sampling_correction
     if a.max_staleness > 0:
         return True
     if a.truncated_scoring:
-        return backend != "hf"
-    return sampler_differs(top_p, top_k, backend)
+        return backend != "hf" or other_dtype
+    return sampler_differs(top_p, top_k, backend, other_dtype)
 
 
 GRANULARITIES = ("token", "sequence", "geometric")

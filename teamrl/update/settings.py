@@ -44,6 +44,13 @@ class UpdateSettings:
     loss: LossSettings  # what policy_loss reads
 
 
+def sampler_in_other_dtype(cfg: Config) -> bool:
+    """The hf sampler runs a copy of the weights in another dtype than the trainer's
+    (generation.sampler_dtype): its log-probs are not the trainer's."""
+    g = cfg.generation
+    return g.backend == "hf" and g.sampler_dtype not in ("model", cfg.model.dtype)
+
+
 def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
     """The settings of the update of the policy that serves ``agents`` (its names)."""
     a, t = cfg.algorithm, cfg.train
@@ -65,7 +72,11 @@ def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
         mask_truncated_completions=a.mask_truncated_completions,
         truncated_scoring=a.truncated_scoring,
         importance_sampling_correction=correction_on(
-            a, list(top_p.values()), list(top_k.values()), cfg.generation.backend
+            a,
+            list(top_p.values()),
+            list(top_k.values()),
+            cfg.generation.backend,
+            other_dtype=sampler_in_other_dtype(cfg),
         ),
         importance_sampling_mode=a.importance_sampling_mode,
         importance_sampling_cap=a.importance_sampling_cap,

@@ -8,7 +8,8 @@ import pytest
 from helpers.runs import tiny_overrides
 
 from teamrl.config import load_config
-from teamrl.team.policies import Team, cut_at_stop, is_adapter_param
+from teamrl.team.policies import Team, cut_at_stop
+from teamrl.tensors import is_adapter_param
 
 
 def test_is_adapter_param_matches_peft_lora_names_only():
