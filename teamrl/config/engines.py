@@ -43,10 +43,11 @@ class GenerationConfig:
         "hf backend only: sample from the trainer's weights in their own dtype ('model'), or "
         "from a copy of them in bfloat16 ('bfloat16'), refreshed after every optimizer step, "
         "while the update trains the model.dtype weights. On CPUs with bf16 instructions "
-        "(AVX512-BF16, AMX) bf16 products run several times faster than float32 ones "
-        "(docs/performance.md); the sampler's log-probs then differ from the trainer's, so the "
-        "importance-sampling correction turns on (algorithm.importance_sampling_correction "
-        "auto). Costs one bf16 copy of the weights in memory.",
+        "(AVX512-BF16, AMX) bf16 products run several times faster than float32 ones, but at "
+        "8 rows of SmolLM2 on 2 cores sampling was 1.16x slower than float32's prepacked path "
+        "(docs/performance.md): measure before use. The sampler's log-probs differ from the "
+        "trainer's, so the importance-sampling correction turns on "
+        "(algorithm.importance_sampling_correction auto). Costs one bf16 copy of the weights.",
     )
     cpu_prepack: Literal["auto", "on", "off"] = _f(
         "auto",
