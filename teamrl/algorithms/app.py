@@ -200,6 +200,7 @@ def app_metrics(
     silent = sum(1 for r in records for a in agents if not any(c.agent == a for c in r.calls))
     m["app/silent_agents"] = float(silent)  # (episode, agent) pairs with no call
     m["app/refused_calls"] = float(sum(r.refused for r in records))
+    m["app/unparsed_tool_calls"] = float(sum(r.unparsed_tool_calls for r in records))
     m["app/dropped_samples"] = float(dropped)
     m["terminated_fraction"] = 1.0
     return m

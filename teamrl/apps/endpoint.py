@@ -9,15 +9,19 @@ episode. The server (uvicorn, one daemon thread, its own event loop) only checks
 hands it to the rollout's ``CallSink`` (``teamrl.apps.episodes.Session``), whose thread applies
 the chat template, batches the calls and generates; the handler awaits the reply.
 
+Function tools (``tools``, ``tool_choice``, assistant ``tool_calls`` and ``tool`` messages)
+are checked here and rendered and read back by ``teamrl.apps.tools``; ``stream=true`` is
+answered, once the call's batch is sampled, as OpenAI's chunks (``teamrl.apps.streaming``).
+
 Security: the server binds to loopback unless told otherwise and accepts only its own API key,
 drawn at random when it starts (``secrets``, so the training RNG streams never move) and handed
 to the episodes' clients: a request without it is answered 401, before its body is read.
 
-A request it cannot serve is an OpenAI-style error, ``{"error": {"message", "type", "code"}}``
-with a 4xx status, never a hang. Statuses the OpenAI clients retry (408, 409, 429, 5xx) are
-never used for a refusal of what a request asks, so a refused call fails at once; 429 says
-only that an episode has too many calls in one batch (``endpoint.max_batch_calls``), which a
-retry after the batch may pass.
+A request it cannot serve is an OpenAI-style error, ``{"error": {"message", "type", "param",
+"code"}}`` with a 4xx status, never a hang. Statuses the OpenAI clients retry (408, 409, 429,
+5xx) are never used for a refusal of what a request asks, so a refused call fails at once;
+429 says only that an episode has too many calls in one batch (``endpoint.max_batch_calls``),
+which a retry after the batch may pass.
 
 Under load (the ``endpoint`` section of the config, ``EndpointConfig``): every connection is
 guarded (``teamrl.apps.guard``: a cap, a deadline for a whole request, the open-file limit
@@ -44,6 +48,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from teamrl.apps.tools import ToolChoice, ToolError, check_tool_choice, check_tools, tool_fields
 from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import ConfigError
 
@@ -70,10 +75,15 @@ class ChatCall:
     """A chat-completions request the endpoint can serve."""
 
     agent: str
-    messages: list[dict[str, str]]  # role and text content, in order
+    messages: list[dict[str, Any]]  # role and text content, in order (tool fields: tools.py)
     max_tokens: int | None  # the request's cap on new tokens (None: the agent's)
     stop: tuple[str, ...]  # the request's stop strings, added to the agent's
     logprobs: bool  # whether the reply carries each token's log-prob
+    tools: tuple[dict, ...] = ()  # function tools, checked (teamrl.apps.tools)
+    tool_choice: ToolChoice = ToolChoice("none")
+    parallel_tool_calls: bool = True  # False: a reply with several calls is text
+    stream: bool = False  # answer as server-sent chunks (teamrl.apps.streaming)
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 class Refusal(Exception):
@@ -87,26 +97,30 @@ class Refusal(Exception):
         code: str,
         type_: str = "invalid_request_error",
         close: bool = False,
+        param: str | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.code, self.type = status, message, code, type_
-        self.close = close
+        self.close, self.param = close, param
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message, "type": self.type, "param": self.param,
+                "code": self.code,
+            }
+        }  # fmt: skip
 
 
 UNSUPPORTED = {  # request fields the endpoint refuses, and why
-    "tools": "tool calls are not supported: parse the reply's text in the app",
-    "functions": "function calls are not supported: parse the reply's text in the app",
-    "tool_choice": "tool calls are not supported: parse the reply's text in the app",
+    "functions": "legacy function calls are not supported: use tools",
+    "function_call": "legacy function calls are not supported: use tools and tool_choice",
     "audio": "audio output is not supported",
     "prediction": "predicted outputs are not supported",
 }
 IGNORED = (  # accepted, with no effect: the agent's config sets its sampling (docs/apps.md)
     "temperature", "top_p", "seed", "frequency_penalty", "presence_penalty", "user", "store",
-    "metadata", "parallel_tool_calls", "service_tier", "stream_options", "logit_bias",
-    "reasoning_effort", "modalities",
+    "metadata", "service_tier", "logit_bias", "reasoning_effort", "modalities",
 )  # fmt: skip
 
 
@@ -121,43 +135,60 @@ def parse_call(body: Any, agents: list[str]) -> ChatCall:
             f"model {model!r} is not an agent of this team; the models are the agents: "
             f"{', '.join(agents)}",
             "model_not_found",
+            param="model",
         )
     for name, why in UNSUPPORTED.items():
         if body.get(name):
-            raise Refusal(400, f"{name}: {why}", "unsupported_parameter")
+            raise Refusal(400, f"{name}: {why}", "unsupported_parameter", param=name)
     fmt = body.get("response_format")
     if fmt and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise Refusal(400, "response_format: only 'text' is supported", "unsupported_parameter")
-    if body.get("stream"):
-        raise Refusal(400, "stream=true is not supported: ask without streaming", "unsupported_parameter")  # fmt: skip
+        raise Refusal(400, "response_format: only 'text' is supported", "unsupported_parameter", param="response_format")  # fmt: skip
     n = body.get("n", 1)
     if n not in (None, 1):
-        raise Refusal(400, f"n={n!r}: one choice per call only (n=1)", "unsupported_parameter")
+        raise Refusal(400, f"n={n!r}: one choice per call only (n=1)", "unsupported_parameter", param="n")  # fmt: skip
     if body.get("top_logprobs"):
-        raise Refusal(400, "top_logprobs is not supported (logprobs=true is)", "unsupported_parameter")  # fmt: skip
-    known = {"model", "messages", "max_tokens", "max_completion_tokens", "stop", "logprobs"}
-    unknown = sorted(set(body) - known - set(UNSUPPORTED) - set(IGNORED) - {"response_format", "stream", "n", "top_logprobs"})  # fmt: skip
+        raise Refusal(400, "top_logprobs is not supported (logprobs=true is)", "unsupported_parameter", param="top_logprobs")  # fmt: skip
+    known = {
+        "model", "messages", "max_tokens", "max_completion_tokens", "stop", "logprobs",
+        "tools", "tool_choice", "parallel_tool_calls", "stream", "stream_options",
+        "response_format", "n", "top_logprobs",
+    }  # fmt: skip
+    unknown = sorted(set(body) - known - set(UNSUPPORTED) - set(IGNORED))
     if unknown:
-        raise Refusal(400, f"unsupported parameter(s): {', '.join(unknown)}", "unsupported_parameter")  # fmt: skip
+        raise Refusal(400, f"unsupported parameter(s): {', '.join(unknown)}", "unsupported_parameter", param=unknown[0])  # fmt: skip
+    try:
+        messages = _messages(body.get("messages"))
+        tools = check_tools(body.get("tools"))
+        choice = check_tool_choice(body.get("tool_choice"), tools)
+    except ToolError as err:
+        raise Refusal(400, err.message, err.code, param=err.param) from None
+    stream, include_usage = _stream(body)
     return ChatCall(
         agent=model,
-        messages=_messages(body.get("messages")),
+        messages=messages,
         max_tokens=_max_tokens(body),
         stop=_stop(body.get("stop")),
         logprobs=bool(body.get("logprobs")),
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=_flag(body, "parallel_tool_calls", True),
+        stream=stream,
+        include_usage=include_usage,
     )
 
 
-def _messages(raw: Any) -> list[dict[str, str]]:
+def _messages(raw: Any) -> list[dict[str, Any]]:
+    """Each message's role and text, and its tool fields (``teamrl.apps.tools.tool_fields``:
+    an assistant's calls, the call a tool message answers)."""
     if not isinstance(raw, list) or not raw:
-        raise Refusal(400, "messages must be a non-empty list", "invalid_messages")
+        raise Refusal(400, "messages must be a non-empty list", "invalid_messages", param="messages")  # fmt: skip
     out = []
+    calls: dict[str, str] = {}  # the ids of the calls so far, and their functions
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise Refusal(400, f"messages[{i}] must be an object with a role", "invalid_messages")
-        if m.get("tool_calls") or m["role"] in ("tool", "function"):
-            raise Refusal(400, f"messages[{i}]: tool messages are not supported", "invalid_messages")  # fmt: skip
-        out.append({"role": m["role"], "content": _text(m.get("content"), i)})
+            raise Refusal(400, f"messages[{i}] must be an object with a role", "invalid_messages", param=f"messages[{i}]")  # fmt: skip
+        message = {"role": m["role"], "content": _text(m.get("content"), i)}
+        out.append(message | tool_fields(m, f"messages[{i}]", calls))
     return out
 
 
@@ -172,7 +203,27 @@ def _text(content: Any, i: int) -> str:
         for p in content
     ):
         return "".join(p["text"] for p in content)
-    raise Refusal(400, f"messages[{i}].content: only text is supported", "invalid_messages")
+    raise Refusal(400, f"messages[{i}].content: only text is supported", "invalid_messages", param=f"messages[{i}].content")  # fmt: skip
+
+
+def _flag(body: dict, name: str, default: bool, within: str = "") -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise Refusal(400, f"{within}{name} must be true or false, got {value!r}", "invalid_value", param=within + name)  # fmt: skip
+    return value
+
+
+def _stream(body: dict) -> tuple[bool, bool]:
+    """(stream, include_usage): ``stream_options`` is read only with ``stream=true``."""
+    stream = _flag(body, "stream", False)
+    options = body.get("stream_options")
+    if not stream or options is None:
+        return stream, False
+    if not isinstance(options, dict):
+        raise Refusal(400, "stream_options must be an object", "invalid_value", param="stream_options")  # fmt: skip
+    return True, _flag(options, "include_usage", False, "stream_options.")
 
 
 def _max_tokens(body: dict) -> int | None:
@@ -180,7 +231,7 @@ def _max_tokens(body: dict) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise Refusal(400, f"max_tokens must be a positive integer, got {value!r}", "invalid_value")  # fmt: skip
+        raise Refusal(400, f"max_tokens must be a positive integer, got {value!r}", "invalid_value", param="max_tokens")  # fmt: skip
     return value
 
 
@@ -190,7 +241,9 @@ def _stop(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-        raise Refusal(400, "stop must be a string or a list of strings", "invalid_value")
+        raise Refusal(
+            400, "stop must be a string or a list of strings", "invalid_value", param="stop"
+        )
     return tuple(value)
 
 
@@ -406,8 +459,10 @@ def asgi_app(endpoint: Endpoint):
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
+
+    from teamrl.apps.streaming import events
 
     def refuse(r: Refusal) -> JSONResponse:
         headers = {"connection": "close"} if r.close else None
@@ -428,7 +483,7 @@ def asgi_app(endpoint: Endpoint):
         data = [{"id": a, "object": "model", "created": 0, "owned_by": "teamrl"} for a in agents]
         return JSONResponse({"object": "list", "data": data})
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         if not endpoint.authorised(request.headers):
             return unauthorised()
         try:
@@ -437,6 +492,12 @@ def asgi_app(endpoint: Endpoint):
             status, reply = await asyncio.wrap_future(slot.sink.submit(slot.episode, call))
         except Refusal as r:
             return refuse(r)
+        if call.stream and status == 200:  # sampled with its batch, then sent as chunks
+            return StreamingResponse(
+                events(reply, call.include_usage),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
         return JSONResponse(reply, status_code=status)
 
     async def no_route(request: Request, exc: Exception) -> JSONResponse:

@@ -37,6 +37,7 @@ from typing import Any
 
 from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
 from teamrl.apps.task import AppEnv
+from teamrl.apps.tools import for_template, read_reply, renders_tools
 from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import user_frame
 from teamrl.generation import Generation
@@ -56,7 +57,7 @@ class Served:
     order: int  # the call's place among all the episode's served calls
     prompt_ids: list[int]
     generation: Generation
-    text: str  # what the app read: response_prefix + completion, cut at a stop string
+    text: str  # response_prefix + completion, cut at a stop string (before any tool call is read)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class EpisodeRecord:
     team_reward: float = 0.0
     local_rewards: dict[str, float] = field(default_factory=dict)
     refused: int = 0  # calls answered with an error (over the context, bad messages)
+    unparsed_tool_calls: int = 0  # replies returned as text where tools were offered (tools.py)
 
 
 @dataclass
@@ -99,6 +101,7 @@ class Session:
         self.agents = list(team.agents)
         self.calls: list[list[Served]] = [[] for _ in range(n)]
         self.refused = [0] * n
+        self.unparsed = [0] * n  # replies to calls with tools that read as no valid call
         self.results: list[Any] = [None] * n
         self.errors: dict[int, BaseException] = {}
         self.finished: set[int] = set()
@@ -216,13 +219,17 @@ class Session:
         return tokens
 
     def _prompt(self, call: ChatCall) -> list[int]:
+        """The call's prompt ids: its messages (and tools) through the agent's chat template,
+        in the template's own tool format or the fallback one (``teamrl.apps.tools``)."""
         limit = context_length(self.team, call.agent)
         new = min(self.team.agents[call.agent].max_completion_length, call.max_tokens or 10**9)
-        if limit is not None:
-            tokenizer = self.team.engine_of(call.agent).tokenizer
-            refuse_too_long(call.messages, longest_token(tokenizer), limit, new)
+        tokenizer = self.team.engine_of(call.agent).tokenizer
+        native = bool(self.team.cfg.team.chat_template) and renders_tools(tokenizer)
+        messages, tools = for_template(call.messages, call.tools, native)
+        if limit is not None:  # the contents, which every template renders whole
+            refuse_too_long(messages, longest_token(tokenizer), limit, new)
         try:
-            ids = self.team.encode_messages(call.agent, call.messages)
+            ids = self.team.encode_messages(call.agent, messages, tools=tools)
         except Exception as err:  # a template that rejects the roles (e.g. two system turns)
             raise Refusal(400, f"the chat template refused the messages: {err}", "invalid_messages") from None  # fmt: skip
         if limit is not None and len(ids) + new > limit:
@@ -245,19 +252,27 @@ class Session:
                     for i, lp in zip(gen.completion_ids, gen.logprobs)
                 ]
             }  # fmt: skip
+        # the reply's tool calls: what the app is told; the sample keeps the sampled tokens
+        call = w.call
+        reading = read_reply(text, call.tools, call.tool_choice, call.parallel_tool_calls)
+        if reading.unparsed:
+            with self._cond:
+                self.unparsed[w.episode] += 1
+        message: dict[str, Any] = {"role": "assistant", "content": reading.content}
+        if reading.calls:  # ids unique in the episode, and the same on every run
+            message["tool_calls"] = [
+                {"id": f"call_{w.episode}_{k}_{j}", "type": "function", "function": fn}
+                for j, fn in enumerate(reading.calls)
+            ]
+        finish = "tool_calls" if reading.calls else "length" if gen.truncated else "stop"
         n_new = len(gen.completion_ids)
         return {
             "id": f"chatcmpl-{w.episode}-{k}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": w.call.agent,
+            "model": call.agent,
             "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length" if gen.truncated else "stop",
-                    "logprobs": logprobs,
-                }
+                {"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}
             ],
             "usage": {
                 "prompt_tokens": len(ids),
@@ -313,7 +328,7 @@ def longest_token(tokenizer: Any) -> int | None:
 
 
 def refuse_too_long(
-    messages: list[dict[str, str]], longest: int | None, limit: int, new: int
+    messages: list[dict[str, Any]], longest: int | None, limit: int, new: int
 ) -> None:
     """Refuse, before tokenizing, messages whose characters cannot fit the context: C
     characters need at least C / (longest x NORMALIZER_MERGE) tokens, more than the
@@ -395,6 +410,7 @@ def run_episodes(
     for i, rec in enumerate(records):
         where = f"example {rec.problem} (slot {rec.slot}), episode {rec.index}"
         rec.calls, rec.refused = session.calls[i], session.refused[i]
+        rec.unparsed_tool_calls = session.unparsed[i]
         rec.team_reward, rec.local_rewards = episode_rewards(session.results[i], team, where)
     return records
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -288,15 +288,20 @@ class Team:
         ]
         return self.encode_messages(agent, msgs)
 
-    def encode_messages(self, agent: str, messages: list[dict[str, str]]) -> list[int]:
+    def encode_messages(
+        self, agent: str, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
         """The prompt ids of a chat (``[{"role", "content"}, ...]``) for ``agent``: the
         tokenizer's chat template with the generation prompt (without a template, or with
         ``team.chat_template`` off, the contents joined by blank lines), then the agent's
         ``response_prefix``. The env's prompts and the app endpoint's calls both come here, so
-        the ids a sample records are the ones its update scores."""
+        the ids a sample records are the ones its update scores. ``tools``: function tools
+        for a template that renders them (the endpoint's, ``teamrl.apps.tools``)."""
         tok = self.engine_of(agent).tokenizer
         if self.cfg.team.chat_template and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True
+            )
         else:
             text = "\n\n".join(m["content"] for m in messages) + "\n"
         return tok(text + self.agents[agent].response_prefix, add_special_tokens=False)["input_ids"]

@@ -141,9 +141,7 @@ def test_every_request_it_cannot_serve_is_an_openai_error(team):
         ok = dict(model="alice", messages=user("hi"))
         seen["model"] = refusal(lambda: create(model="carol", messages=user("hi")))
         seen["n"] = refusal(lambda: create(**ok, n=2))
-        seen["stream"] = refusal(lambda: create(**ok, stream=True))
-        tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
-        seen["tools"] = refusal(lambda: create(**ok, tools=[tool]))
+        seen["functions"] = refusal(lambda: create(**ok, extra_body={"functions": [{"name": "f"}]}))
         seen["format"] = refusal(lambda: create(**ok, response_format={"type": "json_object"}))
         seen["top"] = refusal(lambda: create(**ok, logprobs=True, top_logprobs=2))
         seen["long"] = refusal(lambda: create(model="alice", messages=user("word " * 3000)))
@@ -153,7 +151,7 @@ def test_every_request_it_cannot_serve_is_an_openai_error(team):
     (rec,) = run(team, episode)
     assert len(rec.calls) == 1 and rec.refused == 1  # the long prompt reached the batch
     assert seen["model"][:2] == (404, "model_not_found") and "alice, bob" in seen["model"][2]
-    for key in ("n", "stream", "tools", "format", "top"):
+    for key in ("n", "functions", "format", "top"):
         assert seen[key][:2] == (400, "unsupported_parameter"), (key, seen[key])
     assert seen["long"][:2] == (400, "context_length_exceeded")
     assert "2048" in seen["long"][2]
