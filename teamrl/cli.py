@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import traceback
 import warnings
@@ -37,10 +38,9 @@ def _prepare(args: argparse.Namespace):
     set_seed(cfg.seed)  # as the Trainer does before it builds a task itself
     task = task_from_config(cfg.env)
     bind_task(cfg, task, list(task.make_env().agents))  # an empty team.agents: the task's
-    dry = args.command == "train" and (args.dry_run or args.print_config)  # no model needed
-    notes = preflight(cfg, task, check_memory=(args.command == "train"), model_optional=dry)
-    for line in notes:
-        print(f"teamrl: note: {line}", file=sys.stderr)
+    # --dry-run and --print-config make train's checks, the model's resolution included: a
+    # model train would refuse (a hub id not cached while offline) is refused here too
+    preflight(cfg, task, check_memory=(args.command == "train"))
     run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.log.output_dir) / cfg.run_name
     return cfg, task, run_dir
 
@@ -113,11 +113,12 @@ def worker_died_line(died, run_dir: Path) -> str:
     """A dead Ray worker as one line: which worker and node, the last checkpoint (the step in
     flight is lost, nothing before it) and the command that continues from it."""
     from teamrl.run.checkpoints import checkpoint_folders
+    from teamrl.run.interrupt import resume_command
 
     done = checkpoint_folders(run_dir)
     last = f"last checkpoint: {done[-1]}" if done else "no checkpoint yet"
     death = died.death.replace("\r", " ").replace("\n", " ")
-    return f"{death}; {last}; resume with: teamrl train {run_dir} --resume"
+    return f"{death}; {last}; resume with: {resume_command(run_dir)}"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -182,21 +183,35 @@ def train_run_folder(args: argparse.Namespace) -> None:
 
 
 def describe_setting(cfg, task) -> list[str]:
-    """The resolved setting of a run in a few lines: what ``--dry-run`` prints."""
+    """The resolved setting of a run in a few lines: what ``--dry-run`` prints. The reward is
+    called once on a dummy joint action, but an app's: its episodes are the user's program,
+    which calls the team's endpoint (no model here), and how many calls they make is theirs."""
+    from teamrl.apps.task import AppEnv
     from teamrl.config.policy_map import policy_agents
     from teamrl.config.step_shape import step_shape
     from teamrl.preflight import DUMMY_REPLY, check_reward
 
-    shape = step_shape(cfg)
     a, t = cfg.algorithm, cfg.train
     splits = ", ".join(f"{len(getattr(task, s) or ())} {s}" for s in ("train", "eval", "test"))
     policies = policy_agents(cfg)
-    step = check_reward(cfg, task)
-    parts = ", ".join(f"{k} {v:.3g}" for k, v in step.reward_components.items())
-    return [
+    head = [
         f"task {task.name}: rows {splits}; agents {', '.join(a_.name for a_ in cfg.team.agents)}",
         f"model {cfg.model.name_or_path}; team.policies={cfg.team.policies}: "
         + ", ".join(f"policy {p} for {', '.join(ag)}" for p, ag in policies.items()),
+    ]
+    if isinstance(task.make_env(), AppEnv):
+        return head + [
+            f"algorithm {a.name} (app_groups={a.app_groups}): {t.prompts_per_step} prompt(s) a "
+            f"step x {a.num_generations} episodes of the app; {t.max_steps} steps",
+            "per step: every call an episode makes is a sample of the agent it names (how many "
+            "calls: the app's)",
+            "the reward: the app's own, returned by its episodes, which call the team's "
+            "endpoint (run by train, not here: no model)",
+        ]
+    shape = step_shape(cfg)
+    step = check_reward(cfg, task)
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in step.reward_components.items())
+    return head + [
         f"algorithm {a.name}: {t.prompts_per_step} prompt(s) a step x {a.num_generations} "
         f"generations; up to {cfg.env.max_turns} turn(s); {t.max_steps} steps",
         f"per step: {shape.samples} samples to train on, {shape.generation_rows} rows in the "
@@ -244,6 +259,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = Path(args.run_dir)
     if not (run / "config.yaml").exists():
         raise ConfigError(f"{run}: not a run folder (no config.yaml)")
+    out = Path(args.out)
+    check_export_folder(out, args.overwrite)
     ckpt = resume_checkpoint(run, args.step, move_aside=False)
     restore_run_imports(run, args.imports)
     cfg = load_config(ckpt / "config.yaml")
@@ -252,11 +269,38 @@ def cmd_export(args: argparse.Namespace) -> int:
     systems = {
         a.name: a.system if a.system is not None else roles.get(a.name, "") for a in cfg.team.agents
     }
-    out = write_team_folder(Path(args.out), cfg, systems, checkpoint=ckpt)
+    if args.overwrite and out.is_dir():  # an earlier export (checked above) is replaced whole:
+        for child in out.iterdir():  # no file of it left behind, nor uploaded by --push-to-hub
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    out = write_team_folder(out, cfg, systems, checkpoint=ckpt)
     print(f"exported {ckpt} to {out}")
     if args.push_to_hub:
         print(f"pushed to {push_to_hub(out, args.push_to_hub)}")
     return 0
+
+
+def check_export_folder(out: Path, overwrite: bool) -> None:
+    """``export``'s OUT: new or empty; a previous export (its team.yaml) only with
+    --overwrite; anything else never, since --overwrite replaces the folder whole."""
+    from teamrl.config import ConfigError
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: a file, not a folder: name a new or empty folder to export to")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / "team.yaml").is_file():
+        raise ConfigError(
+            f"{out}: holds files but no team.yaml (not an earlier export), which --overwrite "
+            "would delete: name a new or empty folder"
+        )
+    if not overwrite:
+        raise ConfigError(
+            f"{out}: already holds an exported team (team.yaml): pass --overwrite to replace "
+            "it, or name another folder"
+        )
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -473,6 +517,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("out", help="Output folder: one weights folder per policy and team.yaml.")
     x.add_argument("--step", type=int, default=None, help="Checkpoint step (default: newest).")
     x.add_argument("--push-to-hub", default=None, metavar="REPO", help="Upload OUT to this repo.")
+    x.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace OUT when it holds an earlier export (its team.yaml); without it such a "
+        "folder is refused.",
+    )
     _add_common(x)
     x.set_defaults(fn=cmd_export)
 

@@ -39,7 +39,7 @@ def import_tasks(specs: list[str] | None) -> None:
 
     for spec in specs or []:
         before = set(registered_builders())
-        if spec.endswith(".py") or "/" in spec or "\\" in spec:
+        if _is_path(spec):
             _import_file(spec)
             spec = str(Path(spec).expanduser().resolve())
         else:
@@ -66,27 +66,96 @@ def task_imports(task_name: str) -> list[str]:
 
 
 def restore_run_imports(run_dir: Path, given: list[str] | None) -> None:
-    """Before a command reads a run folder: import what the run imported (``run.json``), from
-    the folder it ran in, then the ``--import`` given now; a task the run got as a Python
-    object that nothing registers is one line saying how to make it loadable."""
+    """Before a command reads a run folder: import the ``--import`` given now, then what the
+    run imported (``run.json``), so the run folder alone finds its task from any folder.
+
+    What the user gives wins: the record is imported only when the run's task is not
+    registered yet (the record's module may have moved; importing both would register the task
+    twice). A module the run recorded by name is imported from the folder its file is in (a
+    module a Python script imported from its own folder), else by name from the folder the run
+    ran in or this one. A task the run got as a Python object is rebuilt by the command line
+    only from a builder the user registered: one that no module registers, or a name that is
+    teamrl's own task, is one line saying how to make it loadable."""
+    from teamrl.envs.base import registered_builders
     from teamrl.run.origin import read_origin
-    from teamrl.tasks.registry import registered_tasks
 
     origin = read_origin(run_dir)
-    if origin is not None:
+    import_tasks(given)
+    if origin is None:
+        return
+    if origin.task not in registered_builders():  # the record is what registers it
         if origin.cwd and origin.cwd not in sys.path:
             sys.path.append(origin.cwd)  # a module the run imported by name from its folder
-        import_tasks([s for s in origin.imports if s not in (given or [])])
-    import_tasks(given)
-    if origin is not None and origin.task_source == "python":
-        if origin.task not in registered_tasks():
-            where = f" (defined in {origin.task_file})" if origin.task_file else ""
+        for spec in origin.imports:
+            if spec not in (given or []):
+                _import_recorded(run_dir, spec, origin.module_files.get(spec))
+    if origin.task_source == "python":
+        check_python_task(run_dir, origin.task, origin.task_file)
+
+
+def _import_recorded(run_dir: Path, spec: str, file: str | None) -> None:
+    """Import what run.json recorded: a ``.py`` path, or a module by name from the folder of
+    its recorded ``file`` (put first on sys.path, as a script's own folder is), else from
+    sys.path; one that cannot be found is one line naming the record and the way out."""
+    from teamrl.run.origin import ORIGIN_FILE, module_root
+
+    record = f"{Path(run_dir) / ORIGIN_FILE}"
+    way_out = "pass --import FILE (the .py file that registers the task, where it is now)"
+    if _is_path(spec):
+        if not Path(spec).is_file():
             raise ConfigError(
-                f"{run_dir}: trained on task {origin.task!r}, a Task object passed in "
-                f"Python{where} that no module registers: register its builder with "
-                "@register_task in a module and pass --import MODULE, or load the run in "
-                "Python with the task (teamrl.commands.play.load_run(run, task=...))"
+                f"{record}: the run's task was registered by {spec}, which is no longer "
+                f"there: {way_out}"
             )
+        import_tasks([spec])
+        return
+    if spec not in sys.modules and file and Path(file).is_file():
+        root = str(module_root(spec, file))
+        if root not in sys.path:
+            sys.path.insert(0, root)  # where the run found it: first, as a script's folder is
+    try:
+        found = spec in sys.modules or importlib.util.find_spec(spec) is not None
+    except ModuleNotFoundError:  # a parent package of a dotted name is missing
+        found = False
+    if not found:
+        where = f" ({file}, no longer there)" if file else ""
+        raise ConfigError(
+            f"{record}: the run's task module {spec!r}{where} cannot be found from here: "
+            f"{way_out}, or --import MODULE from the folder that holds it"
+        )
+    import_tasks([spec])
+
+
+def check_python_task(run_dir: Path, task: str, task_file: str | None) -> None:
+    """A run trained on a Task object passed in Python: the command line rebuilds it only
+    through a builder the user registered under its name (its module imported just now). A
+    name nothing registers, or one that is teamrl's own task (the user's object shadowed it),
+    is one line: the registry would build another task than the one trained."""
+    from teamrl.envs.base import registered_builders
+    from teamrl.tasks.registry import registered_tasks
+
+    registered_tasks()  # teamrl's own tasks in, so a shadowed name is seen as one
+    builder = registered_builders().get(task, (None, ""))[0]
+    where = f" (defined in {task_file})" if task_file else ""
+    load = "or load the run in Python with the task (teamrl.commands.play.load_run(run, task=...))"
+    if builder is None:
+        raise ConfigError(
+            f"{run_dir}: trained on task {task!r}, a Task object passed in Python{where} "
+            "that no module registers: register its builder with @register_task in a module "
+            f"and pass --import MODULE, {load}"
+        )
+    if getattr(builder, "__module__", "").startswith("teamrl."):
+        raise ConfigError(
+            f"{run_dir}: trained on task {task!r}, a Task object passed in Python{where} "
+            f"whose name is also teamrl's own task {task!r}: the command line would build "
+            "teamrl's task, not the one trained; give yours another name and register its "
+            f"builder with @register_task (then --import MODULE), {load}"
+        )
+
+
+def _is_path(spec: str) -> bool:
+    """Whether an ``--import`` spec is a file's path rather than a module's name."""
+    return spec.endswith(".py") or "/" in spec or "\\" in spec
 
 
 def _import_module(name: str) -> None:

@@ -38,13 +38,12 @@ from teamrl.team.memory import (  # noqa: F401  (preflight.estimate_memory etc. 
 )
 
 
-def preflight(
-    cfg: Config, task: Any = None, check_memory: bool = True, model_optional: bool = False
-) -> list[str]:
+def preflight(cfg: Config, task: Any = None, check_memory: bool = True) -> None:
     """Every check that needs no model. Raises ConfigError with a one-line message. The model
-    checks (lengths, LoRA targets, memory) read each model's config; with ``model_optional``
-    (``--dry-run``) a config that cannot be had here (a hub id offline) skips them, and the
-    returned lines say so."""
+    checks (lengths, LoRA targets, memory) read each model's config, resolved as the model
+    will be (``teamrl.team.models``: a builtin or local folder from disk; a hub id from the
+    cache, or from the hub where it is reachable and not switched off), so a model that cannot
+    be had here is refused here, by ``train`` and ``train --dry-run`` alike."""
     check_loggers(cfg)
     check_device(cfg)
     check_sandbox(cfg)
@@ -55,12 +54,7 @@ def preflight(
         )
     if task is not None:
         check_task(cfg, task)
-    try:
-        models = {name: meta_model_of(cfg, name) for name in model_names(cfg)}
-    except ConfigError as err:
-        if not model_optional:
-            raise
-        return [f"model checks skipped (lengths, LoRA targets, memory): {err}"]
+    models = {name: meta_model_of(cfg, name) for name in model_names(cfg)}
     check_lengths(cfg, models)
     if uses_lora(cfg):
         for name, model in models.items():
@@ -72,7 +66,6 @@ def preflight(
         check_fits(est, available_memory(cfg.model.device))
     elif check_memory:
         check_placement(cfg, models, prompt_tokens(cfg, task))
-    return []
 
 
 # --- loggers and device ---------------------------------------------------------------------

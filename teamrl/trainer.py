@@ -68,7 +68,7 @@ from teamrl.run.seeding import rng_state, set_rng_state, set_seed
 from teamrl.run.watch import LearningWatch
 from teamrl.sample import Sample
 from teamrl.scale.group import WorkerDiedError
-from teamrl.tasks.registry import bind_task, registered_tasks, task_from_config
+from teamrl.tasks.registry import bind_task, built_by_registry, task_from_config
 from teamrl.tasks.run_program import configure as configure_sandbox
 from teamrl.team.policies import Policy, resolve_device
 from teamrl.team.weights import base_record
@@ -94,6 +94,10 @@ class Trainer:
         set_seed(cfg.seed)
         # every model-written program this process runs from now on, whatever built the task
         configure_sandbox(cfg.env)
+        # whether the task is the registry's (run.json): a Task object made in the user's code
+        # is theirs, even under a registered name
+        self._task_registered = task is None or built_by_registry(task)
+        self._task_file = None if self._task_registered else _source_file(task.make_env)
         self.task = task or task_from_config(cfg.env)
         if cfg.env.turn_order:
             inner = self.task.make_env
@@ -497,15 +501,8 @@ class Trainer:
 
     def _origin(self) -> RunOrigin:
         """What the run folder records of where this run came from (``run.json``)."""
-        registered = self.cfg.env.name in registered_tasks()
-        task_file = None
-        if not registered:  # a Task object: the file that defined its env factory
-            try:
-                task_file = inspect.getsourcefile(self.task.make_env)
-            except TypeError:  # a builtin or a C callable: no file to name
-                task_file = None
         imports = task_imports(self.cfg.env.name)
-        return origin_of(self.cfg.env.name, registered, imports, task_file)
+        return origin_of(self.cfg.env.name, self._task_registered, imports, self._task_file)
 
     # --- checkpoints --------------------------------------------------------------------------
 
@@ -548,6 +545,14 @@ class Trainer:
                 Path(out_dir), self.cfg, self.team.systems, self.team, critics=credit_state
             )
         return Path(out_dir)
+
+
+def _source_file(make_env: Callable) -> str | None:
+    """The file that defined a Task object's env factory (None for a builtin or C callable)."""
+    try:
+        return inspect.getsourcefile(make_env)
+    except TypeError:
+        return None
 
 
 def _cause(err: BaseException) -> str:

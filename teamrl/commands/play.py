@@ -158,7 +158,7 @@ def play_episode(
         greedy=greedy,
         summary=result.episodes[0] if result.episodes else {},
     )
-    for s in sorted(result.samples, key=lambda s: s.turn):  # stable: agent order within a turn
+    for s in sorted(result.samples, key=_order):
         tok = team.engine_of(s.agent).tokenizer
         episode.turns.append(
             Turn(
@@ -171,6 +171,14 @@ def play_episode(
             )
         )
     return episode
+
+
+def _order(sample) -> int:
+    """Where an action stands in its episode: an app's call by the order it was served
+    (``info["call"]``; its ``turn`` counts that agent's calls only, and a later call of one agent
+    may quote an earlier call of another), an env's action by its turn (the sort is stable:
+    agent order within a turn)."""
+    return sample.info.get("call", sample.turn)
 
 
 def format_episode(episode: Episode, max_prompt_chars: int | None = 600) -> str:

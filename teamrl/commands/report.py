@@ -301,7 +301,13 @@ def curve_panels(keys: list[str], agents: list[str]) -> list[dict]:
         ("lengths", prefixed("completion_length/") + prefixed("prompt_length/")),
         ("truncation", prefixed("truncated_fraction/") + pick("terminated_fraction")),
         ("grad norm", prefixed("grad_norm/")),
-        ("evaluation", [k for k in prefixed("eval/", EVAL_SKIP) if not k.endswith("/std")]),
+        # turns (an episode's count of them, or of an app's calls) on their own axis: a few
+        # turns on the rewards' axis (about 1) would flatten every reward to a line
+        ("turns", pick("turns/mean") + prefixed("eval/turns")),
+        (
+            "evaluation",
+            [k for k in prefixed("eval/", (*EVAL_SKIP, "eval/turns")) if not k.endswith("/std")],
+        ),
     ]
     out = []
     for title, ks in panels:

@@ -14,6 +14,7 @@ naming the step, the cause, that checkpoint and the resume command.
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import threading
@@ -50,9 +51,9 @@ class StepFailed(UserCodeError):
 
 
 def resume_command(run_dir: Path) -> str:
-    """The command that continues a run, ready to paste: the run folder alone is enough (its
-    run.json and config.yaml)."""
-    return f"teamrl train {shlex.quote(str(run_dir))} --resume"
+    """The command that continues a run, ready to paste from any folder: the run folder alone
+    is enough (its run.json and config.yaml), named by its absolute path."""
+    return f"teamrl train {shlex.quote(os.path.abspath(run_dir))} --resume"
 
 
 def failed_step_message(

@@ -14,7 +14,11 @@ consecutive steps:
   already says why;
 - a policy's mean importance weight fell below ``IS_FLOOR`` (``is_weight/<policy>``): its
   policy gradient is scaled down that much. Said at the first such step, not the k-th: the
-  weight measures the scaling itself, not a trend.
+  weight measures the scaling itself, not a trend;
+- an agent of an app (``algorithm.name=app``) had no call to train on while some episodes
+  called no agent of theirs (``app/silent_agents`` > 0 and no ``completion_length/<agent>``):
+  the app never calls it (a ``model`` name it does not use), or never in two episodes of an
+  example, so it learns nothing and only a count shows it.
 
 A step where a condition does not hold (or its metric is missing) starts its count again. The
 warnings go through Python's ``warnings`` (``NotLearningWarning``: the command line prints
@@ -36,6 +40,7 @@ FLAT = "frac_zero_std_groups"
 TRUNCATED = "truncated_fraction/"
 GRAD_NORM = "grad_norm/"
 IS_WEIGHT = "is_weight/"
+SILENT = "app/silent_agents"  # an app's (episode, agent) pairs with no call
 # The mean importance weight pi_old / q below which the correction is shrinking the gradient
 # rather than correcting it. Under top-p alone a token's weight is the nucleus mass m_t, which
 # is at least top_p; the token_* and geometric_* weights stay near it (above 0.1 for any top_p
@@ -109,6 +114,10 @@ class LearningWatch:
                 out.append(key)
             elif key.startswith(IS_WEIGHT) and (_number(value) or IS_FLOOR) < IS_FLOOR:
                 out.append(key)  # None (a NaN, missing) is no weight to judge
+        if (_number(metrics.get(SILENT)) or 0.0) > 0:  # an app's agent no call trained
+            for agent in self.cfg.team.agents:
+                if f"completion_length/{agent.name}" not in metrics:
+                    out.append(f"{SILENT}/{agent.name}")
         return out
 
     def _message(self, key: str, metrics: dict[str, Any]) -> str:
@@ -142,6 +151,16 @@ class LearningWatch:
             )
         if key.startswith(IS_WEIGHT):
             return self._is_message(key[len(IS_WEIGHT) :], _number(metrics.get(key)) or 0.0)
+        if key.startswith(SILENT + "/"):
+            name = key[len(SILENT) + 1 :]
+            return (
+                f"agent {name!r} of the app had no call to train on {steps} (no "
+                f"completion_length/{name}, {SILENT}={_number(metrics.get(SILENT)):g}): the "
+                f"app never called model={name!r}, or never in two episodes of an example (a "
+                "group needs two), so it learns nothing; check the model names the app passes "
+                f"(the agents: {', '.join(a.name for a in agents)}), or raise "
+                f"algorithm.num_generations (now {self.cfg.algorithm.num_generations})"
+            )
         name = key[len(GRAD_NORM) :]
         return (
             f"policy {name!r} had samples but a gradient norm of 0 {steps} ({key}=0.0): its "

@@ -8,6 +8,7 @@ builtin task and every task registered by the user's own imports.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +23,32 @@ def registered_tasks() -> dict[str, str]:
     return {name: desc for name, (_, desc) in sorted(registered_builders().items())}
 
 
+# The Task objects make_task built (by id, each with a weak reference that tells a live one
+# from a later object at the same address): a run records whether its task came from here or
+# was made in the user's code, perhaps under a registered name (teamrl.run.origin).
+_BUILT: dict[int, weakref.ref] = {}
+
+
 def make_task(name: str, **kwargs: Any) -> Task:
     """The registered task ``name`` built with ``kwargs`` (a config's env.kwargs)."""
     builder = _builder(name)
     try:
-        return builder(**kwargs)
+        task = builder(**kwargs)
     except TypeError as err:
         raise ConfigError(f"env.kwargs for task {name!r}: {err}") from err
+    key = id(task)
+    try:
+        _BUILT[key] = weakref.ref(task, lambda _ref: _BUILT.pop(key, None))
+    except TypeError:  # an object no weak reference can point at: it counts as the user's
+        pass
+    return task
+
+
+def built_by_registry(task: Task) -> bool:
+    """Whether ``task`` is an object ``make_task`` built (a Task made in the user's code under
+    a registered name is not)."""
+    ref = _BUILT.get(id(task))
+    return ref is not None and ref() is task
 
 
 def bind_task(cfg: Config, task: Task, env_agents: list[str]) -> None:
