@@ -84,7 +84,27 @@ def build():
 """
 
 
-def test_the_dry_run_of_an_app_task_passes_where_train_runs(tmp_path, capsys, no_model):
+@pytest.fixture
+def fresh_example(monkeypatch):
+    """The example module imported anew and its task forgotten afterwards: another test of the
+    session may have imported the file (then an import of it again is a no-op) and dropped
+    its task from the table."""
+    from teamrl.envs import base
+    from teamrl.tasks.registry import registered_tasks
+
+    for name in [m for m in sys.modules if m.startswith("teamrl_user_tldr_app_")]:
+        monkeypatch.delitem(sys.modules, name)  # --import FILE's module (teamrl.plugins)
+    registered_tasks()
+    before = dict(base._REGISTRY)
+    base._REGISTRY.pop("tldr_app", None)
+    yield
+    base._REGISTRY.clear()
+    base._REGISTRY.update(before)
+
+
+def test_the_dry_run_of_an_app_task_passes_where_train_runs(
+    tmp_path, capsys, no_model, fresh_example
+):
     """`teamrl train examples/tldr_app.yaml --import examples/tldr_app.py --dry-run` was
     refused ("train it with algorithm.name=app", which the config sets): the dry run stepped
     the app's env with a dummy reply, as it does an env's. It now checks what train checks and
