@@ -181,9 +181,9 @@ def _score_packed(
             return None
         return t.new_zeros(shape).index_put(where, t.reshape(n))
 
-    logp, entropy, full = (placed(t) for t in parts)
-    if with_full and not truncate:
-        full = logp
+    logp, entropy = placed(parts[0]), placed(parts[1])
+    # the full softmax's log-probs are the scored ones unless the scoring was truncated
+    full = placed(parts[2]) if truncate else (logp if with_full else None)
     return Scores(logp=logp, entropy=entropy, full_logp=full)
 
 
