@@ -114,7 +114,7 @@ GPU_PLAN = {
     "dtype": "bfloat16",
     "generation": [
         "--models", "qwen2.5-0.5b", "--batches", "64", "--new-tokens", "256",
-        "--prompt-len", "64", "--repeats", "2", "--samplers", "fast", "--step-batch", "0",
+        "--prompt-len", "64", "--repeats", "2", "--samplers", "fast,compiled", "--step-batch", "0",
     ],
     "step": [
         "--contenders", "raw,shared,lora,separate", "--num-generations", "8",

@@ -8,7 +8,10 @@ uses the builtin tiny-llama instead, for a CPU smoke run that finishes in well u
 Samplers:
 - ``hf``: transformers' ``model.generate`` (sampling, ``min_new_tokens`` = ``max_new_tokens``);
 - ``eager``: teamrl's builtin sampler (teamrl.generation.hf.generate), the reference loop;
-- ``fast``: its static-cache fast path (teamrl.generation.fast_decode), CUDA graphs on CUDA;
+- ``fast``: its static-cache fast path (teamrl.generation.fast_decode) as a run uses it: on
+  CUDA the eager decode step captured as a CUDA graph per shape (nothing compiled);
+- ``compiled``: the fast path with its step compiled (torch.compile, mode="reduce-overhead":
+  inductor's kernels in its own CUDA graphs), ``generation.fast_decode_compile=on``;
 - ``vllm``: ``vllm.LLM`` on the same weights, when vllm is importable.
 
 For each model x batch x new-token count, every sampler runs once untimed (compilation, CUDA
@@ -59,7 +62,7 @@ CONFIGS = {  # every one ties its embeddings; Qwen2.5 uses full attention (no sl
     | ({"use_sliding_window": False} if row[0] == "qwen2" else {})
     for name, row in _ROWS.items()
 }
-SAMPLERS = ("hf", "eager", "packed", "fast", "vllm")
+SAMPLERS = ("hf", "eager", "packed", "fast", "compiled", "vllm")
 
 
 def build_model(name: str, device: str, dtype):
@@ -123,6 +126,10 @@ class Samplers:
         if sampler == "fast":
             # the grid has more (rows, cache length) buckets than the default budget of 8
             return fast_decode.generate(self.model, reqs, [0], 0, ignore_eos=True, max_shapes=64)
+        if sampler == "compiled":
+            return fast_decode.generate(
+                self.model, reqs, [0], 0, ignore_eos=True, max_shapes=64, compile=True, graph=False
+            )
         return self._vllm(prompts, new)
 
     def _vllm(self, prompts, new):

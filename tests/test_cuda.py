@@ -115,13 +115,49 @@ def test_fast_path_gives_the_eager_loops_greedy_tokens_on_cuda(name):
     ]
     assert fast_decode.supported(model, reqs)
     eager = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
-    # compile=None: CUDA graphs on CUDA. Twice: the second call replays the captured step.
+    # The default on CUDA: the step captured as a CUDA graph. Twice: the second call replays it.
     for _ in range(2):
         fast = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True)
         assert [[g.completion_ids for g in per] for per in fast] == [
             [g.completion_ids for g in per] for per in eager
         ]
     assert [len(g.completion_ids) for per in fast for g in per] == [12, 12, 12, 7, 12, 12]
+    fast_decode.release(model)
+
+
+@pytest.mark.cuda
+def test_the_decode_step_replays_as_a_cuda_graph_without_compiling():
+    """The default on CUDA: the eager decode step captured once per shape as a CUDA graph
+    (nothing compiled) and replayed, here and in the next call, with the eager loop's sampled
+    tokens and log-probs under one seed."""
+    from teamrl.generation import decode_graph, fast_decode
+    from teamrl.generation.hf import generate
+    from teamrl.generation.types import Request
+    from teamrl.team.models import load_model
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = load_model("tiny-llama", device="cuda").eval()
+    reqs = [
+        Request(prompt_ids=p, n=n, temperature=1.0, max_new_tokens=b)
+        for p, n, b in (([5, 9, 14, 3], 3, 12), ([7, 21], 1, 7), ([30, 2, 8, 11, 19], 2, 12))
+    ]
+    torch.manual_seed(0)
+    want = generate(model, reqs, eos_ids=[0], pad_id=0, ignore_eos=True)
+    for _ in range(2):
+        torch.manual_seed(0)
+        got = fast_decode.generate(model, reqs, [0], 0, ignore_eos=True)
+        assert [[g.completion_ids for g in per] for per in got] == [
+            [g.completion_ids for g in per] for per in want
+        ]
+        for a, b in zip(got, want):
+            for x, y in zip(a, b):
+                torch.testing.assert_close(
+                    torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0
+                )
+    stats = fast_decode.stats(model)
+    assert stats["captures"] == 1 and stats["compile_s"] == 0 and stats["eager_calls"] == 0
+    (entry,) = fast_decode._STATES[model].graphs.values()
+    assert isinstance(entry.graph, decode_graph.CudaGraph) and entry.ready
     fast_decode.release(model)
 
 

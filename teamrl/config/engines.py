@@ -17,20 +17,31 @@ class GenerationConfig:
     )
     fast_decode: Literal["auto", "on", "off"] = _f(
         "auto",
-        "hf backend only: decode with a preallocated (static) KV cache, and on CUDA a compiled "
-        "decode step (torch.compile mode='reduce-overhead', i.e. CUDA graphs; see "
+        "hf backend only: decode with a preallocated (static) KV cache, and on CUDA a decode "
+        "step captured as a CUDA graph per shape bucket (see fast_decode_graph and "
         "fast_decode_compile). Same tokens as the growing-cache loop under greedy decoding. "
         "'auto' = on with CUDA, off elsewhere (on CPU, eager, it attends over the whole cache at "
         "every step and was not faster than the growing cache); 'on' uses it on CPU too; "
         "'off' = the growing-cache reference loop.",
     )
+    fast_decode_graph: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "hf backend, with the fast path: capture the eager decode step once per shape bucket "
+        "and model (rows to a power of two, cache length to 2^k or 3*2^(k-1)) and replay it "
+        "at every later step: on CUDA a CUDA graph (one launch per step instead of hundreds, "
+        "captured in well under a second, nothing compiled); elsewhere a replay of the "
+        "recorded operators, which checks on a CPU that a model's step can be graphed and is "
+        "slower than eager. 'auto' = on with CUDA unless fast_decode_compile=on; a step that "
+        "cannot be captured runs eagerly with one warning.",
+    )
     fast_decode_compile: Literal["auto", "on", "off"] = _f(
         "auto",
         "hf backend, with the fast path: compile its decode step with torch.compile "
-        "(fullgraph; CUDA graphs on CUDA, inductor's C++ kernels on CPU), once per shape bucket "
-        "and model. 'auto' = on with CUDA only: on a 2-core CPU compiling SmolLM2-135M takes "
-        "minutes and was not faster (docs/performance.md); 'on' compiles on CPU too (and "
-        "turns fast_decode on).",
+        "(fullgraph; mode='reduce-overhead', its own CUDA graphs, on CUDA; inductor's C++ "
+        "kernels on CPU), once per shape bucket and model. Compiling takes about a minute per "
+        "model at the first run (kernels are then cached on disk, see docs/performance.md). "
+        "'auto' = on with CUDA only when fast_decode_graph=off; 'on' compiles on CPU too (and "
+        "turns fast_decode on; on a 2-core CPU it took minutes and was not faster).",
     )
     fast_decode_max_shapes: int = _f(
         8,

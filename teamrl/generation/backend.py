@@ -43,6 +43,7 @@ def make_backend(cfg: GenerationConfig, spec: EngineSpec) -> Backend:
             cpu_prepack=cfg.cpu_prepack,
             compile=cfg.fast_decode_compile,
             max_shapes=cfg.fast_decode_max_shapes,
+            graph=cfg.fast_decode_graph,
             sampler_dtype=cfg.sampler_dtype,
         )
     if cfg.backend == "vllm":

@@ -34,13 +34,25 @@ layer's t columns) but attends over the whole cache at every step, and in a proc
 as a run is, it sampled no faster than the reference loop on a 2-core CPU
 (``benchmarks/results/magrpo_step_ab_static_cache*.md``).
 
-Compilation. ``compile=None`` (auto) compiles the decode step on CUDA (``mode="reduce-overhead"``:
-CUDA graphs) and runs it eagerly elsewhere; ``compile=True`` compiles on CPU too (inductor's C++
-kernels), which takes over a minute on 2 cores for SmolLM2 and has not been faster there
-(docs/performance.md). Rows that use LoRA adapters run through the grouped multi-LoRA forward of
-``teamrl.generation.multi_lora``, one set of patched forwards and stacked adapter weights per
-model for every adapter mix, refreshed in place at each call, so the compiled step replays with
-LoRA rows too.
+Graphs. On CUDA (``graph=None``, auto) the eager decode step is captured as a CUDA graph once
+per shape bucket and model and replayed at every later step (``teamrl.generation.decode_graph``):
+one launch per step instead of a few hundred, captured in a fraction of a second, nothing
+compiled. The first step of a new shape runs for real (the warm-up), the second is captured;
+the graph is kept with the shape's static cache and replays in later calls while the cache, the
+grouped LoRA stacks and the weights' addresses are the ones it recorded (else it is captured
+again). Its inputs live in buffers of its own (the tokens just sampled, their positions, the
+mask), refilled before each replay. ``graph=True`` elsewhere records and replays the step's
+operators instead (slower than eager): how the CPU tests prove that the graphed loop gives the
+eager one's tokens. A step that cannot be captured (one that reads a device value on the host)
+runs eagerly with one warning.
+
+Compilation. ``compile=True`` compiles the decode step with torch.compile instead
+(``mode="reduce-overhead"``: inductor's kernels in CUDA graphs of its own; on CPU inductor's C++
+kernels, which took over a minute on 2 cores for SmolLM2 and were not faster there,
+docs/performance.md); auto compiles on CUDA only when ``graph`` is off. Rows that use LoRA
+adapters run through the grouped multi-LoRA forward of ``teamrl.generation.multi_lora``, one set
+of patched forwards and stacked adapter weights per model for every adapter mix, refreshed in
+place at each call, so the compiled or graphed step replays with LoRA rows too.
 
 Shapes. Every model compiles its own step (its own code object, so separate policies do not
 share dynamo's recompile budget) with ``fullgraph=True``: the whole forward is one graph, and a
@@ -85,6 +97,7 @@ import torch
 
 from teamrl.generation import hf as reference
 from teamrl.generation import multi_lora
+from teamrl.generation.decode_graph import CaptureError, CudaGraph, OpTape, StepGraph
 from teamrl.generation.hf import Batch, Decoded
 from teamrl.generation.types import Request
 from teamrl.tensors import cache_kwargs, output_cache
@@ -148,6 +161,11 @@ class _State:
     broken: str | None = None  # why compiling was given up for this model
     compile_s: float = 0.0  # seconds spent in the first call of each compiled shape
     eager_calls: int = 0  # calls that asked for the compiled step and ran eagerly
+    graphs: dict = field(default_factory=dict)  # graph key -> _Graphed (see decode_graph)
+    graph_pool: object | None = None  # the CUDA memory pool this model's graphs share
+    graph_broken: str | None = None  # why capturing was given up for this model
+    captures: int = 0  # graphs captured so far
+    capture_s: float = 0.0  # seconds spent capturing (warm-up step included)
 
 
 _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -173,15 +191,17 @@ def stats(model: torch.nn.Module) -> dict[str, float]:
         "shapes": float(len(state.shapes)),
         "compile_s": state.compile_s,
         "eager_calls": float(state.eager_calls),
+        "captures": float(state.captures),
+        "capture_s": state.capture_s,
     }
 
 
 def compile_seconds(models) -> float:
-    """Seconds the compiled path has spent compiling for these models so far (each model once,
-    however many policies share it). A policy whose model lives elsewhere (a Ray worker group:
-    ``None`` here) counts 0."""
+    """Seconds the fast path has spent compiling or capturing its step for these models so far
+    (each model once, however many policies share it): the one-off cost of a new shape. A
+    policy whose model lives elsewhere (a Ray worker group: ``None`` here) counts 0."""
     local = {id(m): m for m in models if m is not None}
-    return sum(stats(m)["compile_s"] for m in local.values())
+    return sum(stats(m)["compile_s"] + stats(m)["capture_s"] for m in local.values())
 
 
 def _decode_step(model, input_ids, attention_mask, position_ids, cache_kw):
@@ -241,16 +261,19 @@ def _static_cache(model, state: _State, key: tuple, sample_kv: torch.Tensor, kee
         return cache
     state.caches[key] = cache  # the most recent last
     while len(state.caches) > KEPT_CACHES:
-        state.caches.pop(next(iter(state.caches)))
+        gone = state.caches.pop(next(iter(state.caches)))
+        # a graph writes into its cache's memory: it goes with the cache
+        state.graphs = {k: g for k, g in state.graphs.items() if g.cache is not gone}
     return cache
 
 
-def _fallback(state: _State, shape: tuple, why: str) -> None:
-    """Warn once per model and shape that the compiled step is not used for ``shape``."""
+def _fallback(state: _State, shape: tuple, why: str, what: str = "compiled") -> None:
+    """Warn once per model and shape that the compiled (or graphed) step is not used for
+    ``shape``."""
     state.eager_calls += 1
-    if shape in state.warned:
+    if (what, *shape) in state.warned:
         return
-    state.warned.add(shape)
+    state.warned.add((what, *shape))
     rows, length, lora = shape
     warnings.warn(
         f"fast_decode: the decode step for {rows} rows x {length} cache positions"
@@ -338,6 +361,92 @@ class _Stepper:
         return logits
 
 
+class _Graphed:
+    """One shape's decode step as a graph (``decode_graph``): the static buffers it reads (the
+    tokens just sampled, their positions, the attention mask), the cache it writes, and what
+    else its recorded addresses point at (``deps``: the grouped LoRA stacks, the addresses of
+    the weights), kept alive with it. A call may replay it only while all of these are the same
+    objects; otherwise the shape is captured again."""
+
+    def __init__(self, graph: StepGraph, cache, deps: tuple, keep: object, rows: int, length: int):
+        self.graph, self.cache, self.deps, self.keep = graph, cache, deps, keep
+        self.ready = False  # captured (else: the next step warms up, the one after captures)
+        self.warm = False
+        device = cache.layers[0].keys.device
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.position = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.mask: torch.Tensor | None = None  # allocated at the first call (its dtype)
+
+
+def _new_graph(state: _State, device: torch.device) -> StepGraph:
+    """A CUDA graph on CUDA (the model's graphs share one memory pool); elsewhere the operator
+    tape, which replays the recorded step exactly as a graph would (for checking on a CPU)."""
+    if device.type == "cuda":
+        if state.graph_pool is None:
+            state.graph_pool = torch.cuda.graph_pool_handle()
+        return CudaGraph(state.graph_pool, device)
+    return OpTape()
+
+
+def _forward_state(target: torch.nn.Module) -> tuple:
+    """Python values the step's forward reads that a graph would freeze: PEFT's active
+    adapters (its wrapper picks them in Python). Part of the graph's key, so that another
+    active adapter gets its own graph instead of replaying the first one's."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return ()
+    return tuple(target.active_adapters) if isinstance(target, PeftModel) else ()
+
+
+def _graph_deps(model: torch.nn.Module, target: torch.nn.Module) -> tuple[tuple, object]:
+    """What a captured step's addresses point at besides its buffers and cache: the weights
+    (their addresses: replaced tensors, e.g. a reloaded model, need a new capture) and the
+    grouped LoRA stacks (a larger call rebuilds them); the stacks are also returned, to keep."""
+    stacks = multi_lora.stacks(model)
+    ptrs = tuple(t.data_ptr() for t in itertools.chain(target.parameters(), target.buffers()))
+    return (id(stacks), ptrs), stacks
+
+
+def _graph_step(state: _State, entry: _Graphed, fn, shape: tuple) -> torch.Tensor:
+    """One decode step through ``entry``'s graph: replay when captured; else the first step
+    runs for real (the warm-up) and the next one captures, then replays. A step that cannot be
+    captured runs eagerly from then on, with one warning."""
+    if entry.ready:
+        return entry.graph.replay()
+    if state.graph_broken is not None:
+        return fn()
+    t0 = time.perf_counter()
+    if not entry.warm:
+        entry.warm = True
+        out = entry.graph.warmup(fn)
+        state.capture_s += time.perf_counter() - t0
+        return out
+    try:
+        entry.graph.capture(fn)
+    except CaptureError as e:
+        state.graph_broken = f"it cannot be captured as a graph ({e})"
+        state.graphs.clear()
+        _fallback(state, shape, state.graph_broken, what="graph")
+        return fn()
+    entry.ready = True
+    out = entry.graph.replay()
+    if entry.cache.layers[0].keys.device.type == "cuda":
+        torch.cuda.synchronize(entry.cache.layers[0].keys.device)
+    dt = time.perf_counter() - t0
+    state.captures += 1
+    state.capture_s += dt
+    rows, length, lora = shape
+    log.info(
+        "fast_decode: captured the decode step for %d rows x %d cache positions%s in %.2f s",
+        rows,
+        length,
+        " with LoRA rows" if lora else "",
+        dt,
+    )
+    return out
+
+
 def _step_module(model: torch.nn.Module, lora: bool) -> torch.nn.Module:
     """The module the decode step calls. PEFT's wrapper looks up its *active* adapter in its
     forward, and the update makes each agent's adapter active in turn: dynamo guards on that
@@ -362,15 +471,20 @@ def generate(
     compile=None,
     max_shapes: int = MAX_SHAPES,
     keep_cache: bool | None = None,
+    graph: bool | None = None,
 ):
     """``teamrl.generation.hf.generate`` with a static KV cache; see the module docstring.
 
     ``decode``: the tokenizer's, for stop strings (checked between decode steps, as in the
-    reference loop). ``compile``: None = compile the decode step on CUDA only; True/False
-    force. ``max_shapes``: how many (rows, cache length) buckets compile for this model.
+    reference loop). ``compile``: torch.compile the decode step (``mode="reduce-overhead"``);
+    None = only on CUDA when ``graph`` is off. ``graph``: capture the eager decode step as a
+    graph per shape bucket and replay it (``decode_graph``: a CUDA graph on CUDA; elsewhere the
+    operator tape, which checks that the step can be graphed and is slower than eager);
+    None = on CUDA unless ``compile`` is True (the compiled step brings its own graphs).
+    ``max_shapes``: how many (rows, cache length) buckets compile for this model.
     ``keep_cache``: keep the static cache for the next call of the same shape (up to
-    ``KEPT_CACHES`` per model, until ``release``); None = only for a compiled step, whose CUDA
-    graph replays at the cache's addresses. An eager call's cache goes with the call, as the
+    ``KEPT_CACHES`` per model, until ``release``); None = only for a compiled or graphed step,
+    which replays at the cache's addresses. An eager call's cache goes with the call, as the
     reference loop's does, so the update never shares memory with a held cache. Falls back to
     the reference loop when ``supported(model, requests)`` is False.
     """
@@ -380,8 +494,12 @@ def generate(
         return reference.generate(model, requests, eos_ids, pad_id, ignore_eos, decode)
     device = next(model.parameters()).device
     batch = Batch(requests, pad_id, device)  # the same prefill as the reference loop
+    cuda = device.type == "cuda"
+    if graph is None:
+        graph = cuda and not compile
     if compile is None:
-        compile = device.type == "cuda"
+        compile = cuda and not graph
+    graph = graph and not compile  # a compiled step captures its own CUDA graphs
     state = _STATES.setdefault(model, _State())
     was_training = model.training
     model.eval()
@@ -389,18 +507,18 @@ def generate(
         out, position = batch.prefill(model)
         dec = Decoded(batch, eos_ids, pad_id, ignore_eos, device, decode)
         n, width = len(batch.rows), batch.ids.shape[1]
-        # A compiled step replays per shape, so its rows and cache length round up to a bucket;
-        # an eager step has no shape to reuse and would only pay for the extra rows and columns
-        # (every decode step attends over the whole cache length).
+        # A compiled or graphed step replays per shape, so its rows and cache length round up
+        # to a bucket; an eager step has no shape to reuse and would only pay for the extra
+        # rows and columns (every decode step attends over the whole cache length).
         rows, length = n, width + dec.max_new
-        if compile:
+        if compile or graph:
             rows, length = row_bucket(rows), length_bucket(length)
         # Rows n..rows-1 pad the batch to its bucket: copies of row 0, decoded and dropped.
         padded = torch.cat([batch.expand, batch.expand.new_zeros(rows - n)])
         adapters = batch.row_adapters + [None] * (rows - n)
         lora = any(a is not None for a in adapters)
         prefill = output_cache(out)
-        keep = compile if keep_cache is None else keep_cache
+        keep = (compile or graph) if keep_cache is None else keep_cache
         cache = _static_cache(model, state, (rows, length), prefill.layers[0].keys, keep)
         for src, dst in zip(prefill.layers, cache.layers):
             # update() allocates on first use, writes columns 0..width-1, advances the counter.
@@ -415,12 +533,44 @@ def generate(
         step = _Stepper(state, (rows, length, lora), compile, max_shapes, device)
         with reference._adapters(model, adapters):
             target = _step_module(model, lora)
+            entry = None
+            if graph and state.graph_broken is None:
+                # A graph reads its inputs at fixed addresses: this shape's own buffers.
+                entry = _graph_entry(state, model, target, cache, (rows, length, lora))
+                if entry.mask is None:
+                    entry.mask = mask
+                else:
+                    entry.mask.copy_(mask)
+                mask, ids = entry.mask, entry.ids
+                ids.fill_(pad_id)
+
+                def graphed_step():
+                    return _decode_step(target, entry.ids, entry.mask, entry.position, cache_kw)
+
             for t in range(dec.max_new):
                 if dec.sample(t, logits):
                     break
                 last_pos = last_pos + 1
                 ids[:n] = dec.tokens[:, t : t + 1]
-                logits = step(target, ids, mask, last_pos.unsqueeze(-1), cache_kw)[:n]
+                if entry is None:
+                    logits = step(target, ids, mask, last_pos.unsqueeze(-1), cache_kw)[:n]
+                    continue
+                entry.position.copy_(last_pos.unsqueeze(-1))
+                out = _graph_step(state, entry, graphed_step, (rows, length, lora))
+                logits = out[:n].clone()  # the next replay overwrites the graph's output
     finally:
         model.train(was_training)
     return dec.generations()
+
+
+def _graph_entry(state: _State, model, target, cache, shape: tuple) -> _Graphed:
+    """The graph of this shape for this call: the kept one while it still points at this
+    cache, these stacks and these weights, else a new one (captured during the call)."""
+    rows, length, _ = shape
+    key = (*shape, _forward_state(target))
+    deps, keep = _graph_deps(model, target)
+    entry = state.graphs.get(key)
+    if entry is None or entry.cache is not cache or entry.deps != deps:
+        graph = _new_graph(state, cache.layers[0].keys.device)
+        entry = state.graphs[key] = _Graphed(graph, cache, deps, keep, rows, length)
+    return entry

@@ -35,6 +35,7 @@ class HFBackend:
         cpu_prepack: str = "off",
         compile: str = "auto",
         max_shapes: int = static_loop.MAX_SHAPES,
+        graph: str = "auto",
         sampler_dtype: str = "model",
     ):
         self.spec = spec
@@ -48,8 +49,14 @@ class HFBackend:
         # replays as CUDA graphs). On CPU, eager, it was not faster than the growing cache in a
         # process of its own, so CPU and other devices keep the reference loop.
         # fast_decode_compile=on asks for the fast path's compiled step, so it implies the path.
-        self.fast = fast_decode == "on" or (fast_decode == "auto" and on_cuda) or compile == "on"
-        self.compile = compile == "on" or (compile == "auto" and on_cuda)
+        # fast_decode_graph=on asks for the graphed step, which needs the path too.
+        self.fast = (
+            fast_decode == "on" or (fast_decode == "auto" and on_cuda) or "on" in (compile, graph)
+        )
+        # Compiled or graphed (on CUDA, one of them by default: the graph, which compiles
+        # nothing); a compiled step captures its own graphs, so 'on' for compile wins.
+        self.compile = compile == "on" or (compile == "auto" and on_cuda and graph == "off")
+        self.graph = not self.compile and (graph == "on" or (graph == "auto" and on_cuda))
         self.max_shapes = max_shapes
         # 'auto' and 'on' both pack where it applies (fp32 on CPU, oneDNN present); 'on' says so
         # when it cannot (checked here, once, rather than silently per call).
@@ -81,6 +88,7 @@ class HFBackend:
                     self._decode,
                     compile=self.compile,
                     max_shapes=self.max_shapes,
+                    graph=self.graph,
                 )
             return eager_loop.generate(
                 self.model, requests, s.eos_ids, s.pad_id, ignore_eos, self._decode

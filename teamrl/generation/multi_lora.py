@@ -130,6 +130,13 @@ def set_compute_dtype(model: torch.nn.Module, setting: str) -> None:
     _COMPUTE[model] = check_lora_compute_dtype(setting)
 
 
+def stacks(model: torch.nn.Module) -> _Grouped | None:
+    """The model's kept grouped stacks (None before its first grouped call): the tensors a
+    captured decode step reads, which a call with more rows than their capacity replaces."""
+    kept = _GROUPED.get(model)
+    return None if kept is None else kept[1]
+
+
 def release(model: torch.nn.Module) -> None:
     """Drop the model's kept stacks (their memory: each adapter's A and B once more)."""
     _GROUPED.pop(model, None)
