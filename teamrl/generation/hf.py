@@ -15,6 +15,7 @@ truncated (``truncated=True``) and its mask covers all its tokens.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -39,29 +40,60 @@ def _adapters(model: torch.nn.Module, adapters: list[str | None]):
         yield {"adapter_names": [a or "__base__" for a in adapters]}
 
 
+@dataclass(frozen=True)
+class SamplingPlan:
+    """Which passes a batch's sampling needs, decided once per call from the requests (host
+    values) instead of at every decode step from device tensors: on a GPU each such test is a
+    host sync, which stalls the loop until the device has finished the step."""
+
+    all_greedy: bool  # every row at temperature 0: argmax, no draw
+    any_greedy: bool
+    unit_temperature: bool  # every row at temperature 1: no division
+    max_k: int  # the largest top-k (0: none)
+    nucleus: bool  # some row has top-p < 1
+
+    @classmethod
+    def of(cls, temperature: list[float], top_p: list[float], top_k: list[int]) -> SamplingPlan:
+        return cls(
+            all_greedy=all(t <= 0 for t in temperature),
+            any_greedy=any(t <= 0 for t in temperature),
+            unit_temperature=all(t == 1 for t in temperature),
+            max_k=max([k for k in top_k if k > 0], default=0),
+            nucleus=any(p < 1 for p in top_p),
+        )
+
+
 def sample_tokens(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    plan: SamplingPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row sampling. Returns (tokens, log-prob of each token under the sampling distribution).
 
     Rows with temperature 0 take the argmax (log-prob 0 under the greedy policy). An all-greedy
     batch draws nothing from the RNG, so a greedy eval leaves the training sample stream as is.
+    ``plan``: the batch's passes (``SamplingPlan``); None reads them from the tensors.
     """
+    if plan is None:
+        plan = SamplingPlan.of(temperature.tolist(), top_p.tolist(), top_k.tolist())
     logits = logits.float()
     greedy = temperature <= 0
-    if bool(greedy.all()):
+    if plan.all_greedy:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
     # Each pass over (rows, vocab) costs ~1 ms on CPU at a 49k vocabulary, a noticeable part of
     # a decode step: skip the division at temperature 1 (x / 1 == x) and the argmax with no
     # greedy row.
     scaled = logits
-    if not bool((temperature == 1).all()):
+    if not plan.unit_temperature:
         scaled = logits / temperature.clamp_min(1e-6).unsqueeze(-1)
-    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
-        scaled = scaled.masked_fill(~truncation_keep(scaled, top_p, top_k), float("-inf"))
+    if plan.max_k or plan.nucleus:
+        keep = truncation_keep(scaled, top_p, top_k, plan.max_k, plan.nucleus)
+        scaled = scaled.masked_fill(~keep, float("-inf"))
     logp = F.log_softmax(scaled, dim=-1)
     tokens = draw(logp.exp())
-    if bool(greedy.any()):
+    if plan.any_greedy:
         tokens = torch.where(greedy, logits.argmax(-1), tokens)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return tokens, torch.where(greedy, torch.zeros_like(token_logp), token_logp)
@@ -74,18 +106,20 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     u ~ U[0, c_V): probability p_i / sum(p), exactly what ``torch.multinomial(probs, 1)`` draws.
     It is 40x cheaper at a 49k vocabulary on CPU (one uniform per row and a binary search,
     against multinomial's one exponential variate per vocabulary entry: ~11 ms of a ~70 ms
-    decode step for 8 rows of SmolLM2). A token of probability 0 is never drawn: its c_i equals
-    c_{i-1} (adding 0 is exact), so a u below c_i lands at or before i-1. Should float rounding
-    ever break that guard, the affected rows are drawn again with ``torch.multinomial``.
+    decode step for 8 rows of SmolLM2).
+
+    A token of probability 0 is never drawn, with no check on the host: a float sum of
+    non-negative terms never decreases, and adding 0 is exact, so c_i = c_{i-1} when p_i = 0
+    and no u lands in the empty interval. The one place rounding could reach is the top:
+    ``rand * c_V`` may round up to c_V itself, past every interval (onto the last token, whatever
+    its probability); u is therefore kept strictly below c_V (the float just under it), which
+    selects the last token of positive probability.
     """
     cdf = probs.cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype) * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1)
-    bad = probs.gather(-1, tokens) <= 0
-    if bool(bad.any()):
-        rows = bad.squeeze(-1)
-        tokens[rows] = torch.multinomial(probs[rows], 1)
-    return tokens.squeeze(-1)
+    total = cdf[:, -1:]
+    u = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
 
 
 class Batch:
@@ -138,6 +172,9 @@ class Decoded:
             raise ValueError("generate: requests with stop strings need the tokenizer's decode")
         self.decode = decode
         self.batch, self.eos_ids, self.pad_id, self.ignore_eos = batch, eos_ids, pad_id, ignore_eos
+        self.plan = SamplingPlan.of(
+            [r.temperature for r, _ in rows], [r.top_p for r, _ in rows], [r.top_k for r, _ in rows]
+        )
         self.temp = torch.tensor([r.temperature for r, _ in rows], device=device)
         self.top_p = torch.tensor([r.top_p for r, _ in rows], device=device)
         self.top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
@@ -154,7 +191,7 @@ class Decoded:
     def sample(self, t: int, logits: torch.Tensor) -> bool:
         """Draw token ``t`` of every row from ``logits``; True when every row has finished.
         Finished rows keep being fed pads (the batch stays rectangular) but record nothing."""
-        tok, lp = sample_tokens(logits, self.temp, self.top_p, self.top_k)
+        tok, lp = sample_tokens(logits, self.temp, self.top_p, self.top_k, self.plan)
         active = ~self.done
         self.tokens[:, t] = torch.where(active, tok, torch.full_like(tok, self.pad_id))
         self.logps[:, t] = torch.where(active, lp, torch.zeros_like(lp))

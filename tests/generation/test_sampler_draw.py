@@ -27,14 +27,16 @@ def test_rows_are_drawn_from_their_own_unnormalised_rows():
     assert abs(draw(half).double().mean().item() - 0.5) < 0.02
 
 
-def test_a_rounding_slip_onto_a_zero_token_is_redrawn(monkeypatch):
-    """If float rounding ever made the search land on a zero-probability token, that row is
-    drawn again by torch.multinomial."""
-    probs = torch.tensor([[0.5, 0.0, 0.5], [0.0, 1.0, 0.0]])
-    monkeypatch.setattr(hf.torch, "searchsorted", lambda cdf, u, right: torch.ones_like(u).long())
-    for _ in range(20):
-        tok = draw(probs)
-        assert tok[0].item() in (0, 2) and tok[1].item() == 1
+def test_a_uniform_that_rounds_up_to_the_total_lands_on_the_last_positive_token(monkeypatch):
+    """``rand * total`` can round up to the total itself, past every token's interval: the draw
+    keeps u under the total, so it lands on the last token of positive probability, never on
+    the zero-probability tokens after it (a search at u = total would return the vocabulary's
+    end)."""
+    probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.25, 0.0, 0.75, 0.0]])
+    monkeypatch.setattr(hf.torch, "rand", lambda *a, **kw: torch.ones(*a, **kw))
+    assert draw(probs).tolist() == [1, 1, 2]
+    monkeypatch.setattr(hf.torch, "rand", lambda *a, **kw: torch.zeros(*a, **kw))
+    assert draw(probs).tolist() == [0, 1, 0]  # u = 0: the first token of positive probability
 
 
 def test_top_p_and_top_k_sets_bound_the_draw_and_logprobs_are_the_samplers():
