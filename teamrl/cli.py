@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import traceback
 import warnings
@@ -182,45 +181,6 @@ def train_run_folder(args: argparse.Namespace) -> None:
     use_run_folder(args, run)
 
 
-def describe_setting(cfg, task) -> list[str]:
-    """The resolved setting of a run in a few lines: what ``--dry-run`` prints. The reward is
-    called once on a dummy joint action, but an app's: its episodes are the user's program,
-    which calls the team's endpoint (no model here), and how many calls they make is theirs."""
-    from teamrl.apps.task import AppEnv
-    from teamrl.config.policy_map import policy_agents
-    from teamrl.config.step_shape import step_shape
-    from teamrl.preflight import DUMMY_REPLY, check_reward
-
-    a, t = cfg.algorithm, cfg.train
-    splits = ", ".join(f"{len(getattr(task, s) or ())} {s}" for s in ("train", "eval", "test"))
-    policies = policy_agents(cfg)
-    head = [
-        f"task {task.name}: rows {splits}; agents {', '.join(a_.name for a_ in cfg.team.agents)}",
-        f"model {cfg.model.name_or_path}; team.policies={cfg.team.policies}: "
-        + ", ".join(f"policy {p} for {', '.join(ag)}" for p, ag in policies.items()),
-    ]
-    if isinstance(task.make_env(), AppEnv):
-        return head + [
-            f"algorithm {a.name} (app_groups={a.app_groups}): {t.prompts_per_step} prompt(s) a "
-            f"step x {a.num_generations} episodes of the app; {t.max_steps} steps",
-            "per step: every call an episode makes is a sample of the agent it names (how many "
-            "calls: the app's)",
-            "the reward: the app's own, returned by its episodes, which call the team's "
-            "endpoint (run by train, not here: no model)",
-        ]
-    shape = step_shape(cfg)
-    step = check_reward(cfg, task)
-    parts = ", ".join(f"{k} {v:.3g}" for k, v in step.reward_components.items())
-    return head + [
-        f"algorithm {a.name}: {t.prompts_per_step} prompt(s) a step x {a.num_generations} "
-        f"generations; up to {cfg.env.max_turns} turn(s); {t.max_steps} steps",
-        f"per step: {shape.samples} samples to train on, {shape.generation_rows} rows in the "
-        f"largest generate call, {shape.env_steps} env steps (no early stop)",
-        f"the reward on every agent replying {DUMMY_REPLY!r} (train row 0): "
-        f"{step.reward:.4g}" + (f" ({parts})" if parts else ""),
-    ]
-
-
 def cmd_print_config(args: argparse.Namespace) -> int:
     """``train --print-config``: the resolved YAML (the config file, the overrides, and what the
     task fills in: its name and agents), every field, then exit."""
@@ -250,57 +210,13 @@ def from_run_folder(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from teamrl.config import ConfigError, load_config
-    from teamrl.plugins import ensure_task, restore_run_imports
-    from teamrl.run.checkpoints import resume_checkpoint
-    from teamrl.run.export import push_to_hub, write_team_folder
-    from teamrl.tasks.registry import task_from_config
+    from teamrl.commands.export import export_run
 
-    run = Path(args.run_dir)
-    if not (run / "config.yaml").exists():
-        raise ConfigError(f"{run}: not a run folder (no config.yaml)")
-    out = Path(args.out)
-    check_export_folder(out, args.overwrite)
-    ckpt = resume_checkpoint(run, args.step, move_aside=False)
-    restore_run_imports(run, args.imports)
-    cfg = load_config(ckpt / "config.yaml")
-    ensure_task(cfg.env.name)
-    roles = task_from_config(cfg.env).agents  # the task's role prompts, when no system is set
-    systems = {
-        a.name: a.system if a.system is not None else roles.get(a.name, "") for a in cfg.team.agents
-    }
-    if args.overwrite and out.is_dir():  # an earlier export (checked above) is replaced whole:
-        for child in out.iterdir():  # no file of it left behind, nor uploaded by --push-to-hub
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-    out = write_team_folder(out, cfg, systems, checkpoint=ckpt)
-    print(f"exported {ckpt} to {out}")
-    if args.push_to_hub:
-        print(f"pushed to {push_to_hub(out, args.push_to_hub)}")
+    export_run(
+        Path(args.run_dir), Path(args.out), args.step, args.imports, args.overwrite,
+        args.push_to_hub,
+    )  # fmt: skip
     return 0
-
-
-def check_export_folder(out: Path, overwrite: bool) -> None:
-    """``export``'s OUT: new or empty; a previous export (its team.yaml) only with
-    --overwrite; anything else never, since --overwrite replaces the folder whole."""
-    from teamrl.config import ConfigError
-
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: a file, not a folder: name a new or empty folder to export to")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    if not (out / "team.yaml").is_file():
-        raise ConfigError(
-            f"{out}: holds files but no team.yaml (not an earlier export), which --overwrite "
-            "would delete: name a new or empty folder"
-        )
-    if not overwrite:
-        raise ConfigError(
-            f"{out}: already holds an exported team (team.yaml): pass --overwrite to replace "
-            "it, or name another folder"
-        )
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -431,6 +347,8 @@ def _dry_run(args: argparse.Namespace) -> int:
 
     cluster = parse_cluster(args.cluster) if args.cluster else None  # a bad --cluster first
     cfg, task, _ = _prepare(args)
+    from teamrl.preflight import describe_setting
+
     for line in describe_setting(cfg, task):
         print(line)
     print(format_plan(cfg, cluster))

@@ -423,3 +423,41 @@ def check_fits(est: Estimate, available: tuple[float, str]) -> None:
             "train.prompts_per_step or max_completion_length, or set "
             "train.max_tokens_per_micro_batch"
         )
+
+
+def describe_setting(cfg, task) -> list[str]:
+    """The resolved setting of a run in a few lines: what ``--dry-run`` prints. The reward is
+    called once on a dummy joint action, but an app's: its episodes are the user's program,
+    which calls the team's endpoint (no model here), and how many calls they make is theirs."""
+    from teamrl.apps.task import AppEnv
+    from teamrl.config.policy_map import policy_agents
+    from teamrl.config.step_shape import step_shape
+
+    a, t = cfg.algorithm, cfg.train
+    splits = ", ".join(f"{len(getattr(task, s) or ())} {s}" for s in ("train", "eval", "test"))
+    policies = policy_agents(cfg)
+    head = [
+        f"task {task.name}: rows {splits}; agents {', '.join(a_.name for a_ in cfg.team.agents)}",
+        f"model {cfg.model.name_or_path}; team.policies={cfg.team.policies}: "
+        + ", ".join(f"policy {p} for {', '.join(ag)}" for p, ag in policies.items()),
+    ]
+    if isinstance(task.make_env(), AppEnv):
+        return head + [
+            f"algorithm {a.name} (app_groups={a.app_groups}): {t.prompts_per_step} prompt(s) a "
+            f"step x {a.num_generations} episodes of the app; {t.max_steps} steps",
+            "per step: every call an episode makes is a sample of the agent it names (how many "
+            "calls: the app's)",
+            "the reward: the app's own, returned by its episodes, which call the team's "
+            "endpoint (run by train, not here: no model)",
+        ]
+    shape = step_shape(cfg)
+    step = check_reward(cfg, task)
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in step.reward_components.items())
+    return head + [
+        f"algorithm {a.name}: {t.prompts_per_step} prompt(s) a step x {a.num_generations} "
+        f"generations; up to {cfg.env.max_turns} turn(s); {t.max_steps} steps",
+        f"per step: {shape.samples} samples to train on, {shape.generation_rows} rows in the "
+        f"largest generate call, {shape.env_steps} env steps (no early stop)",
+        f"the reward on every agent replying {DUMMY_REPLY!r} (train row 0): "
+        f"{step.reward:.4g}" + (f" ({parts})" if parts else ""),
+    ]
