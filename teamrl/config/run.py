@@ -36,7 +36,9 @@ class LogConfig:
         3,
         "Warn (once each, naming the setting to change) when a run is not learning for this "
         "many consecutive steps: every group's rewards identical, every completion of an agent "
-        "truncated, or a policy's gradient norm 0 (0 = never warn). 3: one such step happens "
-        "by chance (a small group, a hard example), three in a row seldom do, and the warning "
-        "still comes before much compute is spent.",
+        "truncated, a policy's gradient norm 0, or an app's agent with no call to train on "
+        "(0 = never warn). A policy's mean importance weight below 0.1 warns at its first "
+        "such step whatever this is (the weight is the scaling itself, not a trend). 3: one "
+        "such step happens by chance (a small group, a hard example), three in a row seldom "
+        "do, and the warning still comes before much compute is spent (teamrl/run/watch.py).",
     )
