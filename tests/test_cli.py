@@ -155,9 +155,15 @@ def test_memory_estimate_by_hand_and_against_the_free_memory(monkeypatch):
     # fp32 activations per token (the measured constants), and each completion token six fp32
     # vocab rows
     tokens = 2 * 24 + 8 * 8
-    prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4  # each sample's copy of its prompt's KV cache
     logits = 8 * 8 * 512 * 4 * 6
-    assert est.training == tokens * 2 * (16 * 64 + 4 * 128) * 4 + prompt_kv + logits
+    # packed rows (the default): each completion attends to its prompt in place
+    assert est.training == tokens * 2 * (16 * 64 + 4 * 128) * 4 + logits
+    # padded: each sample also keeps a copy of its prompt's KV cache
+    padded = load_config(None, [*BASE, "team.policies=shared", "train.padding_free=false"])
+    prompt_kv = 8 * 24 * 2 * 2 * 2 * 16 * 4
+    assert preflight.estimate_memory(padded, models, prompt_len=24).training == (
+        tokens * 2 * (16 * 64 + 4 * 128) * 4 + prompt_kv + logits
+    )
     # no packing: cpu_prepack=off; under LoRA the frozen base's packed copy is kept (weights)
     off = load_config(None, [*BASE, "team.policies=shared", "generation.cpu_prepack=off"])
     assert preflight.estimate_memory(off, models, prompt_len=24).generation == kv_logits

@@ -66,7 +66,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     training: one micro-batch of m samples (a policy's samples / num_mini_batches, or
     micro_batch_size), ``micro_batch_bytes``: its distinct prompts (m / G: a group shares one)
     and its completions keep about 16 * hidden + 4 * intermediate activations per layer and
-    token (measured); each sample copies its prompt's KV cache, and each completion token
+    token (measured); on the padded path (train.padding_free=false) each sample copies its
+    prompt's KV cache (and runs in full under checkpointing), and each completion token
     keeps LOGIT_ROWS fp32 vocab rows. With train.max_tokens_per_micro_batch below the
     micro-batch's forward tokens, the term shrinks in proportion to the budget (or to one
     sample, when a sample alone is longer).
@@ -113,6 +114,7 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     checkpointing = cfg.model.gradient_checkpointing
     shape = dict(rows=micro, prompts=math.ceil(micro / g), prompt_len=seq - completion)
     shape.update(completion_len=completion, nbytes=nbytes, checkpointing=checkpointing)
+    shape.update(packed=t.padding_free)
     training = micro_batch_bytes(big, **shape)
     budget = t.max_tokens_per_micro_batch
     tokens = micro_batch_tokens(**shape)
@@ -172,12 +174,18 @@ LOGIT_ROWS = 6
 
 
 def micro_batch_tokens(
-    rows: int, prompts: int, prompt_len: int, completion_len: int, checkpointing: bool, **_
+    rows: int,
+    prompts: int,
+    prompt_len: int,
+    completion_len: int,
+    checkpointing: bool,
+    packed: bool = False,
+    **_,
 ) -> int:
     """Forward tokens of one micro-batch (teamrl.update.micro_batches.forward_tokens):
-    each distinct prompt once and each completion after its prompt's cache, or every sample
-    in full under gradient checkpointing."""
-    if checkpointing:
+    each distinct prompt once and each completion after it (packed rows, or the padded path's
+    prompt cache), or, padded under gradient checkpointing, every sample in full."""
+    if checkpointing and not packed:
         return rows * (prompt_len + completion_len)
     return prompts * prompt_len + rows * completion_len
 
@@ -191,15 +199,19 @@ def micro_batch_bytes(
     completion_len: int,
     nbytes: int,
     checkpointing: bool = False,
+    packed: bool = False,
 ) -> float:
     """What one forward + backward of the update adds to memory (bytes): the kept activations
     of its forward tokens (each layer's input only under gradient checkpointing, plus one layer
-    recomputed in full), each sample's copy of its prompt's KV cache (without checkpointing),
-    and LOGIT_ROWS fp32 vocab rows per completion token."""
-    tokens = micro_batch_tokens(rows, prompts, prompt_len, completion_len, checkpointing)
+    recomputed in full), each sample's copy of its prompt's KV cache (the padded path without
+    checkpointing; a packed row attends to its prompt in place), and LOGIT_ROWS fp32 vocab rows
+    per completion token."""
+    tokens = micro_batch_tokens(rows, prompts, prompt_len, completion_len, checkpointing, packed)
     layer = (ACTIVATION_HIDDEN * shape["hidden"] + ACTIVATION_INTER * shape["inter"]) * nbytes
     if checkpointing:
         kept = tokens * (shape["layers"] * shape["hidden"] * nbytes + layer)
+    elif packed:
+        kept = tokens * shape["layers"] * layer
     else:
         kv_token = 2 * shape["layers"] * shape["kv_dim"] * nbytes
         kept = tokens * shape["layers"] * layer + rows * prompt_len * kv_token

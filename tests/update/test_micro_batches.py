@@ -231,6 +231,13 @@ def test_micro_batch_bytes_by_hand():
     assert micro_batch_tokens(**kw, checkpointing=True) == full
     want = full * (2 * 4 * 4 + layer) + logits
     assert micro_batch_bytes(shape, **kw, checkpointing=True) == want
+    # packed rows (train.padding_free): each prompt once with or without checkpointing, and
+    # no sample copies its prompt's cache
+    for ckpt in (False, True):
+        assert micro_batch_tokens(**kw, checkpointing=ckpt, packed=True) == tokens
+    assert micro_batch_bytes(shape, **kw, packed=True) == tokens * 2 * layer + logits
+    want = tokens * (2 * 4 * 4 + layer) + logits
+    assert micro_batch_bytes(shape, **kw, checkpointing=True, packed=True) == want
 
 
 def test_the_estimate_shrinks_under_a_token_budget():
