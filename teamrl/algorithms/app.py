@@ -137,7 +137,8 @@ def episode_samples(
                 episode=(rec.problem, rec.slot, rec.index),
                 team_reward=rec.team_reward,
                 local_reward=local,
-                info={"call": call.order, "episode_index": rec.index},
+                info={"call": call.order, "episode_index": rec.index}
+                | ({"weights": call.weights.record()} if call.weights else {}),
             )
         )
     return out
@@ -185,7 +186,8 @@ def summary(rec: EpisodeRecord) -> dict:
 def app_metrics(
     records: list[EpisodeRecord], samples: list[Sample], agents: list[str], dropped: int
 ) -> dict[str, float]:
-    """Team reward over episodes, calls per episode, agents that never spoke, locals."""
+    """Team reward over episodes, calls per episode, agents that never spoke, locals, tool
+    calls, and the staleness of the weights that answered (asynchronous training)."""
     m: dict[str, float] = {}
     team = [r.team_reward for r in records]
     m["reward/mean"] = float(np.mean(team))
@@ -201,9 +203,39 @@ def app_metrics(
     m["app/silent_agents"] = float(silent)  # (episode, agent) pairs with no call
     m["app/refused_calls"] = float(sum(r.refused for r in records))
     m["app/unparsed_tool_calls"] = float(sum(r.unparsed_tool_calls for r in records))
+    m.update(tool_call_shares(records, agents))
+    m.update(staleness_metrics(records, agents))
     m["app/dropped_samples"] = float(dropped)
     m["terminated_fraction"] = 1.0
     return m
+
+
+def tool_call_shares(records: list[EpisodeRecord], agents: list[str]) -> dict[str, float]:
+    """``app/tool_calls/<agent>``: of the agent's calls that offered tools, the share whose
+    reply carried at least one valid tool call (agents never offered tools: no entry)."""
+    out = {}
+    for a in agents:
+        offered = [c for r in records for c in r.calls if c.agent == a and c.tools_offered]
+        if offered:
+            out[f"app/tool_calls/{a}"] = sum(c.tool_calls > 0 for c in offered) / len(offered)
+    return out
+
+
+def staleness_metrics(records: list[EpisodeRecord], agents: list[str]) -> dict[str, float]:
+    """``app/staleness/<agent>/mean`` and ``/max``: optimizer steps between the weights that
+    answered the agent's calls and its learner's (asynchronous training; teamrl.apps.provenance)."""
+    out = {}
+    for a in agents:
+        gaps = [
+            c.weights.staleness
+            for r in records
+            for c in r.calls
+            if c.agent == a and c.weights is not None and c.weights.staleness is not None
+        ]
+        if gaps:
+            out[f"app/staleness/{a}/mean"] = float(np.mean(gaps))
+            out[f"app/staleness/{a}/max"] = float(max(gaps))
+    return out
 
 
 # ------------------------------------------------------------------------------- the recipe

@@ -1,6 +1,7 @@
 """An OpenAI-compatible chat-completions endpoint in front of the team.
 
     POST /e/<episode>/v1/chat/completions     a call of one episode; ``model`` names an agent
+    POST /e/<episode>/v1/responses            the same, as OpenAI's Responses API (responses.py)
     GET  /e/<episode>/v1/models               the agents (also at /v1/models)
 
 Each episode of a rollout gets its own base URL (``Endpoint.episode_url``), which every
@@ -462,6 +463,7 @@ def asgi_app(endpoint: Endpoint):
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
+    from teamrl.apps import responses as responses_api
     from teamrl.apps.streaming import events
 
     def refuse(r: Refusal) -> JSONResponse:
@@ -500,6 +502,30 @@ def asgi_app(endpoint: Endpoint):
             )
         return JSONResponse(reply, status_code=status)
 
+    async def responses(request: Request) -> Response:
+        """A Responses API call: checked and sampled as the chat call it translates to."""
+        if not endpoint.authorised(request.headers):
+            return unauthorised()
+        try:
+            slot = endpoint.slot(request.path_params["episode"])
+            asked = responses_api.parse_responses(await read_json(request, endpoint.limits))
+            call = parse_call(asked.chat, slot.sink.agents)  # the chat route's own checks
+            status, reply = await asyncio.wrap_future(slot.sink.submit(slot.episode, call))
+        except responses_api.RequestError as err:
+            return refuse(Refusal(400, err.message, err.code, param=err.param))
+        except Refusal as r:
+            return refuse(r)
+        if status != 200:  # an OpenAI-style error already
+            return JSONResponse(reply, status_code=status)
+        answer = responses_api.as_response(reply, asked)
+        if asked.stream:
+            return StreamingResponse(
+                responses_api.events(answer),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        return JSONResponse(answer)
+
     async def no_route(request: Request, exc: Exception) -> JSONResponse:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         what = "no such route" if status == 404 else "method not allowed" if status == 405 else str(exc)  # fmt: skip
@@ -509,6 +535,7 @@ def asgi_app(endpoint: Endpoint):
 
     routes = [
         Route("/e/{episode}/v1/chat/completions", chat, methods=["POST"]),
+        Route("/e/{episode}/v1/responses", responses, methods=["POST"]),
         Route("/e/{episode}/v1/models", models, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
     ]

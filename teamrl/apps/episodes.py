@@ -21,6 +21,10 @@ A prompt that cannot fit the model's context by its length alone is refused befo
 tokenizer reads it: no token stands for more characters than the vocabulary's longest entry,
 so a prompt of C characters is at least C / longest tokens, give or take what a normalizer
 merges (``refuse_too_long``).
+
+Every reply names the weights that answered it (``system_fingerprint``: the agent, the
+weights' step and hash, ``teamrl.apps.provenance``), read from the engines right after they
+sample; the call's ``Served`` record keeps the same stamp for its sample.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
+from teamrl.apps.provenance import Stamp, stamp
 from teamrl.apps.task import AppEnv
 from teamrl.apps.tools import for_template, read_reply, renders_tools
 from teamrl.config.endpoint import EndpointConfig
@@ -58,6 +63,9 @@ class Served:
     prompt_ids: list[int]
     generation: Generation
     text: str  # response_prefix + completion, cut at a stop string (before any tool call is read)
+    weights: Stamp | None = None  # which weights answered (teamrl.apps.provenance)
+    tools_offered: bool = False  # the call gave tools
+    tool_calls: int = 0  # valid tool calls read from the reply (teamrl.apps.tools)
 
 
 @dataclass
@@ -202,6 +210,8 @@ class Session:
             return 0
         try:
             outs = self.team.generate(jobs, ignore_eos=self.ignore_eos)
+            # the weights that sampled, per agent (stale ones raise in synchronous training)
+            stamps = {agent: stamp(self.team, agent) for agent in dict(jobs)}
         except BaseException:
             for w, _ in ready:
                 w.reply.set_result((410, Refusal(410, "generation failed", "episode_ended").body()))  # fmt: skip
@@ -213,8 +223,9 @@ class Session:
             text = self.team.decode(agent, gen.completion_ids)
             mine = self.calls[w.episode]
             index = sum(1 for c in mine if c.agent == agent)
-            mine.append(Served(agent, index, len(mine), ids, gen, text))
-            w.reply.set_result((200, self._reply(w, ids, gen, text, len(mine) - 1)))
+            served = Served(agent, index, len(mine), ids, gen, text, weights=stamps[agent])
+            mine.append(served)
+            w.reply.set_result((200, self._reply(w, served, len(mine) - 1)))
             tokens += len(gen.completion_ids)
         return tokens
 
@@ -241,7 +252,8 @@ class Session:
             )
         return ids
 
-    def _reply(self, w: Waiting, ids: list[int], gen: Generation, text: str, k: int) -> dict:
+    def _reply(self, w: Waiting, served: Served, k: int) -> dict:
+        ids, gen, text = served.prompt_ids, served.generation, served.text
         tok = self.team.engine_of(w.call.agent).tokenizer
         logprobs = None
         if w.call.logprobs:
@@ -258,6 +270,7 @@ class Session:
         if reading.unparsed:
             with self._cond:
                 self.unparsed[w.episode] += 1
+        served.tools_offered, served.tool_calls = bool(call.tools), len(reading.calls)
         message: dict[str, Any] = {"role": "assistant", "content": reading.content}
         if reading.calls:  # ids unique in the episode, and the same on every run
             message["tool_calls"] = [
@@ -271,6 +284,7 @@ class Session:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": call.agent,
+            "system_fingerprint": served.weights.fingerprint if served.weights else None,
             "choices": [
                 {"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}
             ],

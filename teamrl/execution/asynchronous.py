@@ -51,6 +51,8 @@ import torch
 from teamrl.config import Config, ConfigError
 from teamrl.errors import UserCodeError
 from teamrl.execution.protocol import Learner, RolloutBatch
+from teamrl.generation import versions
+from teamrl.team.optim import optimizer_steps
 from teamrl.team.policies import Team
 
 
@@ -66,6 +68,7 @@ class AsyncExecution:
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=cuda):  # building the copy must not move the run's RNG
             self.sampler = learner.sampler_team()
+        self.sampler.learner = self.team  # whose optimizers the replies' staleness counts
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._ready: dict[int, RolloutBatch] = {}
@@ -203,17 +206,23 @@ class AsyncExecution:
                 self._cond.notify_all()
 
 
-def _weights(team: Team) -> dict[str, dict[str, torch.Tensor]]:
-    """Each policy's trainable weights, copied (an adapter's state may be its live tensors)."""
+def _weights(team: Team) -> dict[str, tuple[dict[str, torch.Tensor], int]]:
+    """Each policy's trainable weights, copied (an adapter's state may be its live tensors),
+    and their version: the policy's optimizer steps so far (``teamrl.generation.versions``)."""
     return {
-        name: {k: v.detach().clone() for k, v in pol.state_dict().items()}
+        name: (
+            {k: v.detach().clone() for k, v in pol.state_dict().items()},
+            0 if pol.on_workers else optimizer_steps(pol.optimizer),  # Ray: not counted here
+        )
         for name, pol in team.policies.items()
     }
 
 
-def _load(team: Team, snapshot: dict[str, dict[str, torch.Tensor]]) -> None:
-    for name, state in snapshot.items():
+def _load(team: Team, snapshot: dict[str, tuple[dict[str, torch.Tensor], int]]) -> None:
+    for name, (state, steps) in snapshot.items():
         pol = team.policies[name]
         pol.load_state_dict(state)
+        if pol.model is not None:  # (on Ray the weights, and their version, are the workers')
+            versions.pin(pol.model, pol.adapter, steps)
         if pol.engine.backend is not None:
             pol.engine.backend.weights_changed(pol.adapter)

@@ -4,7 +4,9 @@ The episode builders never talk to a backend: ``Team.generate`` groups its jobs 
 model object) and hands each group to that engine's backend in one call. The trainer tells
 the backend when it has stepped an adapter's (or the full model's) weights, so a backend that
 keeps its own copy of the weights (vLLM) can refresh it; the ``hf`` backend samples from the
-live model and has nothing to do.
+live model and has nothing to do. A backend that keeps a copy also says which version of the
+weights it took (``served_version``, the ``RecordsVersions`` protocol of
+``teamrl.generation.versions``), which every app reply names (``teamrl.apps.provenance``).
 """
 
 from __future__ import annotations

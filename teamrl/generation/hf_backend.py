@@ -6,7 +6,9 @@ With ``generation.sampler_dtype=bfloat16`` on a model trained in another dtype, 
 a bfloat16 copy of the model instead, refreshed from the live weights after every optimizer
 step (``weights_changed``: the stepped adapter's tensors, or every tensor of a full model). The
 sampler's log-probs are then the copy's, which the update's importance-sampling correction
-weighs against its own (``teamrl.update.importance``)."""
+weighs against its own (``teamrl.update.importance``). The copy records the version of the
+weights it took at each refresh (``served_version``, ``teamrl.generation.versions``), so a copy
+left unrefreshed is seen as stale."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 from teamrl.generation import cpu_prepack as prepack
 from teamrl.generation import fast_decode as static_loop
 from teamrl.generation import hf as eager_loop
-from teamrl.generation import multi_lora
+from teamrl.generation import multi_lora, versions
 from teamrl.generation.types import EngineSpec, Generation, Request
 from teamrl.tensors import is_adapter_param
 
@@ -40,8 +42,10 @@ class HFBackend:
     ):
         self.spec = spec
         self.copy: torch.nn.Module | None = None  # the sampler's own weights, when it has them
+        self.held: dict[str | None, int] = {}  # the copy's version of each part (versions.py)
         if sampler_dtype not in ("model", spec.dtype) and spec.model is not None:
             self.copy = sampler_copy(spec.model, getattr(torch, sampler_dtype))
+            self.held = {p: versions.live(spec.model, p) for p in spec.adapters or [None]}
         if spec.adapters and spec.model is not None:  # the update's choice, for the sampler
             multi_lora.set_compute_dtype(self.model, spec.lora_compute_dtype)
         on_cuda = str(spec.device).startswith("cuda")
@@ -107,6 +111,15 @@ class HFBackend:
             for name, param in self.copy.named_parameters():
                 if adapter is None or is_adapter_param(name, adapter):
                     param.copy_(live[name])
+        for part in [adapter] if adapter is not None else self.spec.adapters or [None]:
+            self.held[part] = versions.live(self.spec.model, part)
+
+    def served_version(self, adapter: str | None) -> int:
+        """The live version when sampling from the live model; the copy's, as it was taken at
+        the last ``weights_changed``, when sampling from a copy."""
+        if self.copy is None:
+            return versions.live(self.spec.model, adapter)
+        return self.held.get(adapter, 0)
 
 
 def sampler_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -19,6 +19,8 @@ adapter_model.safetensors, a few MB) and registered under a NEW adapter id and n
 adapters and prefix-cache blocks by id/name/path, so reusing one would serve stale weights.
 Full weights are copied in memory through the worker's ``reload_weights(weights_iterator=...)``
 (checkpoint names, vLLM fuses q/k/v and gate/up itself), then the prefix cache is reset.
+Each sync records the version of the weights it took (``served_version``,
+``teamrl.generation.versions``): a reply names the weights the engine really ran.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 from teamrl.config import ConfigError, GenerationConfig
+from teamrl.generation import versions
 from teamrl.generation.types import EngineSpec, Generation, Request
 
 INSTALL_HINT = (
@@ -197,6 +200,7 @@ class VLLMBackend:
         self._folder = Path(tempfile.mkdtemp(prefix="teamrl-vllm-lora-"))
         self._lora: dict[str, object] = {}  # adapter name -> its current LoRARequest
         self._next_lora_id = 1
+        self._held: dict[str | None, int] = {}  # the version of each part it took (versions.py)
         # The engine loaded the base weights from disk; the live model may already differ
         # (a resumed run, separate policies): start from the live weights.
         for adapter in spec.adapters:
@@ -313,6 +317,7 @@ class VLLMBackend:
             shutil.rmtree(old.lora_path, ignore_errors=True)
         engine.add_lora(request)  # load now: errors surface here, not mid-rollout
         self._lora[adapter] = request
+        self._held[adapter] = versions.live(model, adapter)
 
     def _sync_full_weights(self) -> None:
         """Copy the live model's parameters into the engine's model, in memory."""
@@ -321,6 +326,11 @@ class VLLMBackend:
         self.llm.apply_model(lambda engine_model: load_weights_in_place(engine_model, weights))
         # Cached KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
+        self._held[None] = versions.live(model, None)
+
+    def served_version(self, adapter: str | None) -> int:
+        """The version of the weights the engine took at its last sync of ``adapter``."""
+        return self._held.get(adapter, 0)
 
     # --- GPU sleep between rollout and update -------------------------------------------------
 

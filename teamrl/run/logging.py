@@ -261,7 +261,8 @@ def sample_rows(
     """Whole groups of the step's first ``num_groups`` examples (all of them for None), for
     samples.jsonl and ``teamrl report``: every sample of every group (every agent, node and
     turn) of an example, with its prompt (``decode``: agent, token ids -> text, clipped to
-    its head and tail) and its place in the rollout's tree (``tree_position``). An example is
+    its head and tail), its place in the rollout's tree (``tree_position``) and, for an app's
+    call, the weights that answered it (``weights``: agent, step, hash). An example is
     a batch slot (the group key's first two entries are problem and slot in every recipe).
     ``episodes`` (the rollout's summaries, one per slot on a single path: evaluation) adds
     each example's episode return and success to its rows."""
@@ -298,6 +299,8 @@ def sample_rows(
             "advantage": s.advantage,
             **tree_position(s),
         }
+        if "weights" in info:  # an app call: which weights answered (teamrl.apps.provenance)
+            row["weights"] = info["weights"]
         if episodes is not None and s.group[1] < len(episodes):
             row["episode_return"] = episodes[s.group[1]]["return"]
             row["success"] = episodes[s.group[1]]["success"]

@@ -8,7 +8,12 @@ import math
 import torch
 
 from teamrl.config import Config, agent_setting
+from teamrl.generation import versions
 from teamrl.team.policies import Policy
+
+# The optimizer steps a policy has taken, kept in its first parameter group: the optimizer's
+# state dict (and so every checkpoint) carries it, and a resumed run counts on from there.
+STEPS = "teamrl_steps"
 
 
 def lr_lambda(cfg: Config):
@@ -57,3 +62,24 @@ def make_optimizer(pol: Policy, cfg: Config) -> None:
             **fused,
         )
     pol.scheduler = torch.optim.lr_scheduler.LambdaLR(pol.optimizer, lr_lambda(cfg))
+    count_steps(pol)
+
+
+def count_steps(pol: Policy) -> None:
+    """Count the policy's optimizer steps (``optimizer_steps``), and make that count the
+    version of the weights it trains (``teamrl.generation.versions``: what a reply names)."""
+    opt = pol.optimizer
+    opt.param_groups[0].setdefault(STEPS, 0)
+
+    def counted(optimizer, args, kwargs) -> None:
+        group = optimizer.param_groups[0]  # a new dict after load_state_dict: read it each time
+        group[STEPS] = group.get(STEPS, 0) + 1
+
+    opt.register_step_post_hook(counted)
+    # the clock holds the optimizer only, never the model (versions keys its table on it)
+    versions.attach(pol.model, pol.adapter, lambda: optimizer_steps(opt))
+
+
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The optimizer steps taken (0 for a checkpoint written before they were counted)."""
+    return int(optimizer.param_groups[0].get(STEPS, 0))

@@ -161,6 +161,10 @@ class Team:
         self.device = resolve_device(cfg.model.device)
         self.policies: dict[str, Policy] = {}
         self.policy_of: dict[str, str] = {}
+        # asynchronous training: the team whose optimizers train the weights this one samples
+        # with (teamrl.execution.asynchronous), so a reply's staleness counts from theirs;
+        # None: this team's own optimizers (teamrl.apps.provenance)
+        self.learner: Team | None = None
         build = {"shared": self._build_shared, "lora": self._build_lora}
         build.get(cfg.team.policies, self._build_separate)()
         if not load_models:

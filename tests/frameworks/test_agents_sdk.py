@@ -1,0 +1,108 @@
+"""A real agent framework behind the endpoint's Responses API: the OpenAI Agents SDK on its
+default model class (``OpenAIResponsesModel``). A solver's function tool round-trips through
+``Runner.run`` and ``Runner.run_streamed`` on scripted replies, and the example
+(examples/agents_sdk_app.py: a solver with a tool and a checker) trains two steps from the
+command line. Its own tier (TEAMRL_TEST_FRAMEWORKS=1, the apps-agents extra; .ci/run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agents", reason="pip install 'teamrl[apps-agents]'")
+
+from agents import (  # noqa: E402
+    Agent,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from helpers.apps import run, tiny_cfg  # noqa: E402
+from helpers.scripted import scripted_backend  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+from teamrl.algorithms.app import episode_samples  # noqa: E402
+from teamrl.cli import main as cli_main  # noqa: E402
+from teamrl.run import files as run_files  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def team():
+    from teamrl.team.policies import Team
+
+    return Team(tiny_cfg())
+
+
+@pytest.fixture
+def scripted(team):
+    with scripted_backend(team) as backend:
+        yield backend
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_the_sdks_default_model_class_runs_a_tool_round_trip(team, scripted, streamed):
+    set_tracing_disabled(True)  # nothing leaves the machine
+    results = []
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        results.append(a + b)
+        return a + b
+
+    async def episode(example, base_url, api_key):
+        async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+            model = OpenAIResponsesModel(model="alice", openai_client=client)
+            agent = Agent(name="alice", instructions="Use add.", tools=[add], model=model)
+            if streamed:
+                result = Runner.run_streamed(agent, "What is 2+3?")
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await Runner.run(agent, "What is 2+3?")
+        return float(result.final_output == "It is 5.")
+
+    scripted.script = [f"Adding.\n{CALL}", "It is 5."]
+    (rec,) = run(team, episode)
+    assert results == [5] and rec.team_reward == 1.0  # the tool ran; the answer came back
+    assert [c.agent for c in rec.calls] == ["alice", "alice"] and rec.unparsed_tool_calls == 0
+    prompt = team.engine_of("alice").tokenizer.decode(rec.calls[1].prompt_ids)
+    # the SDK sent back the model's message and call as one turn, then the tool's result
+    assert f"<|im_start|>assistant\nAdding.\n{CALL}<|im_end|>\n" in prompt
+    assert "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n" in prompt
+    assert prompt.startswith("<|im_start|>system\nUse add.\n\n# Tools")
+    tools = prompt.split("<tools>\n")[1].split("\n</tools>")[0]
+    assert json.loads(tools)["function"]["name"] == "add"
+    samples = episode_samples(team, rec, "call", 1.0, False)
+    assert [s.completion_ids for s in samples] == scripted.sampled  # trained as sampled
+
+
+def test_the_agents_sdk_app_trains_from_the_command_line(tmp_path):
+    overrides = [
+        "model.name_or_path=tiny-llama",
+        "team.agents.0.max_completion_length=6",
+        "team.agents.1.max_completion_length=6",
+        "algorithm.num_generations=2",
+        "train.prompts_per_step=2",
+        "train.max_steps=2",
+        "log.progress_bar=false",
+    ]
+    code = cli_main(
+        ["train", str(EXAMPLES / "agents_sdk_app.yaml"), "--import",
+         str(EXAMPLES / "agents_sdk_app.py"), *overrides, "--run-dir", str(tmp_path / "run")]
+    )  # fmt: skip
+    assert code == 0
+    rows = run_files.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert len(rows) == 2
+    for row in rows:
+        # 4 episodes; a tiny random model writes no call, so each agent is called once (the
+        # solver's reply is its answer, or cut at 6 tokens: an incomplete response, caught)
+        assert row["turns/mean"] == 2.0 and row["app/refused_calls"] == 0.0
+        assert row["app/dropped_samples"] == 0.0
+        assert "loss/solver" in row and "loss/checker" in row

@@ -1,0 +1,48 @@
+"""A scripted sampler for the endpoint tests: a tiny random model never writes a tool call, so
+the engine's backend answers each request with the next scripted text's tokens, then EOS, as a
+sampler would; with ``cut``, a text longer than the request's token limit is cut there and
+marked truncated. Log-probs are distinct per token (-0.5, -0.75, ...), so a test can follow
+them from the sampler to the reply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from teamrl.generation.types import Generation
+
+
+class ScriptedBackend:
+    """Wraps an engine's backend; ``script``: the replies to hand out, in order."""
+
+    def __init__(self, inner, tokenizer, eos: int):
+        self.inner, self.tok, self.eos = inner, tokenizer, eos
+        self.script: list[str] = []
+        self.cut = False  # cut at the request's max_new_tokens (the tiny agents allow 6)
+        self.sampled: list[list[int]] = []  # every completion handed out, in order
+
+    def generate(self, requests, ignore_eos=False):
+        out = []
+        for r in requests:
+            ids = self.tok(self.script.pop(0), add_special_tokens=False)["input_ids"]
+            cut = self.cut and len(ids) >= r.max_new_tokens
+            ids = ids[: r.max_new_tokens] if cut else ids + [self.eos]
+            logprobs = [-0.5 - 0.25 * j for j in range(len(ids))]
+            out.append([Generation(list(r.prompt_ids), ids, logprobs, cut)])
+        self.sampled += [gens[0].completion_ids for gens in out]
+        return out
+
+    def weights_changed(self, adapter):
+        self.inner.weights_changed(adapter)
+
+
+@contextmanager
+def scripted_backend(team) -> Iterator[ScriptedBackend]:
+    """The team's one engine (LoRA agents share it) answering from a script while it lasts."""
+    (engine,) = team.engines()
+    real = engine.backend
+    engine.backend = ScriptedBackend(real, engine.tokenizer, engine.eos_ids[0])
+    try:
+        yield engine.backend
+    finally:
+        engine.backend = real
