@@ -117,7 +117,7 @@ class Trainer:
         )
         self.team = self.execution.team
         # advantages and which samples train: group baselines or learned critics (teamrl.credit)
-        self.credit = make_credit(cfg, self.team)
+        self.credit = make_credit(cfg, self.team, self.recipe.defaults.get("discount"))
         base_record(self.team, cfg)  # fingerprint the bases now, before training moves them
         self._data_state: dict | None = None  # the data position a checkpoint records
         self.step = 0

@@ -2,7 +2,8 @@
 groups (problem, slot, turn, agent); and the independent episodes that trajectory GRPO trains on
 and every sequential team is evaluated on.
 
-Read top to bottom: branch selection, the tree's nodes and episodes and the values the phases
+Read top to bottom: branch selection, the tree's episodes (its nodes, ``TurnNode``, are
+``teamrl.rollout.trees``'s, where the critics read them) and the values the phases
 pass on (``Candidate``, ``Branch``, ``MixedReward``), the rollout (``sequential_rollout``:
 branching for AT-GRPO, not for trajectory GRPO) and its phases in order (the lookahead that
 scores a pending candidate among them), the returns, the metrics, and the recipe (``AT_GRPO``). Evaluation never
@@ -57,6 +58,7 @@ from teamrl.envs.base import Env, Step, clone
 from teamrl.generation import Generation
 from teamrl.rollout.common import EnvError, EnvRunner, RolloutClock, RolloutResult, reset_env
 from teamrl.rollout.summary import Outcome, episode_summary, means, sample_metrics
+from teamrl.rollout.trees import TurnNode
 from teamrl.sample import Sample
 from teamrl.team.policies import Team
 
@@ -85,18 +87,6 @@ def select_branch(rewards: list[float], rule: str, temperature: float, rng: rand
     if rule == "random":
         return rng.randrange(len(rewards))
     raise ValueError(f"algorithm.selection: expected greedy|sample|random, got {rule!r}")
-
-
-@dataclass
-class TurnNode:
-    """One (turn, agent) node of an agent-turn tree: what the critics need of it."""
-
-    slot: int  # the episode's place in the step's batch
-    turn: int
-    agent: str  # the agent that acted
-    samples: list[Sample]  # its K candidates, one per branch
-    chosen: int  # the branch that continued
-    observations: dict[str, str]  # every agent's observation before it acted (MAAC reads them)
 
 
 class PathStep(NamedTuple):

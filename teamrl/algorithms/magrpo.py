@@ -1,9 +1,10 @@
 """MAGRPO: a joint-action tree per problem, one team reward, groups (problem, slot, node, agent).
 
-Read top to bottom: the tree's node, the rollout that grows it (``joint_rollout``) and its
-phases in order, the returns computed on it (and the counterfactual baseline of the ``cross``
-tree), the step's metrics, and the recipe the trainer and the evaluator call (``MAGRPO``).
-Credit (the group baselines, the critics) is ``teamrl.credit``; the update ``teamrl.update``.
+Read top to bottom: the rollout that grows the tree (``joint_rollout``) and its phases in
+order, the returns computed on it (and the counterfactual baseline of the ``cross`` tree), the
+step's metrics, and the recipe the trainer and the evaluator call (``MAGRPO``). The tree's node
+(``Node``) is ``teamrl.rollout.trees``'s, where the critics read it too. Credit (the group
+baselines, the critics) is ``teamrl.credit``; the update ``teamrl.update``.
 
 The tree.
 
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -64,26 +64,9 @@ from teamrl.rollout.summary import (
     means,
     sample_metrics,
 )
+from teamrl.rollout.trees import Node, agent_credit, walk
 from teamrl.sample import Sample
 from teamrl.team.policies import Team
-
-
-@dataclass
-class Node:
-    problem: int  # dataset index of the example
-    slot: int  # position of the example in this step's batch (an example may appear twice)
-    node_id: str  # path of joint-action indices from the root, e.g. "0/3"
-    turn: int
-    env: Env
-    observations: dict[str, str]
-    example: dict
-    joint: list[tuple[int, ...]] = field(default_factory=list)  # per joint action: index per agent
-    steps: list[Step] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    children: dict[int, Node] = field(default_factory=dict)
-    returns: list[float] = field(default_factory=list)  # team return per joint action
-    agent_returns: dict[str, list[float]] = field(default_factory=dict)  # what each agent learns
-    samples: dict[str, list[Sample]] = field(default_factory=dict)
 
 
 def joint_rollout(
@@ -344,23 +327,6 @@ def path_summary(root: Node) -> dict:
     return episode_summary(root.problem, outcome, root.returns[0], team_return=root.returns[0])
 
 
-def agent_credit(reward_per_agent: bool, alpha: float):
-    """What an agent is credited with for a joint action's step: the team reward, or with
-    ``reward_per_agent`` alpha * team + its local term."""
-    return _per_agent_credit(alpha) if reward_per_agent else _team_credit
-
-
-def _team_credit(step: Step, agent: str) -> float:
-    return float(step.reward)
-
-
-def _per_agent_credit(alpha: float):
-    def credit(step: Step, agent: str) -> float:
-        return alpha * float(step.reward) + float(step.local_rewards.get(agent, 0.0))
-
-    return credit
-
-
 def _assign_returns(node: Node, agents: list[str], gamma: float, cross: bool, credit) -> None:
     """Post-order, per agent a: R^a_j = c^a_j + gamma * mean(child_j.agent_returns[a]), with
     c^a_j = credit(step_j, a) (the team reward unless reward_per_agent); node.returns is the
@@ -418,13 +384,6 @@ def _collect(node: Node, agents: list[str]) -> list[Sample]:
     for child in node.children.values():
         out.extend(_collect(child, agents))
     return out
-
-
-def walk(node):
-    """Every node of a tree, the root first."""
-    yield node
-    for child in node.children.values():
-        yield from walk(child)
 
 
 def rollout_metrics(

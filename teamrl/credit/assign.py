@@ -39,6 +39,7 @@ from teamrl.credit.critics import (
     CriticBatch,
     build_critics,
     critic_credit,
+    critic_gamma,
     critic_state,
     fit_critics,
     load_critic_state,
@@ -121,16 +122,19 @@ class CriticCredit(GroupCredit):
     """IAC / MAAC value heads: GAE on the step's trees replaces the group advantage; the heads
     fit after the update on features from before it."""
 
-    def __init__(self, cfg: Config, team: Team):
+    def __init__(self, cfg: Config, team: Team, gamma: float):
         super().__init__(cfg)
         self.team = team
+        self.gamma = gamma  # the GAE discount (critic_gamma)
         self.critics = build_critics(team, cfg)
         self._batch: CriticBatch | None = None
 
     def assign(self, result: RolloutResult, resample: Callable[[], RolloutResult]) -> Assigned:
         a = self.cfg.algorithm
         metrics = compute_advantages(result.samples, a.baseline, a.scale_rewards)
-        self._batch, critic_metrics = critic_credit(self.team, self.critics, result, self.cfg)
+        self._batch, critic_metrics = critic_credit(
+            self.team, self.critics, result, self.cfg, self.gamma
+        )
         metrics.update(critic_metrics)
         return self._filtered(result, resample, metrics)
 
@@ -171,9 +175,10 @@ def advantage_stats(samples: list[Sample]) -> dict[str, float]:
     return out
 
 
-def make_credit(cfg: Config, team: Team) -> Credit:
+def make_credit(cfg: Config, team: Team, default_discount: float | None) -> Credit:
     """The run's credit estimator: learned critics when ``algorithm.critic`` names one, else
-    the group baselines."""
+    the group baselines. ``default_discount``: the algorithm's discount when
+    ``algorithm.discount`` is None (its recipe's ``defaults``), what the critics' GAE uses."""
     if cfg.algorithm.critic != "none":
-        return CriticCredit(cfg, team)
+        return CriticCredit(cfg, team, critic_gamma(cfg, default_discount))
     return GroupCredit(cfg)

@@ -35,10 +35,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from teamrl.algorithms.at_grpo import TurnNode
-from teamrl.algorithms.magrpo import Node, walk
 from teamrl.credit.gae import CreditNode, tree_gae, turn_token_gae
 from teamrl.envs.base import Step
+from teamrl.rollout.trees import Node, TurnNode, walk
 from teamrl.sample import Sample
 
 Targets = dict[Hashable, list[float]]

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from teamrl.algorithms.magrpo import agent_credit, walk
 from teamrl.config import Config
 from teamrl.credit.critic_credit import (
     chain_critic_advantages,
@@ -42,6 +41,7 @@ from teamrl.credit.critic_credit import (
 )
 from teamrl.credit.gae import explained_variance, value_loss
 from teamrl.rollout.common import RolloutResult
+from teamrl.rollout.trees import agent_credit, walk
 from teamrl.team.policies import Team
 
 CENTRAL = "central"  # the MAAC critic's name
@@ -199,11 +199,11 @@ class CreditKeys:
 
 
 def critic_credit(
-    team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config
+    team: Team, critics: dict[str, Critic], result: RolloutResult, cfg: Config, gamma: float
 ) -> tuple[CriticBatch, dict[str, float]]:
     """Every sample's advantage from the critics (written in place) and the regression data,
     on the step's joint trees (MAGRPO, ``result.roots``) or agent-turn trees (AT-GRPO,
-    ``result.turn_nodes``), in four phases:
+    ``result.turn_nodes``), GAE discounting by ``gamma`` (``critic_gamma``), in four phases:
 
         jobs    = what each critic reads: every state (and at token level every token)
         reads   = features, outputs and values: one batched no-grad pass per critic
@@ -216,7 +216,7 @@ def critic_credit(
     jobs = _critic_jobs(team, critics, result, cfg, keys)
     reads = _read(team, critics, jobs)
     samples = [s for _, _, mine in _states(result, agents, on_chains) for s in mine]
-    targets = _gae_targets(result, agents, cfg, keys, reads)
+    targets = _gae_targets(result, agents, cfg, gamma, keys, reads)
     scale_critic_advantages(samples, cfg.algorithm.scale_rewards)
     batch = _regression_batch(critics, targets, reads, team.device)
     metrics = {}
@@ -284,6 +284,7 @@ def _gae_targets(
     result: RolloutResult,
     agents: list[str],
     cfg: Config,
+    gamma: float,
     keys: CreditKeys,
     reads: dict[Hashable, Read],
 ) -> dict[Hashable, list[float]]:
@@ -299,7 +300,7 @@ def _gae_targets(
             result.turn_nodes,
             state_value=lambda node: reads[keys.state(node.agent, node)].value,
             state_key=lambda node: keys.state(node.agent, node),
-            gamma=critic_gamma(cfg),
+            gamma=gamma,
             lam=a.lam,
             level=a.critic_level,
             token_values=token_values,
@@ -310,7 +311,7 @@ def _gae_targets(
         state_value=lambda ag, node: reads[keys.state(ag, node)].value,
         state_key=keys.state,
         credit=agent_credit(a.reward_per_agent, a.alpha),
-        gamma=critic_gamma(cfg),
+        gamma=gamma,
         lam=a.lam,
         level=a.critic_level,
         token_values=token_values,
@@ -343,14 +344,13 @@ def _regression_batch(
     return batch
 
 
-def critic_gamma(cfg: Config) -> float:
-    """The discount of the critics' GAE: ``algorithm.discount``, else the recipe's default
-    (MAGRPO's 1.0, undiscounted); a discount of None, AT-GRPO's default (a candidate judged
-    by its own reward), is gamma = 0."""
-    from teamrl.algorithms.registry import recipe_for
-
+def critic_gamma(cfg: Config, default_discount: float | None) -> float:
+    """The discount of the critics' GAE: ``algorithm.discount``, else the algorithm's default
+    (``default_discount``, its recipe's: MAGRPO's 1.0, undiscounted); a discount of None,
+    AT-GRPO's default (a candidate judged by its own reward), is gamma = 0. The default comes
+    from the caller, which holds the recipe: credit stands below the algorithms."""
     a = cfg.algorithm
-    discount = a.discount if a.discount is not None else recipe_for(a.name).defaults.get("discount")
+    discount = a.discount if a.discount is not None else default_discount
     return 0.0 if discount is None else float(discount)
 
 

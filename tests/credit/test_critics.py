@@ -11,11 +11,12 @@ import yaml
 from helpers.rollout_joint import ScriptedTeam, reward_table, two_turn_env
 from helpers.runs import tiny_overrides
 
-from teamrl.algorithms.magrpo import agent_credit, joint_rollout
+from teamrl.algorithms.magrpo import joint_rollout
 from teamrl.config import ConfigError, load_config
 from teamrl.credit.critic_credit import critic_advantages, scale_critic_advantages
 from teamrl.credit.critics import CENTRAL, critic_credit, joint_observation
 from teamrl.envs.functional import FunctionEnv
+from teamrl.rollout.trees import agent_credit
 from teamrl.trainer import Trainer
 
 
@@ -148,9 +149,10 @@ def test_critics_train_in_every_policy_mode(tmp_path, critic, level, policies):
     tr = make(tmp_path, policies, **{"algorithm.critic": critic, "algorithm.critic_level": level})
     names = ["alice", "bob"] if critic == "iac" else [CENTRAL]
     assert sorted(tr.credit.critics) == names
+    assert tr.credit.gamma == 1.0  # MAGRPO's default discount, from its recipe (the trainer's)
     # fresh heads are 0, so the first advantages are the returns themselves (scale none)
     result = tr.rollout(tr.data.next(1))
-    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg)
+    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg, tr.credit.gamma)
     for s in result.samples:
         assert s.advantage == pytest.approx(s.return_)
         if level == "token":

@@ -11,10 +11,10 @@ import torch
 from helpers.rollout_turns import CounterEnv, run
 from helpers.runs import tiny_overrides
 
-from teamrl.algorithms.at_grpo import TurnNode
 from teamrl.config import load_config
 from teamrl.credit.critic_credit import chain_critic_advantages
 from teamrl.credit.critics import CENTRAL, critic_credit, critic_gamma
+from teamrl.rollout.trees import TurnNode
 from teamrl.sample import Sample
 from teamrl.trainer import Trainer
 
@@ -164,13 +164,14 @@ def test_critics_train_on_the_agent_turn_tree(tmp_path, monkeypatch, critic, lev
         critics_mod, "joint_observation", lambda *a: texts.append(real(*a)) or texts[-1]
     )
     tr = make(tmp_path, policies, **{"algorithm.critic": critic, "algorithm.critic_level": level})
-    assert critic_gamma(tr.cfg) == 0.0  # AT-GRPO without a discount: the own reward
+    # AT-GRPO without a discount (its recipe's None, the trainer's): the own reward
+    assert tr.credit.gamma == critic_gamma(tr.cfg, None) == 0.0
     names = ["alice", "bob"] if critic == "iac" else [CENTRAL]
     assert sorted(tr.credit.critics) == names
     result = tr.rollout(tr.data.next(1))
     assert [(n.turn, n.agent) for n in result.turn_nodes[0]] == [(0, "alice"), (0, "bob")]
     # fresh heads are 0: every advantage is the candidate's own reward (scale none)
-    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg)
+    batch, _ = critic_credit(tr.team, tr.credit.critics, result, tr.cfg, tr.credit.gamma)
     for s in result.samples:
         assert s.advantage == pytest.approx(s.reward)
         if level == "token":

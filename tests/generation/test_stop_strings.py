@@ -109,7 +109,12 @@ def test_agent_stop_strings_reach_the_request_and_empty_ones_are_refused():
     with pytest.raises(ConfigError, match=r"team.agents\[concise\].stop: expected non-empty"):
         load_config("quickstart", ["team.agents.0.stop=['']"])
     cfg = load_config(
-        "quickstart", ["model.name_or_path=tiny-llama", "team.agents.0.stop=[']', 'END']"]
+        "quickstart",
+        [
+            "model.name_or_path=tiny-llama",
+            "team.agents.0.stop=[']', 'END']",
+            "team.agents.1.stop=[]",
+        ],
     )
     team = Team(cfg, load_models=False)  # tokenizers and the agent map: what request() reads
     assert team.request("concise", [1, 2], 2).stop == ("]", "END")

@@ -70,9 +70,13 @@ def test_the_critics_read_the_same_on_2_workers_as_in_one_process(
                 c.head.weight.copy_(torch.randn(c.head.weight.shape, generator=gen))
                 remote.credit.critics[name].head.load_state_dict(c.head.state_dict())
         result = local.rollout(local.data.next(1))
-        want, _ = critic_credit(local.team, local.credit.critics, result, local.cfg)
+        want, _ = critic_credit(
+            local.team, local.credit.critics, result, local.cfg, local.credit.gamma
+        )
         want_adv = [s.advantage for s in result.samples]
-        got, _ = critic_credit(remote.team, remote.credit.critics, result, remote.cfg)
+        got, _ = critic_credit(
+            remote.team, remote.credit.critics, result, remote.cfg, remote.credit.gamma
+        )
         assert sorted(got.features) == sorted(want.features)
         for name, f in want.features.items():
             # the same weights, tokens and kernels: equal up to the order of float sums

@@ -107,56 +107,103 @@ def distinct(make: Callable[[], tuple]) -> list[tuple]:
     return [out[first], *out[:first], *out[first + 1 :]]
 
 
+# -- families of one parameter ------------------------------------------------------------
+#
+# Most families take one list of ints, one sentence or one list of words: ``unary`` builds
+# their ``Spec`` from an ``Arg``, which names the parameter and the drawing of its test values
+# together (``xs: List[int]`` is always drawn by ``ints``). A family whose inputs are its own
+# (a dict, a grid, two lists, a string of brackets) builds its ``Spec`` itself.
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A family's one parameter (``param``, as the signature writes it) and how one test value
+    of it is drawn (``draw``)."""
+
+    param: str
+    draw: Callable[[random.Random], object]
+
+
+def int_list(lo: int = -9, hi: int = 20, n: tuple[int, int] = (0, 7)) -> Arg:
+    """``xs: List[int]``, drawn by ``ints``."""
+    return Arg("xs: List[int]", lambda r: ints(r, lo, hi, n))
+
+
+def word_list(n: tuple[int, int] = (0, 6)) -> Arg:
+    """``ws: List[str]``, drawn by ``words``."""
+    return Arg("ws: List[str]", lambda r: words(r, n))
+
+
+SENTENCE = Arg("s: str", sentence)  # lower-case words separated by single spaces
+
+
+def unary(
+    r: random.Random,
+    names: str | list[str],
+    arg: Arg,
+    returns: str,
+    doc: str,
+    body: str,
+    helper: Helper | None = None,
+) -> Spec:
+    """The ``Spec`` of a family of one parameter ``arg``: the entry point's name drawn from
+    ``names`` (or ``names`` itself, a str), then the ``N_ARGS`` test values (``many``). The
+    draws come in that order, as a family that builds its ``Spec`` itself makes them, so a seed
+    draws the same problem either way."""
+    entry = names if isinstance(names, str) else r.choice(names)
+    return Spec(entry, arg.param, returns, doc, body, many(lambda: arg.draw(r)), helper)
+
+
 # -- tier 1: one builtin or comprehension -------------------------------------------------
 
 
 @template("add_constant", 1)
 def _add_constant(r: random.Random) -> Spec:
     k = r.randint(1, 9)
-    return Spec(
-        r.choice(["add_to_all", "shift_up", "plus_each"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["add_to_all", "shift_up", "plus_each"],
+        int_list(),
         "List[int]",
         f"Return a new list with {k} added to every number of xs.",
         f"return [x + {k} for x in xs]",
-        many(lambda: ints(r)),
     )
 
 
 @template("multiply_all", 1)
 def _multiply_all(r: random.Random) -> Spec:
     k = r.randint(2, 6)
-    return Spec(
-        r.choice(["scale", "times_each", "multiply_all"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["scale", "times_each", "multiply_all"],
+        int_list(),
         "List[int]",
         f"Return a new list with every number of xs multiplied by {k}.",
         f"return [x * {k} for x in xs]",
-        many(lambda: ints(r)),
     )
 
 
 @template("square_each", 1)
 def _square_each(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["squares", "square_each", "square_all"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["squares", "square_each", "square_all"],
+        int_list(),
         "List[int]",
         "Return the list of the squares of the numbers in xs, in order.",
         "return [x * x for x in xs]",
-        many(lambda: ints(r)),
     )
 
 
 @template("absolute_values", 1)
 def _absolute_values(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["absolute_values", "abs_all", "magnitudes"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["absolute_values", "abs_all", "magnitudes"],
+        int_list(),
         "List[int]",
         "Return the list of the absolute values of the numbers in xs, in order.",
         "return [abs(x) for x in xs]",
-        many(lambda: ints(r)),
     )
 
 
@@ -164,39 +211,39 @@ def _absolute_values(r: random.Random) -> Spec:
 def _largest_or_smallest(r: random.Random) -> Spec:
     big = r.random() < 0.5
     word, fn = ("largest", "max") if big else ("smallest", "min")
-    return Spec(
+    return unary(
+        r,
         f"{word}_number",
-        "xs: List[int]",
+        int_list(n=(1, 7)),
         "int",
         f"Return the {word} number in xs (xs is never empty).",
         f"return {fn}(xs)",
-        many(lambda: ints(r, n=(1, 7))),
     )
 
 
 @template("count_value", 1)
 def _count_value(r: random.Random) -> Spec:
     v = r.randint(0, 5)
-    return Spec(
-        r.choice(["count_value", "how_many", "occurrences"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["count_value", "how_many", "occurrences"],
+        int_list(0, 5, (0, 9)),
         "int",
         f"Return how many times the number {v} appears in xs.",
         f"return xs.count({v})",
-        many(lambda: ints(r, 0, 5, (0, 9))),
     )
 
 
 @template("contains_value", 1)
 def _contains_value(r: random.Random) -> Spec:
     v = r.randint(0, 9)
-    return Spec(
-        r.choice(["has_value", "contains", "includes"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["has_value", "contains", "includes"],
+        int_list(0, 9),
         "bool",
         f"Return True if the number {v} is in xs, else False.",
         f"return {v} in xs",
-        many(lambda: ints(r, 0, 9)),
     )
 
 
@@ -232,26 +279,26 @@ def _first_items(r: random.Random) -> Spec:
     n = r.randint(1, 4)
     first = r.random() < 0.5
     word, body = ("first", f"return xs[:{n}]") if first else ("last", f"return xs[-{n}:]")
-    return Spec(
+    return unary(
+        r,
         f"{word}_{n}" if r.random() < 0.5 else f"take_{word}",
-        "xs: List[int]",
+        int_list(),
         "List[int]",
         f"Return the {word} {n} numbers of xs (all of xs if it is shorter), in order.",
         body,
-        many(lambda: ints(r)),
     )
 
 
 @template("join_words", 1)
 def _join_words(r: random.Random) -> Spec:
     sep = r.choice(["-", ", ", "+", " / ", "_"])
-    return Spec(
-        r.choice(["join_words", "glue", "link_words"]),
-        "ws: List[str]",
+    return unary(
+        r,
+        ["join_words", "glue", "link_words"],
+        word_list(),
         "str",
         f"Return the words of ws joined into one string, with {sep!r} between them.",
         f"return {sep!r}.join(ws)",
-        many(lambda: words(r)),
     )
 
 
@@ -285,24 +332,24 @@ def _longer_than(r: random.Random) -> Spec:
 def _every_other(r: random.Random) -> Spec:
     start = r.randint(0, 1)
     which = "even" if start == 0 else "odd"
-    return Spec(
+    return unary(
+        r,
         f"{which}_positions",
-        "xs: List[int]",
+        int_list(n=(0, 8)),
         "List[int]",
         f"Return the items of xs at {which} positions (counting from 0), in order.",
         f"return xs[{start}::2]",
-        many(lambda: ints(r, n=(0, 8))),
     )
 
 
 @template("total_plus", 1)
 def _total_plus(r: random.Random) -> Spec:
     k = r.randint(1, 20)
-    return Spec(
-        r.choice(["total_plus", "sum_and_add", "padded_sum"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["total_plus", "sum_and_add", "padded_sum"],
+        int_list(),
         "int",
         f"Return the sum of the numbers in xs plus {k}.",
         f"return sum(xs) + {k}",
-        many(lambda: ints(r)),
     )

@@ -5,28 +5,31 @@ from __future__ import annotations
 import random
 
 from teamrl.tasks.coding.gen_templates import (
+    SENTENCE,
     WORDS,
     Helper,
     Spec,
     distinct,
+    int_list,
     ints,
     many,
     sentence,
     template,
-    words,
+    unary,
+    word_list,
 )
 
 
 @template("sum_multiples", 2)
 def _sum_multiples(r: random.Random) -> Spec:
     k = r.randint(2, 5)
-    return Spec(
-        r.choice(["sum_multiples", "sum_divisible"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["sum_multiples", "sum_divisible"],
+        int_list(),
         "int",
         f"Return the sum of the numbers in xs that are divisible by {k}.",
         "return sum(x for x in xs if aux(x))",
-        many(lambda: ints(r)),
         Helper("x: int", "bool", f"True if x is divisible by {k}", f"return x % {k} == 0"),
     )
 
@@ -48,14 +51,14 @@ def _count_vowels(r: random.Random) -> Spec:
 
 @template("reverse_words", 2)
 def _reverse_words(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["reverse_words", "words_backwards"]),
-        "s: str",
+    return unary(
+        r,
+        ["reverse_words", "words_backwards"],
+        SENTENCE,
         "str",
         "Return the words of s (separated by single spaces) in reverse order, joined by "
         "single spaces.",
         'return " ".join(reversed(s.split(" ")))',
-        many(lambda: sentence(r)),
     )
 
 
@@ -63,14 +66,14 @@ def _reverse_words(r: random.Random) -> Spec:
 def _clamp_values(r: random.Random) -> Spec:
     lo = r.randint(-3, 3)
     hi = lo + r.randint(2, 8)
-    return Spec(
-        r.choice(["clamp_all", "clip_values"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["clamp_all", "clip_values"],
+        int_list(-10, 15),
         "List[int]",
         f"Return xs with every number below {lo} replaced by {lo} and every number above "
         f"{hi} replaced by {hi}.",
         "return [aux(x) for x in xs]",
-        many(lambda: ints(r, -10, 15)),
         Helper(
             "x: int", "int", f"x limited to the range {lo}..{hi}", f"return max({lo}, min({hi}, x))"
         ),
@@ -92,65 +95,65 @@ def _word_counts(r: random.Random) -> Spec:
 @template("keep_above", 2)
 def _keep_above(r: random.Random) -> Spec:
     t = r.randint(0, 10)
-    return Spec(
-        r.choice(["keep_above", "filter_big"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["keep_above", "filter_big"],
+        int_list(),
         "List[int]",
         f"Return the numbers of xs that are greater than {t}, in order.",
         f"return [x for x in xs if x > {t}]",
-        many(lambda: ints(r)),
     )
 
 
 @template("count_below", 2)
 def _count_below(r: random.Random) -> Spec:
     t = r.randint(-2, 8)
-    return Spec(
-        r.choice(["count_below", "how_many_small"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["count_below", "how_many_small"],
+        int_list(),
         "int",
         f"Return how many numbers of xs are less than {t}.",
         f"return len([x for x in xs if x < {t}])",
-        many(lambda: ints(r)),
     )
 
 
 @template("replace_char", 2)
 def _replace_char(r: random.Random) -> Spec:
     a, b = r.sample("aeioustn", 2)
-    return Spec(
-        r.choice(["replace_letter", "swap_char"]),
-        "s: str",
+    return unary(
+        r,
+        ["replace_letter", "swap_char"],
+        SENTENCE,
         "str",
         f"Return s with every {a!r} replaced by {b!r}.",
         f"return s.replace({a!r}, {b!r})",
-        many(lambda: sentence(r)),
     )
 
 
 @template("remove_char", 2)
 def _remove_char(r: random.Random) -> Spec:
     a = r.choice("aeiornt")
-    return Spec(
-        r.choice(["remove_letter", "strip_char"]),
-        "s: str",
+    return unary(
+        r,
+        ["remove_letter", "strip_char"],
+        SENTENCE,
         "str",
         f"Return s with every {a!r} removed.",
         f"return s.replace({a!r}, '')",
-        many(lambda: sentence(r)),
     )
 
 
 @template("capitalize_words", 2)
 def _capitalize_words(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["capitalize_words", "title_words"]),
-        "s: str",
+    return unary(
+        r,
+        ["capitalize_words", "title_words"],
+        SENTENCE,
         "str",
         "Return s (lower-case words separated by single spaces) with the first letter of each "
         "word in upper case.",
         'return " ".join(aux(w) for w in s.split(" "))',
-        many(lambda: sentence(r)),
         Helper(
             "w: str",
             "str",
@@ -162,50 +165,50 @@ def _capitalize_words(r: random.Random) -> Spec:
 
 @template("longest_word", 2)
 def _longest_word(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["longest_word", "biggest_word"]),
-        "ws: List[str]",
+    return unary(
+        r,
+        ["longest_word", "biggest_word"],
+        word_list((1, 6)),
         "str",
         "Return the longest word of ws (the first one on a tie; ws is never empty).",
         "best = ws[0]\nfor w in ws:\n    if len(w) > len(best):\n        best = w\nreturn best",
-        many(lambda: words(r, (1, 6))),
     )
 
 
 @template("pair_sums", 2)
 def _pair_sums(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["pair_sums", "neighbour_sums"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["pair_sums", "neighbour_sums"],
+        int_list(),
         "List[int]",
         "Return the list of xs[i] + xs[i + 1] for every i (empty if xs has under 2 items).",
         "return [xs[i] + xs[i + 1] for i in range(len(xs) - 1)]",
-        many(lambda: ints(r)),
     )
 
 
 @template("running_total", 2)
 def _running_total(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["running_total", "prefix_sums"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["running_total", "prefix_sums"],
+        int_list(),
         "List[int]",
         "Return the running totals of xs: item i is the sum of xs[0] .. xs[i].",
         "out = []\nt = 0\nfor x in xs:\n    t += x\n    out.append(t)\nreturn out",
-        many(lambda: ints(r)),
     )
 
 
 @template("count_long_words", 2)
 def _count_long_words(r: random.Random) -> Spec:
     t = r.randint(3, 5)
-    return Spec(
-        r.choice(["count_long_words", "long_word_count"]),
-        "s: str",
+    return unary(
+        r,
+        ["count_long_words", "long_word_count"],
+        SENTENCE,
         "int",
         f"Return how many words of s (separated by spaces) have more than {t} letters.",
         "return sum(1 for w in s.split() if aux(w))",
-        many(lambda: sentence(r)),
         Helper(
             "w: str",
             "bool",
@@ -217,13 +220,13 @@ def _count_long_words(r: random.Random) -> Spec:
 
 @template("digit_sums", 2)
 def _digit_sums(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["digit_sums", "sum_of_digits_each"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["digit_sums", "sum_of_digits_each"],
+        int_list(0, 999),
         "List[int]",
         "Return the list of the digit sums of the non-negative numbers in xs, in order.",
         "return [aux(x) for x in xs]",
-        many(lambda: ints(r, 0, 999)),
         Helper(
             "n: int",
             "int",
@@ -236,25 +239,25 @@ def _digit_sums(r: random.Random) -> Spec:
 @template("first_index_above", 2)
 def _first_index_above(r: random.Random) -> Spec:
     t = r.randint(0, 10)
-    return Spec(
-        r.choice(["first_index_above", "find_big"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["first_index_above", "find_big"],
+        int_list(),
         "int",
         f"Return the index of the first number of xs greater than {t}, or -1 if there is none.",
         f"for i, x in enumerate(xs):\n    if x > {t}:\n        return i\nreturn -1",
-        many(lambda: ints(r)),
     )
 
 
 @template("unique_in_order", 2)
 def _unique_in_order(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["unique_in_order", "drop_repeats"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["unique_in_order", "drop_repeats"],
+        int_list(0, 5, (0, 9)),
         "List[int]",
         "Return the numbers of xs without repeats, each kept where it first appears.",
         "out = []\nfor x in xs:\n    if x not in out:\n        out.append(x)\nreturn out",
-        many(lambda: ints(r, 0, 5, (0, 9))),
     )
 
 
@@ -296,14 +299,14 @@ def _keys_above(r: random.Random) -> Spec:
 def _fizz_labels(r: random.Random) -> Spec:
     a = r.randint(2, 5)
     word = r.choice(["Fizz", "Buzz", "Ping", "Zap"])
-    return Spec(
-        r.choice(["labels", "fizz_labels"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["labels", "fizz_labels"],
+        int_list(1, 30),
         "List[str]",
         f"Return a list with {word!r} for each number of xs divisible by {a}, and the number "
         "written as a string otherwise.",
         "return [aux(x) for x in xs]",
-        many(lambda: ints(r, 1, 30)),
         Helper(
             "x: int",
             "str",
@@ -317,13 +320,13 @@ def _fizz_labels(r: random.Random) -> Spec:
 def _count_negative(r: random.Random) -> Spec:
     neg = r.random() < 0.5
     word, op = ("negative", "<") if neg else ("positive", ">")
-    return Spec(
+    return unary(
+        r,
         f"count_{word}",
-        "xs: List[int]",
+        int_list(-9, 9),
         "int",
         f"Return how many numbers of xs are {word} (0 is neither).",
         f"return sum(1 for x in xs if x {op} 0)",
-        many(lambda: ints(r, -9, 9)),
     )
 
 

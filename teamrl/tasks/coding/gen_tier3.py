@@ -6,28 +6,30 @@ from __future__ import annotations
 import random
 
 from teamrl.tasks.coding.gen_templates import (
+    SENTENCE,
     WORDS,
     Helper,
     Spec,
     distinct,
+    int_list,
     ints,
     many,
-    sentence,
     template,
-    words,
+    unary,
+    word_list,
 )
 
 
 @template("second_largest", 3)
 def _second_largest(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["second_largest", "runner_up"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["second_largest", "runner_up"],
+        int_list(0, 9),
         "int",
         "Return the second largest distinct number of xs, or None if xs has fewer than two "
         "distinct numbers.",
         "u = sorted(set(xs))\nreturn u[-2] if len(u) >= 2 else None",
-        many(lambda: ints(r, 0, 9)),
     )
 
 
@@ -60,14 +62,14 @@ def _group_by_letter(r: random.Random) -> Spec:
 @template("caesar_shift", 3)
 def _caesar_shift(r: random.Random) -> Spec:
     k = r.randint(1, 5)
-    return Spec(
-        r.choice(["caesar", "shift_letters"]),
-        "s: str",
+    return unary(
+        r,
+        ["caesar", "shift_letters"],
+        SENTENCE,
         "str",
         f"Return s with every lower-case letter moved {k} places forward in the alphabet "
         "(wrapping from 'z' to 'a'); other characters stay.",
         "return ''.join(aux(c) for c in s)",
-        many(lambda: sentence(r)),
         Helper(
             "c: str",
             "str",
@@ -97,26 +99,26 @@ def _merge_counts(r: random.Random) -> Spec:
 
 @template("most_common", 3)
 def _most_common(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["most_common", "mode"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["most_common", "mode"],
+        int_list(0, 5, (1, 8)),
         "int",
         "Return the number that appears most often in xs (the smallest one on a tie; xs is "
         "never empty).",
         "return min(set(xs), key=lambda x: (-xs.count(x), x))",
-        many(lambda: ints(r, 0, 5, (1, 8))),
     )
 
 
 @template("primes_only", 3)
 def _primes_only(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["primes_only", "keep_primes"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["primes_only", "keep_primes"],
+        int_list(0, 40),
         "List[int]",
         "Return the prime numbers of xs, in order.",
         "return [x for x in xs if aux(x)]",
-        many(lambda: ints(r, 0, 40)),
         Helper(
             "n: int",
             "bool",
@@ -129,26 +131,26 @@ def _primes_only(r: random.Random) -> Spec:
 
 @template("sort_by_length", 3)
 def _sort_by_length(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["sort_by_length", "order_words"]),
-        "ws: List[str]",
+    return unary(
+        r,
+        ["sort_by_length", "order_words"],
+        word_list(),
         "List[str]",
         "Return the words of ws sorted by length, and alphabetically among words of one length.",
         "return sorted(ws, key=lambda w: (len(w), w))",
-        many(lambda: words(r)),
     )
 
 
 @template("vowel_rich_words", 3)
 def _vowel_rich_words(r: random.Random) -> Spec:
     t = r.randint(1, 2)
-    return Spec(
-        r.choice(["vowel_rich", "wordy_vowels"]),
-        "ws: List[str]",
+    return unary(
+        r,
+        ["vowel_rich", "wordy_vowels"],
+        word_list(),
         "List[str]",
         f"Return the words of ws that contain more than {t} vowels (a, e, i, o, u), in order.",
         f"return [w for w in ws if aux(w) > {t}]",
-        many(lambda: words(r)),
         Helper(
             "w: str",
             "int",
@@ -191,39 +193,39 @@ def _flatten_above(r: random.Random) -> Spec:
 @template("mean_above", 3)
 def _mean_above(r: random.Random) -> Spec:
     t = r.randint(0, 6)
-    return Spec(
-        r.choice(["mean_above", "average_big"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["mean_above", "average_big"],
+        int_list(0, 20),
         "int",
         f"Return the sum of the numbers of xs greater than {t}, floor-divided by how many "
         "there are (0 if there are none).",
         f"big = [x for x in xs if x > {t}]\nreturn sum(big) // len(big) if big else 0",
-        many(lambda: ints(r, 0, 20)),
     )
 
 
 @template("acronym", 3)
 def _acronym(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["acronym", "initials"]),
-        "s: str",
+    return unary(
+        r,
+        ["acronym", "initials"],
+        SENTENCE,
         "str",
         "Return the first letters of the words of s (separated by spaces), in upper case, "
         "joined together.",
         "return ''.join(w[0].upper() for w in s.split())",
-        many(lambda: sentence(r)),
     )
 
 
 @template("alternating_sum", 3)
 def _alternating_sum(r: random.Random) -> Spec:
-    return Spec(
-        r.choice(["alternating_sum", "plus_minus"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["alternating_sum", "plus_minus"],
+        int_list(),
         "int",
         "Return xs[0] - xs[1] + xs[2] - xs[3] + ... (0 for an empty list).",
         "return sum(x if i % 2 == 0 else -x for i, x in enumerate(xs))",
-        many(lambda: ints(r)),
     )
 
 
@@ -264,14 +266,14 @@ def _balanced_brackets(r: random.Random) -> Spec:
 def _count_in_range(r: random.Random) -> Spec:
     lo = r.randint(0, 5)
     hi = lo + r.randint(2, 6)
-    return Spec(
-        r.choice(["count_in_range", "between_count"]),
-        "xs: List[int]",
+    return unary(
+        r,
+        ["count_in_range", "between_count"],
+        int_list(-3, 15),
         "Dict[str, int]",
         f"Return a dict with keys 'below', 'inside' and 'above': how many numbers of xs are "
         f"below {lo}, from {lo} to {hi} inclusive, and above {hi}.",
         "d = {'below': 0, 'inside': 0, 'above': 0}\nfor x in xs:\n    d[aux(x)] += 1\nreturn d",
-        many(lambda: ints(r, -3, 15)),
         Helper(
             "x: int",
             "str",
