@@ -42,6 +42,9 @@ from teamrl.evaluation import bootstrap_ci
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
 RUNS = ROOT / "runs" / "experiments"
+# Config fields that change how a finished run is scored, never how it trained: a table may
+# evaluate another table's runs with them set (plan_path_messages, tldr_messages).
+EVAL_ONLY = ("eval.message_ablation",)
 
 
 # --- raw records -------------------------------------------------------------------------------
@@ -245,9 +248,10 @@ def _run_one(
                 f"{condition.name}: no checkpoint in {trained_dir}; run condition "
                 f"{condition.from_run!r} with seed {seed} first"
             )
-        # the checkpoint must come from this condition's own config (its name aside): a
-        # renamed or changed twin would otherwise be evaluated as if it were this one
-        check_same_config(ckpt, to_dict(cfg), ignore=("run_name",))
+        # the checkpoint must come from this condition's own config (its name aside, and what
+        # only the test evaluation reads): a renamed or changed twin would otherwise be
+        # evaluated as if it were this one
+        check_same_config(ckpt, to_dict(cfg), ignore=("run_name", *EVAL_ONLY))
         trainer.load_checkpoint(ckpt)
     elif condition.train and cfg.train.max_steps > 0:
         # a run killed mid-way continues from its latest checkpoint (log.save_steps), but only

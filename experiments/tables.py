@@ -264,6 +264,118 @@ _add(
     )
 )
 
+# --- does a team read its partner? (issue 55) -------------------------------------------------
+#
+# eval.message_ablation scores the trained team again with every message an agent receives from
+# a teammate emptied, swapped with the next test board's, or without a part it does not need
+# (the control): teamrl.envs.messages. Cooperation: the score drops under empty and swap, not
+# under the control. The columns are the greedy metric of each mode and the messages a problem
+# showed (0: the agents never read each other, so the ablation changes nothing).
+MESSAGE_ABLATION = "eval.message_ablation=[empty, swap, control]"
+
+
+def ablation_metrics(metric: str = "greedy/accuracy") -> tuple[str, ...]:
+    """A table's ablation columns: ``metric`` under each mode, and the messages per problem."""
+    modes = ("empty", "swap", "control")
+    return (*(f"ablation/{m}/{metric}" for m in modes), "ablation/empty/messages")
+
+
+# The main table's conditions evaluated with the ablation: the trained ones from their own runs
+# (the runner checks the configs agree but for eval.message_ablation), the untrained team anew.
+_add(
+    Table(
+        name="plan_path_messages",
+        description="plan_path_main's teams scored with the tool agent's report to the plan agent "
+        "emptied, swapped with another board's, or without its program (the control).",
+        config=None,
+        base=(*plan_path_table_base(), MESSAGE_ABLATION),
+        conditions=(
+            Condition("untrained", _at_grpo("shared"), train=False),
+            *(
+                Condition(c.name, c.overrides, from_run=f"plan_path_main:{c.name}")
+                for c in PLAN_PATH_CONDITIONS
+                if c.train and c.name != "single_grpo"  # one agent: no message to ablate
+            ),
+        ),
+        splits=GAME_SPLITS,
+        test_problems=64,
+        metrics=(*PLAN_PATH_METRICS, *ablation_metrics()),
+        notes="The plan agent reads the tool agent's report (its program, output, parsed list, "
+        "simulated result and board); the control drops the program, whose output the report "
+        "also shows. Evaluates plan_path_main's runs: run that table's seeds first.",
+    )
+)
+
+# --- Plan-Path with split information (issue 55, docs/plan-path-split.md) ---------------------
+#
+# A scout sees the walls, a planner the start and the goal (4x4 boards that need a detour:
+# 3x3 has too few distinct ones per split); the scout's message, then the planner's list after
+# the '#### [' prefill, in one turn. The same boards with one agent: the whole board (the upper
+# reference) or one half (the floor). The learning ladder's knobs (plan_path_base).
+SPLIT_VIEWS = ("split", "full", "scout_alone", "planner_alone")
+
+
+def split_team(view: str = "split") -> str:
+    """``team.agents`` of a view: the scout writes a message (or, alone, a list); the planner a
+    list after its prefill."""
+    scout = agent("scout", 48)
+    planner = agent("planner", 32, PLAN_PREFIX)
+    agents = {
+        "split": [scout, planner],
+        "full": [planner],
+        "scout_alone": [agent("scout", 32, PLAN_PREFIX)],
+        "planner_alone": [planner],
+    }[view]
+    return f"team.agents=[{', '.join(agents)}]"
+
+
+def _split(view: str, algorithm: str, policies: str = "shared") -> tuple[str, ...]:
+    return (
+        f"env.kwargs.view={view}",
+        split_team(view),
+        f"algorithm.name={algorithm}",
+        f"team.policies={policies}",
+    )
+
+
+_add(
+    Table(
+        name="plan_path_split",
+        description="Plan-Path 4x4 with split information (scout: walls; planner: start and "
+        "goal), SmolLM2-135M, 1 turn: untrained team vs trajectory GRPO vs AT-GRPO shared vs "
+        "AT-GRPO per-role LoRA, against one agent that sees the whole board and each agent "
+        "alone with its half; with the message ablation.",
+        config=None,
+        base=(
+            *plan_path_base(),
+            "env.name=plan_path_split",
+            "env.kwargs={size: 4, n_eval: 32, n_test: 64}",
+            "algorithm.scale_rewards=none",
+            MESSAGE_ABLATION,
+        ),
+        conditions=(
+            Condition("untrained", _split("split", "at_grpo"), train=False),
+            Condition("traj_grpo_shared", _split("split", "grpo")),
+            Condition("at_grpo_shared", _split("split", "at_grpo")),
+            Condition("at_grpo_lora", _split("split", "at_grpo", "lora")),
+            *(Condition(f"{view}_grpo", _split(view, "grpo")) for view in SPLIT_VIEWS[1:]),
+        ),
+        splits={
+            **GAME_SPLITS,
+            "test": GAME_SPLITS["test"] + "; every board needs a detour (plan_path_split)",
+        },
+        test_problems=64,
+        metrics=(*PLAN_PATH_METRICS, *ablation_metrics()),
+        test_outputs=True,
+        extra={"baseline": "untrained"},
+        notes="Run with --seeds 5. Reward constants: teamrl's (win +10, shaping 0.1, gamma 1), "
+        "unscaled group advantages, as plan_path_main. The one-agent rows train with GRPO on "
+        "the same boards; they show no message, so their ablation columns equal their own. Not "
+        "yet chosen on the validation split: the scout's budget and prefill (none), and 2 turns "
+        "with a planner that may answer before it commits.",
+    )
+)
+
 # --- the learning ladder (issue: why training made Plan-Path worse) ---------------------------
 #
 # From a setting that must learn up to the table's, each rung trained with the same knobs, so
@@ -444,7 +556,16 @@ TLDR_LEVELS = (
     "components/unique_words",
     "components/style",
 )
+# The demo's writers until 2026-11-29 (no stop, 64 tokens each; the detailed writer's answers
+# were all cut there, so the demo now stops both at a blank line and gives the detailed one 96).
+# The TLDR tables below and the demo's async and endpoint tables were run with these, so they
+# keep them: their records are of this setting.
+DEMO_WRITERS_V1 = (
+    f"team.agents=[{agent('concise', 64, temperature=0.7)}, "
+    f"{agent('detailed', 64, temperature=0.7)}]"
+)
 TLDR_BASE = (  # the held-out TLDR split, evaluated only at the end, checkpoints every 5 steps
+    DEMO_WRITERS_V1,
     "env.name=tldr_heldout",
     "env.kwargs={}",
     "eval.eval_steps=0",
@@ -459,6 +580,7 @@ TLDR_SPLITS = {
 ONE_WRITER = (
     "env.name=tldr_one_writer",
     "env.kwargs={}",
+    # both parts' budgets of the team's writers (DEMO_WRITERS_V1): 64 + 64 tokens
     f"team.agents=[{agent('writer', 128, temperature=0.7)}]",
     "algorithm.num_generations=16",
 )
@@ -537,6 +659,39 @@ _add(
         notes="Critic conditions: scale_rewards=batch (group centring would cancel the critic). "
         "critic_learning_rate: the default 1e-3, chosen on the validation posts (IAC, seed 0): "
         "greedy reward 2.364 at 1e-3 against 1.951 at 1e-2 (records in validation/).",
+    )
+)
+
+# --- the message ablation on TLDR (issue 55) --------------------------------------------------
+#
+# MAGRPO's writers act in one simultaneous turn and never read each other: the ablation must
+# change nothing there (0 messages). Written in turns (env.turn_order: the detailed writer reads
+# the concise summary), the team has a message the ablation can take away.
+TLDR_IN_TURNS = ("algorithm.name=at_grpo", "env.turn_order=[concise, detailed]")
+_add(
+    Table(
+        name="tldr_messages",
+        description="TLDR with the message ablation: tldr_magrpo's team (simultaneous, no "
+        "message) and the writers in turns (AT-GRPO: the detailed writer reads the concise "
+        "summary), untrained and trained; the concise summary emptied, swapped with another "
+        "post's, or without its label (the control).",
+        config="quickstart",
+        base=(*TLDR_BASE, MESSAGE_ABLATION),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            Condition("magrpo_team", (), from_run="tldr_magrpo:magrpo_team"),
+            Condition("untrained_in_turns", TLDR_IN_TURNS, train=False),
+            Condition("at_grpo_in_turns", TLDR_IN_TURNS),
+        ),
+        splits=TLDR_SPLITS,
+        test_problems=32,
+        metrics=("greedy/reward", *ablation_metrics("greedy/reward")),
+        sample_outputs=2,
+        test_outputs=True,
+        extra={"baseline": "untrained_team"},
+        notes="magrpo_team evaluates tldr_magrpo's runs (run that table's seeds first). "
+        "at_grpo_in_turns: the demo's knobs with AT-GRPO (K = 8 per node), not yet chosen on "
+        "the validation posts.",
     )
 )
 
@@ -645,7 +800,7 @@ _add(
         "generator one update ahead, algorithm.max_staleness=1): learning curves and the "
         "held-out greedy team reward, per seed.",
         config="quickstart",
-        base=("log.progress_bar=false", "log.save_steps=0"),
+        base=("log.progress_bar=false", "log.save_steps=0", DEMO_WRITERS_V1),
         conditions=(
             Condition("sync", ("algorithm.max_staleness=0",)),
             Condition("async_staleness_1", ("algorithm.max_staleness=1",)),
@@ -677,7 +832,7 @@ _add(
         "the OpenAI-compatible endpoint (examples/tldr_app.py, the same writers as plain "
         "openai-client code): held-out greedy team reward before and after training.",
         config="quickstart",
-        base=("log.progress_bar=false", "log.save_steps=0"),
+        base=("log.progress_bar=false", "log.save_steps=0", DEMO_WRITERS_V1),
         conditions=(
             Condition("untrained_native", (), train=False),
             Condition("untrained_endpoint", ENDPOINT, train=False),

@@ -17,6 +17,12 @@ twice the reward); tables compare ``greedy/reward``.
 Every evaluated episode is an independent single path (the recipe's ``eval_rollout``, not its
 training rollout): never the AT-GRPO tree, whose branch selection reads the reward (the gold
 answer), nor MAGRPO's early stop on a high reward. Either would be an oracle at test time.
+
+The message ablation (``eval.message_ablation``) scores the same team again, greedily, with
+every message an agent receives from a teammate replaced (``teamrl.envs.messages``): the greedy
+pass records the messages, then one greedy pass per mode shows them emptied, swapped with the
+next problem's, or without their unused part (the control). Its metrics are the greedy ones
+under ``ablation/<mode>/``, with ``ablation/<mode>/messages`` the messages shown per problem.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from teamrl.algorithms.registry import recipe_for
+from teamrl.envs.messages import MessageBank, Relays, relayed
 from teamrl.errors import ConfigError
 
 
@@ -265,7 +272,9 @@ def evaluate_trainer(
     other (a baseline and a checkpoint) draw the same random stream. ``progress``: a tqdm bar
     over the episodes, as training shows one over its steps (default: ``log.progress_bar``).
     ``greedy_rollouts``: a list that receives the greedy ``RolloutResult`` of each chunk
-    (texts and per-problem episodes, for a caller that shows them).
+    (texts and per-problem episodes, for a caller that shows them). ``eval.message_ablation``
+    adds one greedy pass per mode after these (``add_ablation``); the un-ablated
+    numbers are the same with or without it.
     """
     import torch
 
@@ -277,37 +286,71 @@ def evaluate_trainer(
         )
     n = len(data) if limit is None else min(limit, len(data))
     examples = [(i, data[i]) for i in range(n)]
+    modes = list(trainer.cfg.eval.message_ablation)
+    if "swap" in modes and n < 2:
+        raise ConfigError(
+            f"eval.message_ablation: 'swap' shows each problem another problem's messages; "
+            f"evaluate at least 2 problems (got {n})"
+        )
+    bank = MessageBank(examples) if modes else None
     if progress is None:
         progress = trainer.cfg.log.progress_bar
-    bar = progress_bar(n * (1 + num_samples), f"eval {split}", progress)
+    bar = progress_bar(n * (1 + num_samples + len(modes)), f"eval {split}", progress)
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(trainer.cfg.seed)
-            greedy = chunked_episodes(trainer, examples, 1, True, bar, greedy_rollouts)
+            recorder = bank.recorder() if bank else None
+            greedy = chunked_episodes(trainer, examples, 1, True, bar, greedy_rollouts, recorder)
             sampled = chunked_episodes(trainer, examples, num_samples, False, bar)
+            ablated = {}
+            for mode in modes:  # after the sampled pass, which they leave as it was
+                relays = bank.ablation(mode)
+                episodes = chunked_episodes(trainer, examples, 1, True, bar, relays=relays)
+                ablated[mode] = (episodes, relays)
     finally:
         bar.close()
     report = summarise(greedy, sampled, list(ks))
+    for mode, (episodes, relays) in ablated.items():
+        add_ablation(report, mode, episodes, relays)
     report.update({"split": split, "limit": limit, "num_samples": num_samples, "ks": list(ks)})
     return report
 
 
+def add_ablation(report: dict[str, Any], mode: str, episodes: list[dict], relays: Relays) -> None:
+    """Add one ablation pass to ``report``: its greedy metrics and their intervals as
+    ``ablation/<mode>/<metric>``, and ``ablation/<mode>/messages``."""
+    own = summarise(episodes, [], [])
+    prefix = f"ablation/{mode}/"
+    for key, value in own.items():
+        if key.startswith(("greedy/", "components/")):
+            report[prefix + key] = value
+    report[prefix + "messages"] = relays.messages_per_problem()
+    if "ci95" in own:
+        report.setdefault("ci95", {}).update({prefix + k: v for k, v in own["ci95"].items()})
+
+
 def chunked_episodes(
-    trainer, examples: list, n: int, greedy: bool, bar, rollouts: list | None = None
+    trainer,
+    examples: list,
+    n: int,
+    greedy: bool,
+    bar,
+    rollouts: list | None = None,
+    relays: Relays | None = None,
 ) -> list[dict]:
     """Single-path episodes over ``examples`` in up to ``EVAL_CHUNKS`` rollouts of at least
     ``EVAL_MIN_CHUNK`` problems each (the last may be smaller), advancing ``bar`` by each
-    rollout's episodes; each ``RolloutResult`` is appended to ``rollouts`` when given."""
+    rollout's episodes; each ``RolloutResult`` is appended to ``rollouts`` when given.
+    ``relays``: what the agents are shown of their teammates' messages (default: as written)."""
     if not n:
         return []
     recipe = recipe_for(trainer.cfg.algorithm.name)
+    make_env = trainer.task.make_env if relays is None else relayed(trainer.task.make_env, relays)
     size = max(EVAL_MIN_CHUNK, math.ceil(len(examples) / EVAL_CHUNKS))
     episodes: list[dict] = []
     for start in range(0, len(examples), size):
         chunk = examples[start : start + size]
-        result = recipe.eval_rollout(
-            trainer.team, trainer.task.make_env, chunk, trainer.cfg, n=n, greedy=greedy
-        )
+        result = recipe.eval_rollout(trainer.team, make_env, chunk, trainer.cfg, n=n, greedy=greedy)
         episodes += result.episodes
         if rollouts is not None:
             rollouts.append(result)

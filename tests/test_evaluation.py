@@ -149,6 +149,7 @@ def test_evaluate_trainer_counts_independent_episodes(algorithm):
             env=SimpleNamespace(max_turns=1, reward_workers=1),
             team=SimpleNamespace(ignore_eos=False),
             log=SimpleNamespace(progress_bar=False),
+            eval=SimpleNamespace(message_ablation=[]),
         ),
         task=SimpleNamespace(name="win", test=examples, make_env=WinEnv),
         team=ScriptedTeam(greedy, script),

@@ -200,6 +200,12 @@ RULES: list[tuple[str, Any, str]] = [
     ("train.max_grad_norm", _gt(0), "> 0 or None"),
     ("eval.eval_steps", _ge(0), ">= 0"),
     ("eval.num_examples", _ge(1), ">= 1"),
+    (
+        "eval.message_ablation",
+        lambda v: len(set(v)) == len(v) and set(v) <= {"empty", "swap", "control"},
+        "distinct modes from 'empty', 'swap', 'control' (teamrl.envs.messages.ABLATIONS), "
+        "e.g. [empty, swap, control]; [] for none",
+    ),
     ("log.output_dir", lambda v: bool(v.strip()), "a non-empty folder"),
     ("log.save_steps", _ge(0), ">= 0"),
     ("log.save_total_limit", _ge(1), ">= 1 (keep at least the checkpoint just written) or None"),

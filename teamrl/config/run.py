@@ -12,6 +12,16 @@ class EvalConfig:
     eval_steps: int = _f(0, "Evaluate every K steps (0 = never), plus before the first step.")
     num_examples: int = _f(8, "Held-out examples per evaluation.")
     greedy: bool = _f(True, "Greedy decoding in evaluation.")
+    message_ablation: list[str] = _f(
+        [],
+        "Message ablation of the held-out evaluation (`teamrl eval`, the experiment tables): "
+        "after the greedy pass, one more greedy pass per mode with every message an agent "
+        "receives from a teammate replaced: 'empty' (the empty string), 'swap' (what the same "
+        "teammate wrote on the next evaluated problem, in the greedy pass), 'control' (the "
+        "message without a part the receiver does not need, e.g. its sender label). Reported "
+        "as ablation/<mode>/<metric>; ablation/<mode>/messages counts the messages shown per "
+        "problem (0: the agents never read each other). [] = none.",
+    )
 
 
 @dataclass

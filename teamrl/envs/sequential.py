@@ -5,6 +5,10 @@ is only defined once every agent has acted, so the step of a non-final agent ret
 ``Step.pending = True`` and no reward; the AT-GRPO rollout then scores each of that agent's
 candidates by completing the turn on a copy with one sampled action of each later agent
 (a one-sample Monte-Carlo lookahead), so every candidate is rewarded on its own successor.
+
+A teammate's answer reaches a later agent through the env's ``relay`` (``teamrl.envs.messages``:
+as written, unless the message ablation replaces it); the label line ``[agent wrote]`` is the
+message's unused part (the receiver knows its teammates from its role prompt).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from teamrl.envs.base import Env, NamesItsReward, Step, check_observation
+from teamrl.envs.messages import PASS_THROUGH, Message, Relay, RelaysMessages
 
 
 class SequentialTurns:
@@ -26,9 +31,22 @@ class SequentialTurns:
             )
         self.pending: dict[str, str] = {}
         self.observations: dict[str, str] = {}
+        self.turn = 0  # joint steps taken: the turn a message is sent in
+        self._relay: Relay = PASS_THROUGH
+
+    @property
+    def relay(self) -> Relay:
+        return self._relay
+
+    @relay.setter
+    def relay(self, relay: Relay) -> None:
+        """This wrapper's relay, and the wrapped env's where it shows messages of its own."""
+        self._relay = relay
+        if isinstance(self.env, RelaysMessages):
+            self.env.relay = relay
 
     def reset(self, example: dict) -> dict[str, str]:
-        self.pending = {}
+        self.pending, self.turn = {}, 0
         self.observations = self._checked(self.env.reset(example), "reset")
         return dict(self.observations)
 
@@ -45,15 +63,28 @@ class SequentialTurns:
     def step(self, actions: dict[str, str]) -> Step:
         self.pending.update(actions)
         if len(self.pending) < len(self.agents):
-            seen = "\n\n".join(f"[{a} wrote]\n{t}" for a, t in self.pending.items())
             obs = {
-                a: f"{o}\n\nYour teammates' answers so far this turn:\n\n{seen}"
+                a: f"{o}\n\nYour teammates' answers so far this turn:\n\n{self._seen_by(a)}"
                 for a, o in self.observations.items()
             }
             return Step(observations=obs, reward=0.0, pending=True)
         joint, self.pending = dict(self.pending), {}
         out = self.env.step(joint)
+        self.turn += 1
         self.observations = (
             dict(out.observations) if out.done else self._checked(out.observations, "step")
         )
         return out
+
+    def _seen_by(self, receiver: str) -> str:
+        """This turn's answers so far as ``receiver`` is shown them: its own as written, each
+        teammate's through the relay."""
+        shown = []
+        for sender, text in self.pending.items():
+            label = f"[{sender} wrote]\n"
+            if sender == receiver:
+                shown.append(label + text)
+            else:
+                message = Message(sender, receiver, self.turn, label + text, "turn", label)
+                shown.append(self.relay.show(message))
+        return "\n\n".join(shown)

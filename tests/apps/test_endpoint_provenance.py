@@ -345,4 +345,3 @@ def test_a_responses_reply_names_the_same_weights_in_its_metadata():
     assert len(seen) == 2 * len(AGENTS)
     for agent, metadata in seen:
         assert metadata == {"system_fingerprint": expected(team, agent, 0)}
-

@@ -11,7 +11,9 @@ Two wrappers turn a spec into a text environment (the protocol of ``teamrl.envs.
   Python that prints an action list; the code runs in the sandbox and the printed list is
   simulated on a *copy* of the state (the real state is untouched). The plan agent then sees the
   board, the code, its output and the simulated result, and emits the final list, which is
-  applied to the real state.
+  applied to the real state. That report, and the tool's proposal in later turns' history
+  lines, reach the plan agent through the env's ``relay`` (``teamrl.envs.messages``: as
+  written, unless the message ablation replaces them; the program is the report's unused part).
 
   Rewards: the tool step is ``pending`` (team reward unknown until the plan agent acts) and
   ``local_rewards["tool"]`` is the shaped reward of the simulation. At the plan step
@@ -34,6 +36,7 @@ from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
 from teamrl.envs.base import Step
+from teamrl.envs.messages import PASS_THROUGH, Message, Relay
 from teamrl.tasks.games.actions import extract_code, format_actions
 from teamrl.tasks.options import option
 from teamrl.tasks.run_program import run_program
@@ -153,7 +156,8 @@ sandbox_runner = run_program
 _CUT = "\n... [truncated {cut} characters]"
 
 
-def _check_one_agent(actions: dict[str, str], expected: str, game: str) -> str:
+def check_one_agent(actions: dict[str, str], expected: str, game: str) -> str:
+    """The completion of ``expected``, the one agent whose action ``actions`` must hold."""
     if not isinstance(actions, dict) or list(actions) != [expected]:
         got = list(actions) if isinstance(actions, dict) else actions
         raise ValueError(f"{game}.step: expected an action for {expected!r} only, got {got!r}")
@@ -162,7 +166,8 @@ def _check_one_agent(actions: dict[str, str], expected: str, game: str) -> str:
     return actions[expected]
 
 
-def _result_line(info: dict | None, reward: float) -> str:
+def result_line(info: dict | None, reward: float) -> str:
+    """What an applied list did, in one line (``info`` from a state's ``apply``; None: no list)."""
     if info is None:
         return f"no action list found; reward {reward:+.3f}"
     solved = "SOLVED" if info["solved"] else "not solved"
@@ -172,7 +177,9 @@ def _result_line(info: dict | None, reward: float) -> str:
     )
 
 
-def _components(prefix: str, info: dict | None, reward: float) -> dict[str, float]:
+def step_components(prefix: str, info: dict | None, reward: float) -> dict[str, float]:
+    """A step's ``reward_components``: the reward, whether a list parsed, its counts and the
+    apply's own components, each name after ``prefix`` (the acting agent's)."""
     comps = {
         f"{prefix}reward": float(reward),
         f"{prefix}parsed": float(info is not None),
@@ -209,8 +216,11 @@ class _Episode:
         if self.done:
             raise RuntimeError(f"{self.spec.name}: the episode is over; call reset(example)")
 
-    def _board(self) -> str:
-        history = "\n".join(self.history) if self.history else "(none)"
+    def _board(self, history_lines: list[str] | None = None) -> str:
+        """The rules, the previous turns (``history_lines``, default ``self.history``: what a
+        receiver of relayed messages is shown differs) and the current board."""
+        lines = self.history if history_lines is None else history_lines
+        history = "\n".join(lines) if lines else "(none)"
         # a state may offer hint() (Plan-Path's shortest path, the learning ladder's rung 1)
         hint = self.state.hint() if hasattr(self.state, "hint") else ""
         return (
@@ -252,7 +262,7 @@ class _Episode:
             local_rewards=local_rewards or {agent: float(reward)},
             infos={"actions": actions},
             success=solved,
-            reward_components=_components(f"{agent}_", info, reward),
+            reward_components=step_components(f"{agent}_", info, reward),
         )
 
 
@@ -278,6 +288,9 @@ class ToolPlanEnv(_Episode):
         self.runner = runner if runner is not None else sandbox_runner
         self.max_output_chars = max_output_chars
         self.tool: dict | None = None  # this turn's tool record, shown to the plan agent
+        # the tool's part of each history line, which the plan agent is shown through the relay
+        self.proposals: list[str] = []
+        self.relay: Relay = PASS_THROUGH  # what the plan agent is shown of the tool's messages
 
     def clone(self) -> ToolPlanEnv:
         """Independent copy for tree rollouts; the runner and spec are shared (stateless)."""
@@ -285,18 +298,19 @@ class ToolPlanEnv(_Episode):
         new.__dict__.update(self.__dict__)
         new.state = self.state.copy() if self.state is not None else None
         new.history = list(self.history)
+        new.proposals = list(self.proposals)
         new.tool = dict(self.tool) if self.tool is not None else None
         return new
 
     def reset(self, example: dict) -> dict[str, str]:
         self._start(example)
-        self.tool = None
+        self.tool, self.proposals = None, []
         return self._observations()
 
     def step(self, actions: dict[str, str]) -> Step:
         self._require_running()
         agent = "tool" if self.tool is None else "plan"
-        completion = _check_one_agent(actions, agent, self.spec.name)
+        completion = check_one_agent(actions, agent, self.spec.name)
         return self._tool_step(completion) if agent == "tool" else self._plan_step(completion)
 
     def _tool_step(self, completion: str) -> Step:
@@ -324,7 +338,7 @@ class ToolPlanEnv(_Episode):
             "info": info,
             "sim_board": sim_board,
         }
-        comps = _components("tool_", info, reward)
+        comps = step_components("tool_", info, reward)
         comps["tool_exec_ok"] = float(ok)
         return Step(
             observations=self._observations(),
@@ -344,10 +358,14 @@ class ToolPlanEnv(_Episode):
         actions = self.spec.parse(completion, False)
         reward, info = self._apply_real(actions)
         tool = self.tool
+        proposal = (
+            f"{format_actions(tool['actions'])} "
+            f"(simulated: {result_line(tool['info'], tool['reward'])})"
+        )
+        self.proposals.append(proposal)
         self.history.append(
-            f"Turn {self.turn + 1}: tool proposed {format_actions(tool['actions'])} "
-            f"(simulated: {_result_line(tool['info'], tool['reward'])}); "
-            f"plan applied {format_actions(actions)} ({_result_line(info, reward)})."
+            f"{_proposed(self.turn)}{proposal}; "
+            f"plan applied {format_actions(actions)} ({result_line(info, reward)})."
         )
         self.tool = None
         # Local terms: the tool keeps its simulated reward; the plan agent is credited with what
@@ -367,17 +385,35 @@ class ToolPlanEnv(_Episode):
         )
         note = self.state.tool_note() if hasattr(self.state, "tool_note") else ""
         tool_obs += f" {note}" if note else ""
+        # an ended episode's observations reach no prompt, so they show no message again
+        plan_board = board if self.done else self._board(self._plan_history())
         if self.tool is None:
-            plan_obs = f"{board}\n\nThe tool agent has not acted yet this turn."
+            plan_obs = f"{plan_board}\n\nThe tool agent has not acted yet this turn."
         else:
-            plan_obs = f"{board}\n\n{self._tool_report()}\n\n" + (
+            report, program = self._tool_report()
+            # the program is the report's unused part: its output, parsed list and simulated
+            # result follow, which is what the plan agent acts on
+            message = Message("tool", "plan", self.turn, report, "report", program)
+            plan_obs = f"{plan_board}\n\n{self.relay.show(message)}\n\n" + (
                 "You are the plan agent. Check the tool agent's proposal against the board and "
                 "give the final action list after '####', for example "
                 f"#### {self.spec.action_example}. It is applied to the real board."
             )
         return {"tool": tool_obs, "plan": plan_obs}
 
-    def _tool_report(self) -> str:
+    def _plan_history(self) -> list[str]:
+        """The history lines as the plan agent is shown them: each turn's tool proposal
+        through the relay."""
+        lines = []
+        for turn, (line, proposal) in enumerate(zip(self.history, self.proposals)):
+            head = _proposed(turn)
+            shown = self.relay.show(Message("tool", "plan", turn, proposal, "history"))
+            lines.append(head + shown + line[len(head) + len(proposal) :])
+        return lines
+
+    def _tool_report(self) -> tuple[str, str]:
+        """What the plan agent is shown of this turn's tool step, and its first part (the
+        program, ending in the blank line before the rest)."""
         t = self.tool
         status = "ran successfully" if t["ok"] else "FAILED"
         if t["timed_out"]:
@@ -391,11 +427,16 @@ class ToolPlanEnv(_Episode):
             parts.append("Error output (tail):\n" + t["stderr"][-self.max_output_chars :])
         parts.append(
             f"Parsed action list: {format_actions(t['actions'])}\n"
-            f"Simulated result: {_result_line(t['info'], t['reward'])}"
+            f"Simulated result: {result_line(t['info'], t['reward'])}"
         )
         if t["sim_board"] is not None:
             parts.append(f"Board after the simulated actions:\n{t['sim_board']}")
-        return "\n\n".join(parts)
+        return "\n\n".join(parts), parts[0] + "\n\n"
+
+
+def _proposed(turn: int) -> str:
+    """The start of a history line, before the tool's proposal."""
+    return f"Turn {turn + 1}: tool proposed "
 
 
 class SingleAgentEnv(_Episode):
@@ -419,12 +460,12 @@ class SingleAgentEnv(_Episode):
 
     def step(self, actions: dict[str, str]) -> Step:
         self._require_running()
-        completion = _check_one_agent(actions, "solver", self.spec.name)
+        completion = check_one_agent(actions, "solver", self.spec.name)
         parsed = self.spec.parse(completion, False)
         reward, info = self._apply_real(parsed)
         self.history.append(
             f"Turn {self.turn + 1}: you applied {format_actions(parsed)} "
-            f"({_result_line(info, reward)})."
+            f"({result_line(info, reward)})."
         )
         return self._end_turn("solver", parsed, reward, info)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from teamrl.tasks.games.actions import MOVES, format_actions, parse_moves
@@ -248,13 +249,19 @@ def shortest_path(grid, start, goal):
 
 
 def generate_plan_path(
-    seed: int, size: int = 10, density: float = 0.3, rewards: PlanPathRewards | None = None
+    seed: int,
+    size: int = 10,
+    density: float = 0.3,
+    rewards: PlanPathRewards | None = None,
+    accept: Callable[[PlanPathState], bool] | None = None,
 ) -> PlanPathState:
     """A random ``size`` x ``size`` board whose goal is reachable, at BFS distance >= size // 2.
 
     Each cell is an obstacle with probability ``density``; boards are redrawn until the
-    distance condition holds and the board's content bucket matches the seed's split
-    (``seeds.board_split``). The same (seed, size, density) always gives the same board.
+    distance condition holds, ``accept(board)`` too where given (Plan-Path split's detour), and
+    the board's content bucket matches the seed's split (``seeds.board_split``). The same
+    (seed, size, density, accept) always gives the same board; without ``accept`` a seed gives
+    the board it always gave.
     """
     if isinstance(size, bool) or not isinstance(size, int) or not 3 <= size <= 30:
         raise ValueError(f"plan_path.size: expected an int in 3..30, got {size!r}")
@@ -262,7 +269,9 @@ def generate_plan_path(
         raise ValueError(f"plan_path.density: expected a number in [0, 0.6], got {density!r}")
     rng = random.Random(f"plan_path/{size}/{density}/{seed}")
     min_dist = max(2, size // 2)
-    for _ in range(1000):
+    # a filter keeps a tenth of the boards or fewer (a 4x4 detour), and the test bucket a tenth
+    # of those: more draws, so a held-out seed still finds one
+    for _ in range(1000 if accept is None else 20_000):
         grid = tuple(
             "".join("#" if rng.random() < density else "." for _ in range(size))
             for _ in range(size)
@@ -273,7 +282,7 @@ def generate_plan_path(
         start, goal = rng.sample(free, 2)
         if bfs_distances(grid, goal).get(start, -1) >= min_dist:
             state = PlanPathState(grid, start, goal, rewards)
-            if board_fits_seed(state.render(), seed):
+            if board_fits_seed(state.render(), seed) and (accept is None or accept(state)):
                 return state
     raise RuntimeError(f"plan_path: no valid board for seed={seed}, size={size}, {density=}")
 

@@ -1,0 +1,345 @@
+"""Plan-Path with split information: a scout sees the walls, a planner the start and the goal.
+
+Neither half is a plan. The scout sees the board's walls (``#``) and free cells (``.``) but not
+where the walker starts or where the goal is; the planner sees the walker ``P`` and the goal
+``G`` on a grid of cells it cannot see (``?``). No program runs and no library call answers:
+what the planner needs of the walls, the scout must tell it.
+
+Turns (``max_turns``, the config's ``env.max_turns``), each ``scout`` then ``planner``:
+
+* the scout writes a message; the planner reads it in the same turn;
+* the planner either commits its move list after ``####``, which is applied from the start
+  with Plan-Path's shaped reward (``PlanPathRewards``) and ends the episode, or, before the
+  last turn, writes a message without ``####`` that the scout reads next turn. On the last
+  turn its reply is the plan whatever it holds (no list: ``no_action_penalty``).
+
+Every message stays in both agents' transcript; a teammate's reaches its reader through the
+env's ``relay`` (``teamrl.envs.messages``), which the message ablation replaces. A message is
+shown as ``[scout, turn 1]`` and the text; the label is its unused part (the control ablation
+drops it).
+
+``view`` picks the rows of a table on the same boards: ``split`` (the team above),
+``full`` (one planner that sees the whole board: the upper reference), ``scout_alone`` and
+``planner_alone`` (one agent with its own half: the floor). A lone agent commits as the
+planner does; its messages reach nobody.
+
+``detour`` (default on) keeps only boards where every path is longer than the start-goal
+Manhattan distance: some wall blocks every straight route, so the start and goal alone never
+give a plan that is sure to work (docs/plan-path-split.md has a board by hand). Boards come
+from ``plan_path.generate_plan_path`` (same seeds, same content-bucket split) and are scored by
+``PlanPathState.apply``: this module adds views, turns and messages, nothing of the game.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from teamrl.envs.base import Step, Task, register_task
+from teamrl.envs.messages import PASS_THROUGH, Message, Relay
+from teamrl.tasks.games.actions import parse_moves
+from teamrl.tasks.games.episode import check_one_agent, make_rewards, step_components
+from teamrl.tasks.games.plan_path import PlanPathRewards, PlanPathState, generate_plan_path
+from teamrl.tasks.games.seeds import example_int, example_seed, split_seeds
+from teamrl.text import clip
+
+NAME = "plan_path_split"
+
+# view -> the agents, in turn order; the last one commits the plan
+VIEWS: dict[str, tuple[str, ...]] = {
+    "split": ("scout", "planner"),
+    "full": ("planner",),
+    "scout_alone": ("scout",),
+    "planner_alone": ("planner",),
+}
+# (view, agent) -> (sees the walls, sees the start and the goal)
+SEES: dict[tuple[str, str], tuple[bool, bool]] = {
+    ("split", "scout"): (True, False),
+    ("split", "planner"): (False, True),
+    ("full", "planner"): (True, True),
+    ("scout_alone", "scout"): (True, False),
+    ("planner_alone", "planner"): (False, True),
+}
+
+RULES = """Game: Plan-Path with split information. Move the walker P from its start to the goal G
+on a square grid with walls. Row 0 is the top row, column 0 the left.
+Cells: P = walker, G = goal, # = wall, . = free cell, ? = a cell you cannot see.
+Moves: U (row - 1), D (row + 1), L (column - 1), R (column + 1). A move off the grid or into a
+wall is invalid and penalised; the walker stays where it is. Each move costs a little, moving
+closer to the goal earns a little, and reaching the goal earns a large bonus.
+A move list is a Python-style list of moves, e.g. ['R', 'R', 'D']."""
+
+ROLES = {
+    "split": {
+        "scout": "You are the scout of a two-agent team playing Plan-Path. You see the walls of "
+        "the board but not where the walker starts or where the goal is. Your teammate, the "
+        "planner, sees the start and the goal but not the walls, and gives the move list. "
+        "Tell the planner what it needs to know to find a path.",
+        "planner": "You are the planner of a two-agent team playing Plan-Path. You see where "
+        "the walker starts and where the goal is, but not the walls; your teammate, the "
+        "scout, sees them. Use what the scout tells you and give the move list after '####'.",
+    },
+    "full": {
+        "planner": "You play Plan-Path alone and see the whole board. Give the move list after "
+        "'####'.",
+    },
+    "scout_alone": {
+        "scout": "You play Plan-Path alone. You see the walls of the board but not where the "
+        "walker starts or where the goal is. Give the move list after '####'.",
+    },
+    "planner_alone": {
+        "planner": "You play Plan-Path alone. You see where the walker starts and where the "
+        "goal is, but not the walls. Give the move list after '####'.",
+    },
+}
+
+COMMIT = "####"  # before the last turn a planner's reply is a plan only with this marker
+
+
+def needs_detour(state: PlanPathState) -> bool:
+    """True when every path from the start to the goal is longer than their Manhattan
+    distance: no straight (monotone) move list gets through, so walls decide the plan."""
+    (r, c), (gr, gc) = state.pos, state.goal
+    return state.shortest_path_length > abs(r - gr) + abs(c - gc)
+
+
+def build_board(example: dict, rewards: Any = None) -> PlanPathState:
+    """The board of an example ``{"seed", "size", "density", "detour"}``."""
+    seed = example_seed(example, NAME)
+    size = example_int(example, "size", 4, NAME)
+    detour = example.get("detour", True)
+    if not isinstance(detour, bool):
+        raise ValueError(f"{NAME}.detour: expected true or false, got {detour!r}")
+    accept = needs_detour if detour else None
+    return generate_plan_path(seed, size, example.get("density", 0.3), rewards, accept)
+
+
+def view_grid(state: PlanPathState, walls: bool, ends: bool) -> str:
+    """The board as an agent sees it: walls as ``#``/``.`` or every cell ``?``; P and G
+    drawn only when ``ends``."""
+    rows = []
+    for r, row in enumerate(state.grid):
+        cells = []
+        for c, cell in enumerate(row):
+            if ends and (r, c) == state.pos:
+                cells.append("P")
+            elif ends and (r, c) == state.goal:
+                cells.append("G")
+            else:
+                cells.append(cell if walls else "?")
+        rows.append(" ".join(cells))
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One message of the transcript: who wrote it, in which turn (0-based), what."""
+
+    sender: str
+    turn: int
+    text: str
+
+    @property
+    def label(self) -> str:
+        return f"[{self.sender}, turn {self.turn + 1}]\n"
+
+
+class SplitPlanPathEnv:
+    """The env of one ``view`` (see the module docstring); ``relay`` shows each agent its
+    teammate's messages."""
+
+    def __init__(
+        self, view: str, rewards: Any, *, max_turns: int = 2, max_message_chars: int = 400
+    ) -> None:
+        if view not in VIEWS:
+            raise ValueError(f"{NAME}.view: expected one of {list(VIEWS)}, got {view!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"{NAME}.max_turns: expected an int >= 1, got {max_turns!r}")
+        if isinstance(max_message_chars, bool) or not isinstance(max_message_chars, int):
+            raise ValueError(
+                f"{NAME}.max_message_chars: expected an int, got {max_message_chars!r}"
+            )
+        if max_message_chars < 1:
+            raise ValueError(f"{NAME}.max_message_chars: expected >= 1, got {max_message_chars}")
+        self.view = view
+        self.agents = list(VIEWS[view])
+        self.turn_order = list(self.agents)
+        self.rewards = rewards
+        self.max_turns = max_turns
+        self.max_message_chars = max_message_chars
+        self.relay: Relay = PASS_THROUGH
+        self.state: PlanPathState | None = None
+        self.turn = 0
+        self.acting = 0  # index in turn_order of the agent whose step comes next
+        self.transcript: list[Note] = []
+        self.done = False
+
+    def clone(self) -> SplitPlanPathEnv:
+        """An independent copy (the board is immutable; ``apply`` copies)."""
+        new = object.__new__(SplitPlanPathEnv)
+        new.__dict__.update(self.__dict__)
+        new.transcript = list(self.transcript)
+        return new
+
+    def reset(self, example: dict) -> dict[str, str]:
+        self.state = build_board(example, self.rewards)
+        self.turn, self.acting, self.transcript, self.done = 0, 0, [], False
+        return self._observations()
+
+    def step(self, actions: dict[str, str]) -> Step:
+        if self.state is None:
+            raise RuntimeError(f"{NAME}: call reset(example) before step")
+        if self.done:
+            raise RuntimeError(f"{NAME}: the episode is over; call reset(example)")
+        agent = self.turn_order[self.acting]
+        text = check_one_agent(actions, agent, NAME)
+        last_turn = self.turn + 1 >= self.max_turns
+        if self.acting + 1 < len(self.turn_order):  # the scout of a team: a message
+            self._write(agent, text)
+            self.acting += 1
+            return self._going_on(pending=True)
+        if COMMIT in text or last_turn:
+            return self._commit(agent, text)
+        self._write(agent, text)  # the planner's message for the next turn
+        self.turn, self.acting = self.turn + 1, 0
+        return self._going_on(pending=False)
+
+    def _write(self, agent: str, text: str) -> None:
+        body = clip(text.strip(), self.max_message_chars, marker=" ...[cut]")
+        self.transcript.append(Note(agent, self.turn, body))
+
+    def _going_on(self, pending: bool) -> Step:
+        """A step that ends nothing: a message written. ``pending``: the turn's reward comes
+        with the planner's reply (AT-GRPO scores the scout's candidates by finishing the turn
+        on a copy)."""
+        return Step(
+            observations=self._observations(),
+            reward=0.0,
+            terminations={a: False for a in self.agents},
+            truncations={a: False for a in self.agents},
+            success=False,
+            pending=pending,
+        )
+
+    def _commit(self, agent: str, text: str) -> Step:
+        """The plan: applied from the start; the episode ends, solved or not."""
+        moves = parse_moves(text, False)
+        if moves is None:
+            reward, info = self.rewards.no_action_penalty, None
+        else:
+            self.state, reward, info = self.state.apply(moves)
+        self.done = True
+        solved = bool(info and info["solved"])
+        comps = step_components(f"{agent}_", info, reward)
+        comps["messages"] = float(len(self.transcript))
+        comps["commit_turn"] = float(self.turn + 1)
+        return Step(
+            observations=self._observations(),
+            reward=float(reward),
+            terminations={a: True for a in self.agents},
+            truncations={a: False for a in self.agents},
+            local_rewards={agent: float(reward)},
+            infos={"actions": moves},
+            success=solved,
+            reward_components=comps,
+        )
+
+    # --- what each agent sees ------------------------------------------------------------------
+
+    def _observations(self) -> dict[str, str]:
+        return {a: self._observation(a) for a in self.agents}
+
+    def _observation(self, agent: str) -> str:
+        walls, ends = SEES[(self.view, agent)]
+        seen = self._seen_by(agent)
+        return (
+            f"{RULES}\n\n{ROLES[self.view][agent]}\n\n"
+            f"Your view of the board ({self._what(walls, ends)}):\n"
+            f"{view_grid(self.state, walls, ends)}{self._ends_line(ends)}\n\n"
+            f"Messages so far:\n{seen}\n\n"
+            f"Turn {self.turn + 1} of {self.max_turns}. {self._ask(agent)}"
+        )
+
+    def _seen_by(self, receiver: str) -> str:
+        """The transcript as ``receiver`` is shown it: its own notes as written, each
+        teammate's through the relay (not once the episode is over: those observations reach
+        no prompt)."""
+        lines = []
+        for note in self.transcript:
+            text = note.label + note.text
+            if note.sender != receiver and not self.done:
+                text = self.relay.show(
+                    Message(note.sender, receiver, note.turn, text, "message", note.label)
+                )
+            lines.append(text)
+        return "\n".join(lines) if lines else "(none)"
+
+    @staticmethod
+    def _what(walls: bool, ends: bool) -> str:
+        if walls and ends:
+            return "the whole board"
+        if walls:
+            return "the walls; the start and the goal are hidden"
+        return "the start and the goal; every other cell is hidden"
+
+    def _ends_line(self, ends: bool) -> str:
+        if not ends:
+            return ""
+        (r, c), (gr, gc) = self.state.pos, self.state.goal
+        return f"\nThe walker P is at row {r}, column {c}; the goal G at row {gr}, column {gc}."
+
+    def _ask(self, agent: str) -> str:
+        if agent != self.turn_order[-1]:  # the scout of a team
+            return "Write your message to the planner."
+        ask = "Give the move list after '####', for example #### ['R', 'D']. It ends the game."
+        if self.turn + 1 < self.max_turns and len(self.agents) > 1:
+            ask += " Or write a message to the scout, without '####': it answers next turn."
+        return ask
+
+
+def plan_path_split_task(
+    view: str = "split",
+    size: int = 4,
+    density: float = 0.3,
+    detour: bool = True,
+    n_train: int = 10_000,
+    n_eval: int = 100,
+    n_test: int = 100,
+    max_turns: int = 2,
+    rewards: dict | None = None,
+    max_message_chars: int = 400,
+) -> Task:
+    """Plan-Path with split information (see the module docstring). ``view``: ``split``,
+    ``full``, ``scout_alone`` or ``planner_alone``; ``rewards`` overrides fields of
+    :class:`PlanPathRewards`; examples are ``{"seed", "size", "density", "detour"}`` from the
+    disjoint seed ranges (train, eval, test)."""
+    constants = make_rewards(PlanPathRewards, rewards, NAME)
+    params = {"size": size, "density": density, "detour": detour}
+    build_board({"seed": 0, **params}, constants)  # fail now, not mid-run, on bad params
+
+    def make_env() -> SplitPlanPathEnv:
+        return SplitPlanPathEnv(
+            view, constants, max_turns=max_turns, max_message_chars=max_message_chars
+        )
+
+    make_env()  # validates view, max_turns and max_message_chars
+
+    def examples(split: str, n: int) -> list[dict]:
+        return [{"seed": s, **params} for s in split_seeds(split, n)]
+
+    return Task(
+        name=NAME,
+        make_env=make_env,
+        train=examples("train", n_train),
+        eval=examples("eval", n_eval),
+        test=examples("test", n_test),
+        agents=dict(ROLES[view]),
+        description=f"Plan-Path split {size}x{size}, view {view}",
+    )
+
+
+register_task(
+    NAME,
+    "Plan-Path with split information: a scout sees the walls, a planner the start and goal; "
+    "messages, then the planner's move list (view: split, full, scout_alone, planner_alone)",
+)(plan_path_split_task)
