@@ -359,7 +359,9 @@ def test_sgd_optimizer_steps_by_minus_lr_times_the_gradient():
     from teamrl.team.optim import make_optimizer
 
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
-    pol = SimpleNamespace(name="p", agents=["alice", "bob"], parameters=lambda: [w])
+    pol = SimpleNamespace(
+        name="p", agents=["alice", "bob"], parameters=lambda: [w], model=None, adapter=None
+    )
     overrides = ["train.optim=sgd", "train.learning_rate=0.25", "train.lr_scheduler_type=constant"]
     make_optimizer(pol, load_config(None, tiny_overrides("shared", 1) + overrides))
     w.grad = torch.tensor([0.5, -4.0])

@@ -76,8 +76,10 @@ def count_steps(pol: Policy) -> None:
         group[STEPS] = group.get(STEPS, 0) + 1
 
     opt.register_step_post_hook(counted)
-    # the clock holds the optimizer only, never the model (versions keys its table on it)
-    versions.attach(pol.model, pol.adapter, lambda: optimizer_steps(opt))
+    # the clock holds the optimizer only, never the model (versions keys its table on it); a
+    # policy whose model lives in another process (None here) is versioned there
+    if pol.model is not None:
+        versions.attach(pol.model, pol.adapter, lambda: optimizer_steps(opt))
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
