@@ -16,60 +16,19 @@ import urllib.request
 import openai
 import pytest
 from helpers.apps import AGENTS, run, user
+from helpers.scripted import ADD, CALL_ADD, scripted_backend
 
 from teamrl.algorithms.app import app_rollout, episode_samples
 from teamrl.apps.task import AppEnv
 from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW
-from teamrl.generation.types import Generation
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 NEG = {"type": "function", "function": {"name": "neg", "parameters": {"type": "object"}}}
-CALL_ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
-
-
-class ScriptedBackend:
-    """Wraps an engine's backend: each request is answered with the next text of ``script``
-    (its tokens, then EOS) while there is one, else sampled by the real backend."""
-
-    def __init__(self, inner, tokenizer, eos: int):
-        self.inner, self.tok, self.eos = inner, tokenizer, eos
-        self.script: list[str] = []
-        self.sampled: list[list[int]] = []  # every completion handed out, in order
-
-    def generate(self, requests, ignore_eos=False):
-        out = []
-        for r in requests:
-            if self.script:
-                ids = self.tok(self.script.pop(0), add_special_tokens=False)["input_ids"]
-                ids = ids + [self.eos]
-                out.append([Generation(list(r.prompt_ids), ids, [-1.0] * len(ids), False)])
-            else:
-                out.extend(self.inner.generate([r], ignore_eos))
-        self.sampled += [gens[0].completion_ids for gens in out]
-        return out
-
-    def weights_changed(self, adapter):
-        self.inner.weights_changed(adapter)
 
 
 @pytest.fixture
 def scripted(team):
-    (engine,) = team.engines()  # lora: one engine for both agents
-    real = engine.backend
-    engine.backend = ScriptedBackend(real, engine.tokenizer, engine.eos_ids[0])
-    yield engine.backend
-    engine.backend = real
+    with scripted_backend(team) as backend:  # lora: one engine for both agents
+        yield backend
 
 
 def chatml(*turns: tuple[str, str]) -> str:

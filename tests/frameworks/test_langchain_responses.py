@@ -10,23 +10,9 @@ import pytest
 pytest.importorskip("langchain_openai", reason="pip install 'teamrl[apps-langgraph]'")
 
 from helpers.apps import run, tiny_cfg  # noqa: E402
-from helpers.scripted import scripted_backend  # noqa: E402
+from helpers.scripted import ADD, CALL_ADD, scripted_backend  # noqa: E402
 from langchain_core.messages import ToolMessage  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
-CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +40,7 @@ def test_chatopenai_in_responses_mode_round_trips_a_tool_call_and_streams(team, 
         return 0.0
 
     with scripted_backend(team) as scripted:
-        scripted.script = [f"Adding.\n{CALL}", "It is 5.", "Streamed text."]
+        scripted.script = [f"Adding.\n{CALL_ADD}", "It is 5.", "Streamed text."]
         (rec,) = run(team, episode)
     first = got["first"]
     assert first.text == "Adding." and first.response_metadata["status"] == "completed"
@@ -63,7 +49,7 @@ def test_chatopenai_in_responses_mode_round_trips_a_tool_call_and_streams(team, 
     prompt = team.engine_of("alice").tokenizer.decode(rec.calls[1].prompt_ids)
     assert prompt.startswith("<|im_start|>system\nUse add.\n\n# Tools")
     assert prompt.endswith(
-        f"<|im_start|>assistant\nAdding.\n{CALL}<|im_end|>\n"
+        f"<|im_start|>assistant\nAdding.\n{CALL_ADD}<|im_end|>\n"
         "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n"
     )

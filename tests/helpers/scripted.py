@@ -11,6 +11,22 @@ from contextlib import contextmanager
 
 from teamrl.generation.types import Generation
 
+# A function tool in the chat-completions shape, and a reply calling it in Qwen2.5's format
+# (the tiny agents' chat template).
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+CALL_ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+
 
 class ScriptedBackend:
     """Wraps an engine's backend; ``script``: the replies to hand out, in order."""
@@ -24,6 +40,9 @@ class ScriptedBackend:
     def generate(self, requests, ignore_eos=False):
         out = []
         for r in requests:
+            if not self.script:  # the script is spent: the real sampler answers
+                out.extend(self.inner.generate([r], ignore_eos))
+                continue
             ids = self.tok(self.script.pop(0), add_special_tokens=False)["input_ids"]
             cut = self.cut and len(ids) >= r.max_new_tokens
             ids = ids[: r.max_new_tokens] if cut else ids + [self.eos]
