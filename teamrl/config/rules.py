@@ -265,6 +265,7 @@ def _check_fidelity(cfg: Any) -> None:
     _check_critic(cfg)
     _check_async(cfg)
     _check_sharding(cfg)
+    _check_bf16(cfg)
     cap, rounds = a.importance_sampling_cap, a.max_resample_rounds
     _check(cap >= 1, "algorithm.importance_sampling_cap", cap, ">= 1")
     _check(rounds >= 0, "algorithm.max_resample_rounds", rounds, ">= 0")
@@ -330,6 +331,30 @@ def _check_sharding(cfg: Any) -> None:
             f"distributed.cpu_mmap_threshold_kib: {kib} is outside 0 .. 32768 (KiB; glibc "
             "refuses a larger mmap threshold; 0 keeps its adaptive one)"
         )
+
+
+def _check_bf16(cfg: Any) -> None:
+    """train.bf16 rounds a float32 model's frozen-base products to bf16 inside the fused LoRA
+    node (teamrl.update.lora_linear): every other setting would leave it doing nothing."""
+    t, m = cfg.train, cfg.model
+    if not t.bf16:
+        return
+    why = None
+    if m.dtype != "float32":
+        why = f"model.dtype is {m.dtype!r}: its products are in that dtype already"
+    elif cfg.team.policies != "lora" and not m.use_peft:
+        why = (
+            f"team.policies={cfg.team.policies!r} trains every weight: a bf16 copy of the base "
+            "needs a frozen base (team.policies=lora or model.use_peft=true)"
+        )
+    elif not t.fused_lora:
+        why = "train.fused_lora=false runs PEFT's forward, which it does not reach"
+    elif t.one_pass_lora:
+        why = "train.one_pass_lora routes the adapters in one pass, which it does not reach"
+    elif cfg.distributed.sharding != "none":
+        why = f"distributed.sharding={cfg.distributed.sharding!r} keeps PEFT's forward"
+    if why:
+        raise ConfigError(f"train.bf16: true needs a float32 model with fused LoRA; {why}")
 
 
 def _check_critic(cfg: Any) -> None:

@@ -248,6 +248,18 @@ class TrainConfig:
         "its backward written out, instead of PEFT's five ops (teamrl.update.lora_linear). "
         "The same function; False runs PEFT's forward.",
     )
+    bf16: bool = _f(
+        False,
+        "Mixed precision for the update (TrainingArguments' name) on a float32 model with "
+        "LoRA adapters: each adapted linear's products in bfloat16 on a bf16 copy of its "
+        "frozen base weight (inputs and incoming gradients rounded to bf16 at the layer, "
+        "float32 accumulation), the residual stream, norms, attention, logits, adapters and "
+        "optimizer in float32 (teamrl.update.lora_linear). Sampling stays float32, so the "
+        "importance-sampling correction turns on (algorithm.importance_sampling_correction "
+        "auto). Faster where the CPU multiplies bf16 natively (AVX512-BF16, AMX); costs half "
+        "the adapted weights' float32 bytes of memory. Needs model.dtype=float32, "
+        "team.policies=lora or model.use_peft, train.fused_lora and not one_pass_lora.",
+    )
     one_pass_lora: bool = _f(
         False,
         "team.policies=lora: update every agent's adapter in one forward/backward over all "

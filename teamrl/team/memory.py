@@ -56,7 +56,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     beta > 0 without LoRA adds a frozen reference copy. Sampling on CPU in float32 with
     ``generation.cpu_prepack`` adds one packed copy of the linear weights: kept for the run when
     they are frozen (the LoRA base, counted in weights), rebuilt at each rollout otherwise
-    (counted in generation).
+    (counted in generation). ``train.bf16`` adds the update's bf16 copy of the adapted base
+    weights (``bf16_copy_elements``).
 
     generation: rows = prompts_per_step * agents * G (AT-GRPO/GRPO: K), times the tree's
     branching at the deepest MAGRPO level. Every row holds its own KV cache,
@@ -93,6 +94,8 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
             optimizer += per_trainable * s["params"] * nbytes
             if a.beta > 0:
                 weights += s["params"] * nbytes
+        if lora and t.bf16:  # the update's bf16 copy of the adapted base weights
+            weights += bf16_copy_elements(s, cfg.model.lora_target_modules) * 2
         if packs and lora:
             weights += s["params"] * 4
         elif packs:
@@ -121,6 +124,27 @@ def estimate_memory(cfg: Config, models: dict[str, Any], prompt_len: int) -> Est
     if budget is not None and tokens > budget:  # a chunk holds the budget, or one sample
         training *= max(budget, seq) / tokens
     return Estimate(weights, optimizer, generation, training, rows, seq)
+
+
+# The weight of each LoRA target of a llama-shaped layer, in units of the layer's sizes
+# (hidden h, the k/v width kv, the MLP's inter i): q and o are h x h, k and v h x kv, the MLP's
+# three h x i. A target of another name counts 0 (the estimate errs low).
+_TARGET_SIZE = {
+    "q_proj": lambda s: s["hidden"] ** 2,
+    "o_proj": lambda s: s["hidden"] ** 2,
+    "k_proj": lambda s: s["hidden"] * s["kv_dim"],
+    "v_proj": lambda s: s["hidden"] * s["kv_dim"],
+    "gate_proj": lambda s: s["hidden"] * s["inter"],
+    "up_proj": lambda s: s["hidden"] * s["inter"],
+    "down_proj": lambda s: s["hidden"] * s["inter"],
+}
+
+
+def bf16_copy_elements(shape: dict[str, int], targets: list[str]) -> int:
+    """Elements of train.bf16's copy of the adapted base weights (teamrl.update.lora_linear):
+    every layer's LoRA targets."""
+    per_layer = sum(_TARGET_SIZE[t](shape) for t in set(targets) if t in _TARGET_SIZE)
+    return shape["layers"] * per_layer
 
 
 def _packs_weights(cfg: Config) -> bool:

@@ -207,7 +207,9 @@ def update_policy(
     fuse = settings.fused_lora and not pol.sharded
     skipped, stepped = 0, False
     packed = packed_forward(pol.model) if settings.padding_free else nullcontext()
-    with fused_lora(pol.model, settings.lora_compute_dtype) if fuse else nullcontext(), packed:
+    base_dtype = torch.bfloat16 if settings.bf16 else None  # train.bf16
+    fused = fused_lora(pol.model, settings.lora_compute_dtype, base_dtype)
+    with fused if fuse else nullcontext(), packed:
         take_old_logprobs(run, passes)
         for it, minibatches in enumerate(passes):
             for j, mb in enumerate(minibatches):

@@ -30,6 +30,7 @@ class UpdateSettings:
     nan_policy: str  # a non-finite loss: 'error' raises, 'skip' drops the step and counts it
     fused_lora: bool  # each plain LoRA linear as one autograd node (teamrl.update.lora_linear)
     lora_compute_dtype: str  # the LoRA branch in the model's dtype ('model') or the adapters'
+    bf16: bool  # adapted linears' products in bf16 on a float32 model (train.bf16)
     disable_dropout: bool  # p = 0: the ratio compares the same function on both sides
     mask_truncated_completions: bool  # completions cut without EOS give no loss (DAPO)
     truncated_scoring: bool  # score under the sampler's top-k/top-p set: pi_old equals q
@@ -46,7 +47,9 @@ class UpdateSettings:
 
 def sampler_in_other_dtype(cfg: Config) -> bool:
     """The hf sampler runs a copy of the weights in another dtype than the trainer's
-    (generation.sampler_dtype): its log-probs are not the trainer's."""
+    (generation.sampler_dtype): its log-probs are not the trainer's. (train.bf16 is the
+    mirror case, the trainer's products in bf16 and the sampler's in float32: update_settings
+    counts it too.)"""
     g = cfg.generation
     return g.backend == "hf" and g.sampler_dtype not in ("model", cfg.model.dtype)
 
@@ -68,6 +71,7 @@ def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
         nan_policy=t.nan_policy,
         fused_lora=t.fused_lora,
         lora_compute_dtype=cfg.model.lora_compute_dtype,
+        bf16=t.bf16,
         disable_dropout=a.disable_dropout,
         mask_truncated_completions=a.mask_truncated_completions,
         truncated_scoring=a.truncated_scoring,
@@ -76,7 +80,7 @@ def update_settings(cfg: Config, agents: list[str]) -> UpdateSettings:
             list(top_p.values()),
             list(top_k.values()),
             cfg.generation.backend,
-            other_dtype=sampler_in_other_dtype(cfg),
+            other_dtype=sampler_in_other_dtype(cfg) or t.bf16,
         ),
         importance_sampling_mode=a.importance_sampling_mode,
         importance_sampling_cap=a.importance_sampling_cap,
