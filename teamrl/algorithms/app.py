@@ -179,7 +179,18 @@ def no_group_message(records: list[EpisodeRecord], n_samples: int) -> str:
 
 
 def summary(rec: EpisodeRecord) -> dict:
+    """The episode as evaluation reads it. Its components (means over the evaluated episodes in
+    ``teamrl eval``'s report) say what the team reward alone hides: ``local/<agent>``, the
+    agent's local reward, and ``tool_calls/<agent>``, the share of the agent's calls that
+    offered tools whose reply carried a valid tool call (no entry where none offered tools)."""
     outcome = Outcome(turns=len(rec.calls), team_return=rec.team_reward)
+    for a, v in rec.local_rewards.items():
+        outcome.components[f"local/{a}"] = [float(v)]
+    for c in rec.calls:
+        if c.tools_offered:
+            outcome.components.setdefault(f"tool_calls/{c.agent}", []).append(
+                float(c.tool_calls > 0)
+            )
     return episode_summary(rec.problem, outcome, rec.team_reward, episode=rec.index)
 
 

@@ -7,9 +7,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from teamrl.algorithms.app import check_one_call_each, drop_small_groups, episode_samples
+from teamrl.algorithms.app import (
+    check_one_call_each,
+    drop_small_groups,
+    episode_samples,
+    summary,
+)
 from teamrl.apps.episodes import EpisodeRecord, Served
 from teamrl.credit.advantages import compute_advantages
+from teamrl.evaluation import summarise
 from teamrl.generation import Generation
 from teamrl.rollout.common import RewardError
 
@@ -72,3 +78,24 @@ def test_joint_groups_need_one_call_per_agent():
     check_one_call_each(one_each, ["alice", "bob"])
     got = [s for rec in one_each for s in episode_samples(TEAM, rec, "joint", 1.0, False)]
     assert [s.group for s in got] == [(5, 0, "root", "alice"), (5, 0, "root", "bob")] * 2
+
+
+def test_an_episodes_summary_carries_its_tool_call_share_and_local_rewards():
+    # evaluation reads these components: alice was offered tools in 3 calls and called one in
+    # 2 of them (2/3); bob was offered none (no entry); alice's local reward is a component
+    rec = EpisodeRecord(7, 0, 2, [served("alice", k, k) for k in range(3)] + [served("bob", 0, 3)])
+    rec.calls[0].tools_offered, rec.calls[0].tool_calls = True, 2  # a parallel call: one reply
+    rec.calls[1].tools_offered = True  # offered, answered in text
+    rec.calls[2].tools_offered, rec.calls[2].tool_calls = True, 1
+    rec.team_reward, rec.local_rewards = 1.5, {"alice": 0.25}
+    got = summary(rec)
+    assert got["components"] == {"local/alice": 0.25, "tool_calls/alice": 2 / 3}
+    assert (got["problem"], got["episode"], got["team_return"], got["turns"]) == (7, 2, 1.5, 4)
+    # and the eval report's components are their means over the evaluated episodes
+    plain = summary(EpisodeRecord(8, 1, 0, [served("alice", 0, 0)]))
+    plain_offered = EpisodeRecord(8, 1, 0, [served("alice", 0, 0)])
+    plain_offered.calls[0].tools_offered = True
+    report = summarise([got, summary(plain_offered)], [], [])
+    assert report["components/tool_calls/alice"] == pytest.approx((2 / 3 + 0.0) / 2)
+    assert report["components/local/alice"] == 0.25  # only the episode that had one
+    assert plain["components"] == {}
