@@ -185,3 +185,97 @@ def test_the_plan_agent_reads_the_tool_report_and_later_proposals_through_the_re
         ("report", 1),
     ]
     assert seen[0].unused == report[: report.index("The code ")]
+
+
+class Marking:
+    """A relay that records each message and shows its channel in its place."""
+
+    def __init__(self):
+        self.seen: list[Message] = []
+
+    def show(self, message: Message) -> str:
+        self.seen.append(message)
+        return f"<{message.channel}>"
+
+
+def test_the_math_reasoner_and_tool_read_each_other_through_the_relay():
+    from teamrl.sandbox import ExecResult
+    from teamrl.tasks.math.env import MathEnv, MathEnvConfig
+
+    printed = {"print(6 * 8)": ExecResult("48\n", "", 0, False, None, 0.01)}
+    example = {"question": "Compute 6 x 7.", "answer": "42"}
+    fence = "```python\nprint(6 * 8)\n```"
+    obs, relays = {}, {}
+    for name in ("plain", "marked"):
+        env = MathEnv(MathEnvConfig(mode="sequential", max_turns=2), runner=printed.__getitem__)
+        if name == "marked":
+            env.relay = relays[name] = Marking()
+        env.reset(example)
+        first = env.step({"tool": fence}).observations
+        second = env.step({"reasoner": r"\boxed{42}"}).observations  # 48 vs 42: turn 2
+        third = env.step({"tool": fence}).observations
+        env.step({"reasoner": r"\boxed{42}"})  # out of turns: nothing more is shown
+        obs[name] = (first, second, third)
+    (p1, p2, p3), (m1, m2, _) = obs["plain"], obs["marked"]
+    report = p1["reasoner"].split("(it may be wrong):\n")[1].split("\n\nSolve")[0]
+    assert report.startswith("Program:\n```python\nprint(6 * 8)\n```\nRun: ok.")
+    assert report.endswith("Program's answer: 48")
+    assert m1["reasoner"] == p1["reasoner"].replace(report, "<report>")
+    assert m1["tool"] == p1["tool"]  # the tool reads no message in turn 1
+    # turn 2: each is shown its own attempt as it was, the other's through the relay
+    assert m2["tool"] == p2["tool"].replace("Reasoner's answer: 42", "Reasoner's answer: <history>")
+    assert report in m2["tool"]
+    assert m2["reasoner"] == p2["reasoner"].replace(report, "<history>", 1)
+    assert "Reasoner's answer: 42" in m2["reasoner"]
+    seen = [(m.sender, m.receiver, m.turn, m.channel) for m in relays["marked"].seen]
+    assert seen == [
+        ("tool", "reasoner", 0, "report"),  # turn 1, the tool's step
+        ("reasoner", "tool", 0, "history"),  # the reasoner's step closes turn 1
+        ("tool", "reasoner", 0, "history"),
+        ("reasoner", "tool", 0, "history"),  # turn 2, the tool's step
+        ("tool", "reasoner", 0, "history"),
+        ("tool", "reasoner", 1, "report"),
+    ]
+    first_report = relays["marked"].seen[0]
+    assert first_report.text == report and first_report.unused == report.split("Run:")[0]
+    assert "<" not in p3["reasoner"]  # the plain env shows everything as written
+
+
+def test_the_coder_and_tester_read_each_other_through_the_relay():
+    from teamrl.tasks.coding.coder_tester import CodeContestConfig, CoderTesterEnv
+
+    row = {
+        "question": "Read two integers a and b and print a + b.",
+        "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"}],
+        "solution": "a, b = map(int, input().split())\nprint(a + b)\n",
+    }
+    wrong = "a, b = map(int, input().split())\nprint(a * b)\n"
+    cases = "<input>\n1 2\n</input>\n<output>\n3\n</output>"
+    obs, relays = {}, {}
+    for name in ("plain", "marked"):
+        env = CoderTesterEnv(CodeContestConfig(max_turns=2, max_tests=2))
+        if name == "marked":
+            env.relay = relays[name] = Marking()
+        env.reset(row)
+        first = env.step({"coder": f"```python\n{wrong}```"}).observations
+        second = env.step({"tester": cases}).observations
+        env.step({"coder": f"```python\n{wrong}```"})
+        env.step({"tester": cases})  # out of turns: nothing more is shown
+        obs[name] = (first, second)
+    (p1, p2), (m1, m2) = obs["plain"], obs["marked"]
+    program = relays["marked"].seen[0].text  # the program as the env committed it
+    assert program.strip() == wrong.strip()
+    assert m1["tester"] == p1["tester"].replace(program, "<program>")
+    assert m1["coder"] == p1["coder"]  # before any cases, the coder reads no message
+    report = p2["coder"].split("what your program did:\n\n")[1].split("\n\nThe teammate's")[0]
+    assert "1 2" in report and "FAILED" in report
+    assert m2["coder"] == p2["coder"].replace(report, "<cases>")
+    assert m2["tester"] == p2["tester"].replace(program, "<program>")
+    seen = [(m.sender, m.receiver, m.turn, m.channel) for m in relays["marked"].seen]
+    assert seen == [
+        ("coder", "tester", 0, "program"),  # the coder's step
+        ("tester", "coder", 0, "cases"),  # the tester's step closes turn 1
+        ("coder", "tester", 0, "program"),
+        ("tester", "coder", 0, "cases"),  # turn 2, the coder's step
+        ("coder", "tester", 1, "program"),
+    ]

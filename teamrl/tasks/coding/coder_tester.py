@@ -27,6 +27,11 @@ on every step that runs a program (the coder's step and the tester's, or the joi
 says whether the coder's latest program passes *all* ground-truth tests, whatever the
 agents agreed on; so an episode cut short by the trainer still has an outcome.
 
+What an agent is shown of its teammate's work goes through the env's ``relay``
+(``teamrl.envs.messages``: as written, unless the message ablation replaces it): the coder's
+program as the tester is shown it, the tester's cases (with the coder's program's outputs on
+them) as the coder is shown them.
+
 Data loads when a task is built, never at import.
 """
 
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
+from teamrl.envs.messages import PASS_THROUGH, Message, Relay
 from teamrl.errors import ConfigError
 from teamrl.tasks.coding.code_text import extract_code
 from teamrl.tasks.coding.contest_data import STDIO_SOURCES, load_livecodebench, stdio_task_splits
@@ -132,6 +138,10 @@ class CoderTesterEnv:
     _case_runs: list[StdioResult] = field(default_factory=list, repr=False)
     _full_pass: dict[str, bool] = field(default_factory=dict, repr=False)  # program -> all GT
     _episode_judge: str | None = field(default=None, repr=False)
+    _program_turn: int = field(default=0, repr=False)  # the turn the program was written in
+    _cases_turn: int = field(default=0, repr=False)  # the turn the cases were written in
+    _done: bool = field(default=False, repr=False)
+    relay: Relay = field(default=PASS_THROUGH, repr=False)  # what each sees of the other's work
 
     def __post_init__(self) -> None:
         # The rollout reads turn_order: present means sequential (AT-GRPO), None simultaneous.
@@ -153,6 +163,8 @@ class CoderTesterEnv:
         self._program, self._pass_ratio = "", 0.0
         self._cases, self._case_runs = [], []
         self._full_pass, self._episode_judge = {}, None
+        self._program_turn = self._cases_turn = 0
+        self._done = False
         return self._observations()
 
     # -- prompts ----------------------------------------------------------------------
@@ -171,12 +183,11 @@ class CoderTesterEnv:
         )
         if not self._program:
             return f"{self._problem()}\n\n{ask}"
-        report = _case_report(self._cases, self._case_runs, "your program's")
-        tests = (
-            f"A teammate's test cases and what your program did:\n\n{report}"
-            if self._cases
-            else "Your teammate wrote no readable test cases."
-        )
+        tests = "Your teammate wrote no readable test cases."
+        if self._cases:
+            report = _case_report(self._cases, self._case_runs, "your program's")
+            report = self._shown("tester", "coder", self._cases_turn, report, "cases")
+            tests = f"A teammate's test cases and what your program did:\n\n{report}"
         return (
             f"{self._problem()}\n\nYour previous program:\n```python\n{self._program}\n```\n\n"
             f"{tests}\n\nThe teammate's expected outputs may be wrong. If your program is "
@@ -200,7 +211,8 @@ class CoderTesterEnv:
             if simultaneous
             else "The teammate's current program"
         )
-        parts = [self._problem(), f"{which}:\n```python\n{self._program}\n```"]
+        program = self._shown("coder", "tester", self._program_turn, self._program, "program")
+        parts = [self._problem(), f"{which}:\n```python\n{program}\n```"]
         if self._cases:
             report = _case_report(self._cases, self._case_runs, "program")
             parts.append(f"Your previous test cases, run on the teammate's program:\n\n{report}")
@@ -210,6 +222,13 @@ class CoderTesterEnv:
             f"mistakes in the teammate's program.\n{TEST_CASE_FORMAT}"
         )
         return "\n\n".join(parts)
+
+    def _shown(self, sender: str, receiver: str, turn: int, text: str, channel: str) -> str:
+        """``text``, ``sender``'s work, as the relay shows it to ``receiver`` (not once the
+        episode is over: those prompts are never read, so they show no message)."""
+        if self._done:
+            return text
+        return self.relay.show(Message(sender, receiver, turn, text, channel))
 
     # -- stepping ---------------------------------------------------------------------
 
@@ -252,7 +271,7 @@ class CoderTesterEnv:
     def _run_program(self, text: str) -> float:
         """Commit the coder's program; its pass ratio on the first ``max_tests`` GT tests."""
         cfg = self.config
-        self._program = extract_code(text)
+        self._program, self._program_turn = extract_code(text), self._turn
         ratio, _ = stdio_pass_ratio(
             self._program, self._gt()[: cfg.max_tests], timeout_s=cfg.timeout_s, runner=self.runner
         )
@@ -276,6 +295,7 @@ class CoderTesterEnv:
             runner=self.runner,
         )
         self._cases, self._case_runs = list(cases), verdict.program_outputs
+        self._cases_turn = self._turn
         local = verdict.correctness + cfg.discrimination_weight * verdict.discrimination
         components = {
             "coder_pass_ratio": self._pass_ratio,
@@ -330,6 +350,7 @@ class CoderTesterEnv:
         self._turn += 1
         agreed = components["agreement"] == 1.0
         out_of_turns = self._turn >= self.config.max_turns and not agreed
+        self._done = agreed or out_of_turns
         return Step(
             observations=self._observations(),
             reward=self._pass_ratio,

@@ -10,6 +10,9 @@ shows the tool's program and its output from the same turn. ``mode="simultaneous
 (MAGRPO) has no ``turn_order``: both act in one ``step`` and see each other only from the
 next turn on. From turn 2, every observation shows both agents' earlier attempts (the
 tool's program, output and answer; the reasoner's answer), never whether they were right.
+What an agent is shown of its teammate's work goes through the env's ``relay``
+(``teamrl.envs.messages``: as written, unless the message ablation replaces it); the tool's
+program is the unused part of its report (the run's output and answer follow it).
 
 Rewards (ours; cf. the reference's math rewards):
     tool local      +1 if the program runs and its printed answer equals the gold answer,
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
+from teamrl.envs.messages import PASS_THROUGH, Message, Relay
 from teamrl.errors import ConfigError
 from teamrl.tasks.math.answers import extract_answer, extract_boxed
 from teamrl.tasks.math.data import LOADERS, ArithmeticConfig, arithmetic_problems
@@ -174,6 +178,7 @@ class MathEnv:
         if "tool" in self.agents and self.config.mode == "sequential":
             self.turn_order = ["tool", "reasoner"]
         self.runner = runner if runner is not None else SandboxRunner(self.config.limits)
+        self.relay: Relay = PASS_THROUGH  # what an agent is shown of its teammate's work
         self._example: dict | None = None
         self._turns: list[dict] = []  # completed turns: {agent: record}
         self._pending: dict[str, dict] = {}  # records of the turn in progress
@@ -342,35 +347,47 @@ class MathEnv:
     def _observations(self) -> dict[str, str]:
         return {agent: self._prompt(agent) for agent in self.agents}
 
-    def _tool_text(self, record: dict) -> str:
+    def _tool_text(self, record: dict) -> tuple[str, str]:
+        """The tool's report (its program, the run's status and output, its answer) and the
+        report's program part ("" with no program)."""
         n = self.config.feedback_chars
         if record["code"] is None:
-            return "The programmer gave no ```python code block."
+            return "The programmer gave no ```python code block.", ""
         output = record["stdout"].strip() or "(no output)"
         if record["stderr"].strip() and record["answer"] is None:
             output += "\nstderr:\n" + record["stderr"].strip()
+        program = f"Program:\n```python\n{_clip(record['code'], n)}\n```\n"
         return (
-            f"Program:\n```python\n{_clip(record['code'], n)}\n```\n"
-            f"Run: {record['status']}. Output:\n```\n{_clip(output, n)}\n```\n"
+            program + f"Run: {record['status']}. Output:\n```\n{_clip(output, n)}\n```\n"
             f"Program's answer: {record['answer'] if record['answer'] is not None else 'none'}"
-        )
+        ), program
 
-    def _history_text(self) -> str:
+    def _shown(self, sender: str, receiver: str, turn: int, text: str, channel: str, unused=""):
+        """What ``receiver`` is shown of ``sender``'s ``text``: its own work as it is, a
+        teammate's through the relay (not once the episode is over: those prompts are never
+        read, so they show no message)."""
+        if sender == receiver or self._done:
+            return text
+        return self.relay.show(Message(sender, receiver, turn, text, channel, unused))
+
+    def _history_text(self, receiver: str) -> str:
         lines = ["Earlier attempts (they may be wrong):"]
         for k, turn in enumerate(self._turns, start=1):
             lines.append(f"--- Turn {k} ---")
             if "tool" in turn:
-                lines.append(self._tool_text(turn["tool"]))
+                report, program = self._tool_text(turn["tool"])
+                lines.append(self._shown("tool", receiver, k - 1, report, "history", program))
             answer = turn["reasoner"]["answer"]
+            answer = answer if answer is not None else "none (no final answer)"
             lines.append(
-                f"Reasoner's answer: {answer if answer is not None else 'none (no final answer)'}"
+                "Reasoner's answer: " + self._shown("reasoner", receiver, k - 1, answer, "history")
             )
         return "\n".join(lines)
 
     def _prompt(self, agent: str) -> str:
         parts = [f"Problem:\n{self._example['question']}"]
         if self._turns:
-            parts.append(self._history_text())
+            parts.append(self._history_text(agent))
         if agent == "tool":
             parts.append(
                 "Write a Python 3 program (standard library only) that solves the problem and "
@@ -383,10 +400,9 @@ class MathEnv:
             )
             return "\n\n".join(parts)
         if "tool" in self._pending:  # sequential: the tool already acted this turn
-            parts.append(
-                "Your teammate's program for this turn (it may be wrong):\n"
-                + self._tool_text(self._pending["tool"])
-            )
+            report, program = self._tool_text(self._pending["tool"])
+            shown = self._shown("tool", agent, len(self._turns), report, "report", program)
+            parts.append("Your teammate's program for this turn (it may be wrong):\n" + shown)
         parts.append(
             "Solve the problem step by step and give the final answer as \\boxed{...}."
             if not self._turns
