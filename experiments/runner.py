@@ -233,12 +233,14 @@ def _run_one(
     from teamrl.trainer import Trainer
 
     t0 = time.perf_counter()
+    import_table_tasks(table)
     overrides = run_overrides(table, condition, seed, runs_dir, tune)
     cfg = load_config(table.config, overrides)
     trainer = Trainer(cfg)
     check_held_out(trainer.task, table.test_problems)
     before = outputs(trainer, table.sample_outputs, split) if table.sample_outputs else []
     curve: list[dict] = []
+    warned: list[dict] = []  # the run's NotLearningWarnings, as its metrics.jsonl logged them
     trained_dir = None
     if condition.from_run:  # evaluate another condition's trained run (e.g. swapped policies)
         trained_dir = reused_run_dir(table, condition, seed, runs_dir, tune)
@@ -263,9 +265,10 @@ def _run_one(
         trainer.train(resume=latest is not None)
         trained_dir = trainer.run_dir
     if trained_dir is not None:
-        curve = [
-            {k: v for k, v in m.items() if isinstance(v, int | float)}
-            for m in read_metrics(trained_dir)
+        rows = read_metrics(trained_dir)
+        curve = [{k: v for k, v in m.items() if isinstance(v, int | float)} for m in rows]
+        warned = [
+            {"step": m.get("step"), "warnings": m["warnings"]} for m in rows if m.get("warnings")
         ]
     if condition.swap:  # route each agent to another agent's trained policy at test time
         trainer.team.policy_of = swapped(trainer.team.policy_of, condition.swap)
@@ -292,6 +295,7 @@ def _run_one(
         "splits": table.splits,
         "split_sizes": {s: len(getattr(trainer.task, s) or []) for s in ("train", "eval", "test")},
         "curve": curve,
+        "warnings": warned,
         "test": {k: v for k, v in test.items() if isinstance(v, int | float | str | None)},
         "outputs_before": before,
         "outputs_after": after,
@@ -303,6 +307,14 @@ def _run_one(
     del trainer
     gc.collect()  # optimizer/scheduler reference cycles otherwise keep old models alive
     return record
+
+
+def import_table_tasks(table: Table) -> None:
+    """Import the modules or files (relative to the repository) that register the table's
+    task, as ``--import`` does on the command line."""
+    from teamrl.plugins import import_tasks
+
+    import_tasks([str(ROOT / spec) if spec.endswith(".py") else spec for spec in table.imports])
 
 
 def run_table(
@@ -329,6 +341,7 @@ def run_table(
             if dry_run:
                 from teamrl.config import load_config
 
+                import_table_tasks(table)
                 load_config(table.config, run_overrides(table, cond, seed, runs_dir, tune))
                 log(f"would run {cond.name} seed {seed} -> {path}")
                 continue
@@ -440,6 +453,23 @@ def per_seed(table: Table, records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def warnings_line(records: list[dict]) -> str:
+    """Which runs printed a ``teamrl: warning:`` line (teamrl.run.watch) while training, and
+    what it said; records written before the runner kept warnings are counted as unknown."""
+    known = [r for r in records if "warnings" in r]
+    warned = [r for r in known if r["warnings"]]
+    head = f"Training warnings: {len(warned)} of {len(known)} runs warned"
+    if len(known) < len(records):
+        head += f" ({len(records) - len(known)} records older than the runner's warning log)"
+    lines = [head + ("." if not warned else ":")]
+    for r in sorted(warned, key=lambda r: (r["condition"], r["seed"])):
+        first = r["warnings"][0]
+        lines.append(
+            f"- {r['condition']} seed {r['seed']}, step {first['step']}: {first['warnings'][0]}"
+        )
+    return "\n".join(lines)
+
+
 def plot_curves(table: Table, records: list[dict], path: Path) -> list[Path]:
     """One PNG per curve metric: mean over seeds per step, a band of mean ± std over seeds."""
     import matplotlib
@@ -495,6 +525,7 @@ def report(table: Table, out_dir: Path, command: str = "") -> tuple[Path, list[P
     text = (
         f"# {table.name}\n\n{table.description}\n\n{md}\n\n"
         + (f"{per_seed(table, records)}\n\n" if records else "")
+        + (f"{warnings_line(records)}\n\n" if records else "")
         + f"Evaluated on the {' + '.join(splits) or 'test'} split: {'/'.join(map(str, sizes))} "
         f"problems, one greedy episode each"
         + (f" plus {table.eval_samples} sampled" if table.eval_samples else "")

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Table:
     test_outputs: bool = False
     notes: str = ""
     extra: dict = field(default_factory=dict)
+    # modules or .py files (relative to the repository) that register the table's task, as
+    # ``teamrl train --import`` does: an example app's task lives in its own file
+    imports: tuple[str, ...] = ()
 
 
 def agent(
@@ -564,6 +570,12 @@ DEMO_WRITERS_V1 = (
     f"team.agents=[{agent('concise', 64, temperature=0.7)}, "
     f"{agent('detailed', 64, temperature=0.7)}]"
 )
+# ... and the demo's held-out posts then: the first 16 test posts (all 24 since).
+DEMO_SPLITS_V1 = {
+    "train": "offline TLDR train posts (96, teamrl.tasks.writing.data.offline_texts)",
+    "validation": "the offline eval posts (24): the only split used to choose settings",
+    "test": "the first 16 offline test posts, what make demo reported",
+}
 TLDR_BASE = (  # the held-out TLDR split, evaluated only at the end, checkpoints every 5 steps
     DEMO_WRITERS_V1,
     "env.name=tldr_heldout",
@@ -762,6 +774,32 @@ _add(
     )
 )
 
+# math_arith's trained teams scored with the message ablation (issue 55): the reasoner reads the
+# tool's report (program, run, output, answer) in the same turn; the control drops the program.
+_add(
+    Table(
+        name="math_messages",
+        description="math_arith's teams scored with the tool's report to the reasoner emptied, "
+        "swapped with another problem's, or without its program (the control).",
+        config=TABLES["math_arith"].config,
+        base=(*TABLES["math_arith"].base, MESSAGE_ABLATION),
+        conditions=(
+            Condition("untrained_team", (), train=False),
+            *(
+                Condition(c.name, c.overrides, from_run=f"math_arith:{c.name}")
+                for c in TABLES["math_arith"].conditions
+                if c.train
+            ),
+        ),
+        splits=TABLES["math_arith"].splits,
+        test_problems=64,
+        metrics=("greedy/accuracy", *ablation_metrics()),
+        notes="The reasoner reads the tool's report (its program, the run's status and output, "
+        "the program's answer); the control drops the program, whose output and answer the "
+        "report also shows. Evaluates math_arith's runs: run that table's seeds first.",
+    )
+)
+
 
 # --- the demo (make demo) ---------------------------------------------------------------------
 
@@ -780,9 +818,9 @@ _add(
         splits={
             "train": "offline TLDR train posts (96, teamrl.tasks.writing.data.offline_texts)",
             "validation": "the offline eval posts (24): the only split used to choose settings",
-            "test": "the first 16 offline test posts, what make demo reports",
+            "test": "the 24 offline test posts, what make demo reports",
         },
-        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
+        test_problems=24,  # teamrl.commands.quickstart.HELD_OUT_POSTS
         metrics=TLDR_LEVELS,  # the same task and reward levels as the TLDR table
         sample_outputs=2,
         test_outputs=True,
@@ -805,8 +843,8 @@ _add(
             Condition("sync", ("algorithm.max_staleness=0",)),
             Condition("async_staleness_1", ("algorithm.max_staleness=1",)),
         ),
-        splits=TABLES["quickstart_seeds"].splits,
-        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
+        splits=DEMO_SPLITS_V1,
+        test_problems=16,  # the demo's held-out posts with DEMO_WRITERS_V1
         metrics=TLDR_LEVELS,
         curve_metrics=("reward/mean", "async/staleness"),
         notes="The same seed draws the same first batch in both conditions; from step 2 on the "
@@ -839,8 +877,8 @@ _add(
             Condition("native", (), threads=2),
             Condition("endpoint", ENDPOINT, threads=2),
         ),
-        splits=TABLES["quickstart_seeds"].splits,
-        test_problems=16,  # teamrl.commands.quickstart.HELD_OUT_POSTS
+        splits=DEMO_SPLITS_V1,
+        test_problems=16,  # the demo's held-out posts with DEMO_WRITERS_V1
         metrics=("greedy/reward",),
         sample_outputs=2,
         test_outputs=True,
@@ -958,6 +996,48 @@ _add(
         "aux that returns and compiles, main the leveled reward of its own text without the "
         "helper (helper_main.own_rewards), alpha 0. The untrained team is greedy, so its rows "
         "are the same for every seed.",
+    )
+)
+
+
+# --- a tool-using team trained through the endpoint (issue 54) ---------------------------------
+#
+# examples/agents_sdk_app.py: a solver that must call a `multiply` function tool and then answer,
+# and a checker, as OpenAI Agents SDK agents on the SDK's default model class (the Responses
+# API), their calls batched by the endpoint; the solver's calls grouped per call index. Needs
+# `pip install 'teamrl[apps-agents]'`. The components say what the reward hides: how often the
+# solver's replies carry a valid tool call, and how often the checker is right.
+_add(
+    Table(
+        name="agents_sdk_tools",
+        description="A solver that must call a multiply function tool, and a checker, as "
+        "OpenAI Agents SDK agents trained through the endpoint (examples/agents_sdk_app.py): "
+        "held-out greedy team reward, the share of the solver's replies with a valid tool "
+        "call and the checker's accuracy, before and after training.",
+        config=str(REPO / "examples" / "agents_sdk_app.yaml"),
+        imports=("examples/agents_sdk_app.py",),
+        base=("log.progress_bar=false", "log.save_steps=5"),
+        conditions=(
+            Condition("untrained", (), train=False),
+            Condition("trained", ()),
+        ),
+        splits={
+            "train": "512 pairs of two-digit numbers (examples/agents_sdk_app.py problems())",
+            "validation": "32 other pairs: the only split used to choose settings",
+            "test": "32 pairs in neither",
+        },
+        test_problems=32,
+        metrics=(
+            "greedy/reward",
+            "components/tool_calls/solver",
+            "components/local/checker",
+        ),
+        sample_outputs=2,
+        test_outputs=True,
+        extra={"baseline": "untrained"},
+        notes="The untrained team is greedy, so its row is the same for every seed. No native "
+        "env runs this task (a function tool called through the chat API): the endpoint is "
+        "the only way to train it.",
     )
 )
 

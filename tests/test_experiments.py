@@ -284,6 +284,22 @@ def test_per_seed_report_counts_rises_against_the_baseline_by_hand():
     assert "Change against" not in per_seed(_table(("greedy/reward",)), records)
 
 
+def test_the_table_says_which_runs_warned_by_hand():
+    from experiments.runner import warnings_line
+
+    said = "every completion of agent 'b' was cut at max_completion_length=8 for 3 steps"
+    records = [
+        {"condition": "trained", "seed": 1, "warnings": [{"step": 3, "warnings": [said]}]},
+        {"condition": "trained", "seed": 0, "warnings": []},
+        {"condition": "untrained", "seed": 0},  # a record from before the runner kept them
+    ]
+    assert warnings_line(records) == (
+        "Training warnings: 1 of 2 runs warned (1 records older than the runner's warning "
+        f"log):\n- trained seed 1, step 3: {said}"
+    )
+    assert warnings_line(records[1:2]) == "Training warnings: 0 of 1 runs warned."
+
+
 def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     from experiments.runner import record_path, report, run_table
 
@@ -300,6 +316,7 @@ def test_runner_writes_a_record_skips_it_on_rerun_and_plots(tmp_path):
     rec = json.loads(path.read_text())
     assert rec["condition"] == "trained" and rec["seed"] == 0 and rec["trained"]
     assert len(rec["curve"]) == 1 and "reward/mean" in rec["curve"][0]
+    assert rec["warnings"] == []  # what the run's watch said while training (nothing here)
     assert rec["test"]["problems"] == 2 and 0.0 <= rec["test"]["greedy/accuracy"] <= 1.0
     assert rec["config"]["seed"] == 0 and rec["config"]["train"]["max_steps"] == 1
     for key in ("date", "machine", "wall_seconds", "git_commit", "splits", "split_sizes"):
