@@ -18,21 +18,18 @@ import urllib.request
 import openai
 import pytest
 from helpers.apps import run, user
+from helpers.scripted import ADD as CHAT_ADD
 from helpers.scripted import scripted_backend
 
 from teamrl.algorithms.app import episode_samples
 from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW
 
-ADD = {  # a function tool in the Responses' flat shape, as the Agents SDK sends it
+# the chat shape's add tool in the Responses' flat shape, as the Agents SDK sends it (strict
+# schemas: no other properties)
+ADD = {
     "type": "function",
-    "name": "add",
-    "description": "Add two integers.",
-    "parameters": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-        "additionalProperties": False,
-    },
+    **CHAT_ADD["function"],
+    "parameters": {**CHAT_ADD["function"]["parameters"], "additionalProperties": False},
     "strict": True,
 }
 CHAT_ADD = {"type": "function", "function": {k: ADD[k] for k in ("name", "description", "parameters")}}  # fmt: skip
