@@ -568,7 +568,10 @@ TLDR_LEVELS = (
 # keep them: their records are of this setting.
 DEMO_WRITERS_V1 = (
     f"team.agents=[{agent('concise', 64, temperature=0.7)}, "
-    f"{agent('detailed', 64, temperature=0.7)}]"
+    f"{agent('detailed', 64, temperature=0.7)}]",
+    # ... and its schedule then: 10 steps of one post each (the demo has since changed both)
+    "train.max_steps=10",
+    "train.prompts_per_step=1",
 )
 # ... and the demo's held-out posts then: the first 16 test posts (all 24 since).
 DEMO_SPLITS_V1 = {
@@ -577,7 +580,7 @@ DEMO_SPLITS_V1 = {
     "test": "the first 16 offline test posts, what make demo reported",
 }
 TLDR_BASE = (  # the held-out TLDR split, evaluated only at the end, checkpoints every 5 steps
-    DEMO_WRITERS_V1,
+    *DEMO_WRITERS_V1,
     "env.name=tldr_heldout",
     "env.kwargs={}",
     "eval.eval_steps=0",
@@ -838,7 +841,7 @@ _add(
         "generator one update ahead, algorithm.max_staleness=1): learning curves and the "
         "held-out greedy team reward, per seed.",
         config="quickstart",
-        base=("log.progress_bar=false", "log.save_steps=0", DEMO_WRITERS_V1),
+        base=("log.progress_bar=false", "log.save_steps=0", *DEMO_WRITERS_V1),
         conditions=(
             Condition("sync", ("algorithm.max_staleness=0",)),
             Condition("async_staleness_1", ("algorithm.max_staleness=1",)),
@@ -870,7 +873,7 @@ _add(
         "the OpenAI-compatible endpoint (examples/tldr_app.py, the same writers as plain "
         "openai-client code): held-out greedy team reward before and after training.",
         config="quickstart",
-        base=("log.progress_bar=false", "log.save_steps=0", DEMO_WRITERS_V1),
+        base=("log.progress_bar=false", "log.save_steps=0", *DEMO_WRITERS_V1),
         conditions=(
             Condition("untrained_native", (), train=False),
             Condition("untrained_endpoint", ENDPOINT, train=False),

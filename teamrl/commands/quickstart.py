@@ -128,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     for agent in agents:
         mean_len = [sum(r["lengths"][agent]) / len(r["lengths"][agent]) for r in (before, after)]
         print(f"  length {agent:<8} {mean_len[0]:.1f} -> {mean_len[1]:.1f} tokens")
-    k = max(1, min(5, len(history) // 3))
-    first = sum(m["reward/mean"] for m in history[:k]) / k
-    last = sum(m["reward/mean"] for m in history[-k:]) / k
-    print(f"  training samples, mean of the first {k} steps {first:.3f} -> last {k} {last:.3f}")
+    # No before/after of the training reward: each step samples other posts, so the first
+    # steps' mean and the last steps' compare different posts (a hard post late reads as a
+    # fall). The held-out lines above compare the same posts; the curves show every step.
+    posts = len(history) * cfg.train.prompts_per_step
+    print(
+        f"  trained on {posts} posts, {cfg.algorithm.num_generations} joint samples each "
+        "(each step's reward depends on its post: see the curves)"
+    )
     print(f"\ncurves: {png}\nrun folder: {trainer.run_dir}  ({time.perf_counter() - t0:.0f} s)")
     print(f"the whole run in a browser: teamrl report {trainer.run_dir}")
     line, _, _ = verdict(before["rewards"], after["rewards"])
