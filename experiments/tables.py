@@ -382,6 +382,79 @@ _add(
     )
 )
 
+# --- AT-GRPO's own games: Sudoku 4x4 and Sokoban --------------------------------------------
+#
+# The paper's games (PettingLLMs) on boards a 135M model can read: a 4x4 Sudoku with 4 empty
+# cells (4 placements, about 40 tokens of list) and a 5x5 Sokoban room with one box (its
+# solutions a handful of moves). The tool agent writes Python that prints an action list (no
+# library solves the board); the plan agent gives the final list after the '#### [' prefill.
+# The reference's reward constants (teamrl.tasks.games.sudoku / sokoban). The knobs are the
+# Plan-Path ladder's (plan_path_base); budgets, n_empty and turns are still to be chosen on the
+# validation boards (--tune), as the split table's.
+GAMES = {
+    # game: (env kwargs, the tool agent's budget, the plan agent's budget)
+    "sudoku": ("{size: 4, n_empty: 4, n_eval: 32, n_test: 64}", 96, 48),
+    "sokoban": ("{size: 5, n_boxes: 1, n_eval: 32, n_test: 64}", 96, 32),
+}
+
+
+def game_team(tool_tokens: int, plan_tokens: int, single: bool = False) -> str:
+    """``team.agents`` of a game table: a tool and a plan agent, or one solver with the plan
+    agent's prefill and budget."""
+    if single:
+        return f"team.agents=[{agent('solver', plan_tokens, PLAN_PREFIX)}]"
+    tool, plan = agent("tool", tool_tokens, TOOL_PREFIX), agent("plan", plan_tokens, PLAN_PREFIX)
+    return f"team.agents=[{tool}, {plan}]"
+
+
+def game_conditions(game: str) -> tuple[Condition, ...]:
+    """The main table's rows (PLAN_PATH_CONDITIONS) on another game."""
+    _, tool_tokens, plan_tokens = GAMES[game]
+    pair = game_team(tool_tokens, plan_tokens)
+
+    def at(policies: str) -> tuple[str, ...]:
+        return (f"env.name={game}", pair, "algorithm.name=at_grpo", f"team.policies={policies}")
+
+    return (
+        Condition("untrained", at("shared"), train=False),
+        Condition(
+            "single_grpo",
+            (f"env.name={game}_single", game_team(0, plan_tokens, True), "algorithm.name=grpo"),
+        ),
+        Condition("traj_grpo_shared", (f"env.name={game}", pair, "algorithm.name=grpo")),
+        Condition("at_grpo_shared", at("shared")),
+        Condition("at_grpo_lora", at("lora")),
+    )
+
+
+for _game, _title in (("sudoku", "Sudoku 4x4, 4 empty cells"), ("sokoban", "Sokoban 5x5, 1 box")):
+    _add(
+        Table(
+            name=f"{_game}_main",
+            description=f"{_title}, SmolLM2-135M, 1 turn: untrained team vs single agent + GRPO "
+            "vs two agents + trajectory GRPO vs AT-GRPO shared vs AT-GRPO per-role LoRA.",
+            config=None,
+            base=(
+                *plan_path_base(),
+                f"env.kwargs={GAMES[_game][0]}",
+                "algorithm.scale_rewards=none",
+            ),
+            conditions=game_conditions(_game),
+            splits={
+                "train": f"{_game} seeds 0 .. n_train-1 (teamrl.tasks.games.seeds: train range)",
+                "validation": GAME_SPLITS["validation"],
+                "test": GAME_SPLITS["test"],
+            },
+            test_problems=64,
+            metrics=PLAN_PATH_METRICS,
+            test_outputs=True,
+            extra={"baseline": "untrained"},
+            notes="Run with --seeds 3. The reference's reward constants; unscaled group "
+            "advantages, as plan_path_main. Not yet chosen on the validation split: the budgets, "
+            "n_empty (Sudoku), the room size (Sokoban) and 2 turns.",
+        )
+    )
+
 # --- the learning ladder (issue: why training made Plan-Path worse) ---------------------------
 #
 # From a setting that must learn up to the table's, each rung trained with the same knobs, so
