@@ -16,6 +16,7 @@ import re
 from agents import (
     Agent,
     AgentsException,
+    ModelSettings,
     OpenAIResponsesModel,
     Runner,
     function_tool,
@@ -71,7 +72,17 @@ async def episode(example, base_url, api_key):
         def model(name):  # the SDK's default model class, on this episode's endpoint
             return OpenAIResponsesModel(model=name, openai_client=client)
 
-        solver = Agent(name="solver", instructions=SOLVER, tools=[multiply], model=model("solver"))
+        # The solver's first call must call multiply (tool_choice); the SDK resets the choice
+        # once the tool has run (reset_tool_choice), so its next call answers in text. With
+        # endpoint.prefill_tool_calls the endpoint writes the call's opening and the model the
+        # arguments: a 135M model does not write a call on its own (docs/apps.md).
+        solver = Agent(
+            name="solver",
+            instructions=SOLVER,
+            tools=[multiply],
+            model=model("solver"),
+            model_settings=ModelSettings(tool_choice="multiply"),
+        )
         checker = Agent(name="checker", instructions=CHECKER, model=model("checker"))
         question = f"What is {a} x {b}?"
         proposed = await answer(solver, question, max_turns=3)

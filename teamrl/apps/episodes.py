@@ -42,7 +42,7 @@ from typing import Any
 from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
 from teamrl.apps.provenance import Stamp, stamp
 from teamrl.apps.task import AppEnv
-from teamrl.apps.tools import for_template, read_reply, renders_tools
+from teamrl.apps.tools import for_template, forced_opening, read_reply, renders_tools
 from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import user_frame
 from teamrl.generation import Generation
@@ -62,7 +62,9 @@ class Served:
     order: int  # the call's place among all the episode's served calls
     prompt_ids: list[int]
     generation: Generation
-    text: str  # response_prefix + completion, cut at a stop string (before any tool call is read)
+    # response_prefix + the forced call opening (endpoint.prefill_tool_calls) + completion, cut
+    # at a stop string (before any tool call is read)
+    text: str
     weights: Stamp | None = None  # which weights answered (teamrl.apps.provenance)
     tools_offered: bool = False  # the call gave tools
     tool_calls: int = 0  # valid tool calls read from the reply (teamrl.apps.tools)
@@ -99,10 +101,13 @@ class Session:
         ignore_eos: bool,
         timeout: float = 0.0,
         max_batch_calls: int = 0,
+        prefill_tool_calls: bool = False,
     ):
         """``timeout``: seconds the episodes may go without a call or a return (0: no limit);
-        ``max_batch_calls``: calls one episode may have waiting at once (0: no limit)."""
+        ``max_batch_calls``: calls one episode may have waiting at once (0: no limit);
+        ``prefill_tool_calls``: write the call a tool_choice demands into the reply's start."""
         self.team, self.n, self.greedy, self.ignore_eos = team, n, greedy, ignore_eos
+        self.prefill_tool_calls = prefill_tool_calls
         self.timeout = float(timeout or 0.0)
         self.max_batch_calls = max_batch_calls
         self._moved = time.monotonic()  # the last call, return or reply
@@ -191,7 +196,7 @@ class Session:
         jobs, ready = [], []
         for w in batch:
             try:
-                ids = self._prompt(w.call)
+                ids, opening = self._prompt(w.call)
             except Refusal as r:
                 with self._cond:
                     self.refused[w.episode] += 1
@@ -205,7 +210,7 @@ class Session:
                 stop=tuple(dict.fromkeys(request.stop + w.call.stop)),
             )
             jobs.append((w.call.agent, request))
-            ready.append((w, ids))
+            ready.append((w, ids, opening))
         if not jobs:
             return 0
         try:
@@ -213,14 +218,17 @@ class Session:
             # the weights that sampled, per agent (stale ones raise in synchronous training)
             stamps = {agent: stamp(self.team, agent) for agent in dict(jobs)}
         except BaseException:
-            for w, _ in ready:
+            for w, *_ in ready:
                 w.reply.set_result((410, Refusal(410, "generation failed", "episode_ended").body()))  # fmt: skip
             raise
         tokens = 0
-        for (w, ids), out in zip(ready, outs):
+        for (w, ids, opening), out in zip(ready, outs):
             gen = out[0]
             agent = w.call.agent
             text = self.team.decode(agent, gen.completion_ids)
+            if opening:  # the reply as written: the forced opening, then what the model sampled
+                n = len(self.team.agents[agent].response_prefix)
+                text = text[:n] + opening + text[n:]
             mine = self.calls[w.episode]
             index = sum(1 for c in mine if c.agent == agent)
             served = Served(agent, index, len(mine), ids, gen, text, weights=stamps[agent])
@@ -229,9 +237,11 @@ class Session:
             tokens += len(gen.completion_ids)
         return tokens
 
-    def _prompt(self, call: ChatCall) -> list[int]:
+    def _prompt(self, call: ChatCall) -> tuple[list[int], str]:
         """The call's prompt ids: its messages (and tools) through the agent's chat template,
-        in the template's own tool format or the fallback one (``teamrl.apps.tools``)."""
+        in the template's own tool format or the fallback one (``teamrl.apps.tools``), ending
+        with the opening of the call its tool_choice demands when the endpoint writes it
+        (``prefill_tool_calls``); and that opening ("" when none)."""
         limit = context_length(self.team, call.agent)
         new = min(self.team.agents[call.agent].max_completion_length, call.max_tokens or 10**9)
         tokenizer = self.team.engine_of(call.agent).tokenizer
@@ -239,8 +249,11 @@ class Session:
         messages, tools = for_template(call.messages, call.tools, native)
         if limit is not None:  # the contents, which every template renders whole
             refuse_too_long(messages, longest_token(tokenizer), limit, new)
+        opening = ""
+        if self.prefill_tool_calls:
+            opening = forced_opening(call.tool_choice, call.tools)
         try:
-            ids = self.team.encode_messages(call.agent, messages, tools=tools)
+            ids = self.team.encode_messages(call.agent, messages, tools=tools, prefill=opening)
         except Exception as err:  # a template that rejects the roles (e.g. two system turns)
             raise Refusal(400, f"the chat template refused the messages: {err}", "invalid_messages") from None  # fmt: skip
         if limit is not None and len(ids) + new > limit:
@@ -250,7 +263,7 @@ class Session:
                 f"model's context of {limit} tokens",
                 "context_length_exceeded",
             )
-        return ids
+        return ids, opening
 
     def _reply(self, w: Waiting, served: Served, k: int) -> dict:
         ids, gen, text = served.prompt_ids, served.generation, served.text
@@ -399,8 +412,9 @@ def run_episodes(
         for c in range(copies)
     ]
     session = Session(
-        team, len(records), greedy, ignore_eos, timeout, endpoint.limits.max_batch_calls
-    )
+        team, len(records), greedy, ignore_eos, timeout, endpoint.limits.max_batch_calls,
+        prefill_tool_calls=(limits or EndpointConfig()).prefill_tool_calls,
+    )  # fmt: skip
     ids = endpoint.register(session, len(records))
     try:
         for i, rec in enumerate(records):

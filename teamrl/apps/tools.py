@@ -16,7 +16,9 @@ format, plain text in the roles it knows:
 - the tools as a block at the end of the system message (a system message is added when the
   chat has none): ``FALLBACK_HEADER``, one JSON schema a line between ``<tools>`` tags, and
   how to call them: one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` line per
-  call;
+  call, said in words, then an example call of the first tool with a placeholder value per
+  parameter (``example_call``; SmolLM2-135M copied a pattern's placeholder text, "<the arguments
+  as a JSON object>", into its calls, where an example's shape is what it should copy);
 - an assistant message's tool calls as those lines, after its text;
 - the results of consecutive tool messages as one user turn, each result between
   ``<tool_response>`` tags, in the order they came.
@@ -44,10 +46,12 @@ from dataclasses import dataclass
 from typing import Any
 
 FALLBACK_HEADER = "# Tools\n\nYou may call these functions, given as JSON schemas:"
+# How to call, in words; the shape is shown by a well-formed example call after it
+# (``example_call``), never by a pattern with placeholder text, which small models copy.
 FALLBACK_HOW = (
-    "To call a function, write one line per call, each on its own:\n"
-    '<tool_call>{"name": "<function name>", "arguments": {<the arguments as a JSON object>}}'
-    "</tool_call>\nThe results come back between <tool_response> tags."
+    "To call a function, write one line per call, each on its own: a JSON object with the "
+    'function\'s "name" and its "arguments" (an object), between <tool_call> and </tool_call>. '
+    "The results come back between <tool_response> tags."
 )
 CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 OPEN_TAG = "<tool_call>"
@@ -283,13 +287,30 @@ def fallback(messages: list[dict[str, Any]], tools: tuple[dict, ...]) -> list[di
     if tools:
         block = "\n".join(
             [FALLBACK_HEADER, "<tools>", *(json.dumps(t, ensure_ascii=False) for t in tools)]
-            + ["</tools>", "", FALLBACK_HOW]
+            + ["</tools>", "", FALLBACK_HOW, example_call(tools[0])]
         )
         if out and out[0]["role"] == "system":
             out[0]["content"] = (out[0]["content"] + "\n\n" if out[0]["content"] else "") + block
         else:
             out.insert(0, {"role": "system", "content": block})
     return out
+
+
+# A placeholder value per JSON-schema type, for the fallback format's example call.
+PLACEHOLDERS = {"integer": 1, "number": 1.5, "string": "...", "boolean": True, "array": [], "object": {}}  # fmt: skip
+
+
+def example_call(tool: dict) -> str:
+    """The fallback format's example: a call of ``tool`` with each parameter it declares set to
+    its type's placeholder (``PLACEHOLDERS``; null for an untyped one), as one call line."""
+    function = tool["function"]
+    props = function.get("parameters", {}).get("properties", {})
+    arguments = {
+        name: PLACEHOLDERS.get(spec.get("type") if isinstance(spec, dict) else None)
+        for name, spec in props.items()
+    }
+    line = call_line({"name": function["name"], "arguments": json.dumps(arguments)})
+    return f"For example:\n{line}"
 
 
 def _arguments_as_object(call: dict) -> dict:
@@ -320,6 +341,21 @@ class Reading:
     content: str | None  # the text the app is given (None: calls only)
     calls: list[dict]  # OpenAI tool calls, ids left to the caller: [{"name", "arguments"}]
     unparsed: bool  # tools were offered and the reply is text where a call was due or tried
+
+
+def forced_opening(choice: ToolChoice, tools: tuple[dict, ...]) -> str:
+    """The start of the call a request's ``tool_choice`` demands, in the format ``read_reply``
+    reads (``endpoint.prefill_tool_calls``): a named function's call up to its arguments'
+    opening brace, the tag and the name's opening quote under ``required``, else nothing. The
+    model's continuation completes it; a continuation that does not (an unknown name, bad JSON)
+    reads as text and is counted, as any reply."""
+    if not tools:
+        return ""
+    if choice.mode == "function":
+        return f'{OPEN_TAG}{{"name": {json.dumps(choice.name)}, "arguments": {{'
+    if choice.mode == "required":
+        return f'{OPEN_TAG}{{"name": "'
+    return ""
 
 
 def read_reply(

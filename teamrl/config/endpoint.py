@@ -39,6 +39,17 @@ class EndpointConfig:
         "request with content parts nests 5 deep); a deeper body is answered 400 "
         "(nested_too_deeply) before it is parsed.",
     )
+    prefill_tool_calls: bool = _f(
+        False,
+        "When a call's tool_choice is 'required' or names a function, write the start of the "
+        'call into the reply before the model goes on: \'<tool_call>{"name": "\' under '
+        "'required' (the model names a tool), the named function's name and "
+        "'\"arguments\": {' for a named one (the model writes the arguments). The reply then "
+        "holds the call OpenAI's API promises, as guided decoding gives it elsewhere; the "
+        "written part is prompt, never trained. Off: the model may answer in text, which is "
+        "returned as text and counted in app/unparsed_tool_calls. Turn it on for a small model "
+        "that does not yet write calls (docs/apps.md).",
+    )
     max_batch_calls: int = _f(
         64,
         "Calls one episode may have in one batch: its calls waiting at the barrier at once "

@@ -293,14 +293,19 @@ class Team:
         return self.encode_messages(agent, msgs)
 
     def encode_messages(
-        self, agent: str, messages: list[dict[str, Any]], tools: list[dict] | None = None
+        self,
+        agent: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict] | None = None,
+        prefill: str = "",
     ) -> list[int]:
         """The prompt ids of a chat (``[{"role", "content"}, ...]``) for ``agent``: the
         tokenizer's chat template with the generation prompt (without a template, or with
         ``team.chat_template`` off, the contents joined by blank lines), then the agent's
         ``response_prefix``. The env's prompts and the app endpoint's calls both come here, so
         the ids a sample records are the ones its update scores. ``tools``: function tools
-        for a template that renders them (the endpoint's, ``teamrl.apps.tools``)."""
+        for a template that renders them (the endpoint's, ``teamrl.apps.tools``); ``prefill``:
+        text written after the response_prefix (the endpoint's forced tool-call opening)."""
         tok = self.engine_of(agent).tokenizer
         if self.cfg.team.chat_template and getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(
@@ -308,7 +313,8 @@ class Team:
             )
         else:
             text = "\n\n".join(m["content"] for m in messages) + "\n"
-        return tok(text + self.agents[agent].response_prefix, add_special_tokens=False)["input_ids"]
+        text += self.agents[agent].response_prefix + prefill
+        return tok(text, add_special_tokens=False)["input_ids"]
 
     def request(self, agent: str, prompt_ids: list[int], n: int, greedy: bool = False) -> Request:
         a = self.agents[agent]

@@ -22,7 +22,7 @@ from helpers.scripted import ADD as CHAT_ADD
 from helpers.scripted import scripted_backend
 
 from teamrl.algorithms.app import episode_samples
-from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW
+from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW, example_call
 
 # the chat shape's add tool in the Responses' flat shape, as the Agents SDK sends it (strict
 # schemas: no other properties)
@@ -167,7 +167,8 @@ def test_a_function_call_round_trips_and_trains_the_tokens_sampled(team, scripte
     # the prompts: the chat route's, call for call (the fallback format of the tiny ChatML)
     assert [c.prompt_ids for c in rec.calls] == [c.prompt_ids for c in chat_rec.calls]
     tools = json.dumps(CHAT_ADD)
-    system = ("system", f"{FALLBACK_HEADER}\n<tools>\n{tools}\n</tools>\n\n{FALLBACK_HOW}")
+    how = f"{FALLBACK_HOW}\n{example_call(CHAT_ADD)}"
+    system = ("system", f"{FALLBACK_HEADER}\n<tools>\n{tools}\n</tools>\n\n{how}")
     follow_up = chatml(
         system,
         ("user", "What is 2+3?"),

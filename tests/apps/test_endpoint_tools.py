@@ -20,7 +20,7 @@ from helpers.scripted import ADD, CALL_ADD, scripted_backend
 
 from teamrl.algorithms.app import app_rollout, episode_samples
 from teamrl.apps.task import AppEnv
-from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW
+from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW, example_call
 
 NEG = {"type": "function", "function": {"name": "neg", "parameters": {"type": "object"}}}
 
@@ -40,7 +40,8 @@ def chatml(*turns: tuple[str, str]) -> str:
 
 def fallback_system(*tools: dict) -> str:
     schemas = "\n".join(json.dumps(t) for t in tools)
-    return f"{FALLBACK_HEADER}\n<tools>\n{schemas}\n</tools>\n\n{FALLBACK_HOW}"
+    example = example_call(tools[0])
+    return f"{FALLBACK_HEADER}\n<tools>\n{schemas}\n</tools>\n\n{FALLBACK_HOW}\n{example}"
 
 
 def prompt_text(team, rec, k: int) -> str:
@@ -194,6 +195,87 @@ def test_a_template_that_renders_tool_calls_gets_them_as_they_came(team, scripte
             ("user", "<tool_response>\n5\n</tool_response>"),
         )
     assert prompt_text(team, rec, 1) == expected
+
+
+def test_the_fallback_example_calls_the_first_tool_with_a_placeholder_per_type():
+    typed = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"}, "x": {"type": "number"}, "s": {"type": "string"},
+                    "b": {"type": "boolean"}, "l": {"type": "array"}, "o": {"type": "object"},
+                    "any": {},
+                },
+            },
+        },
+    }  # fmt: skip
+    args = '{"n": 1, "x": 1.5, "s": "...", "b": true, "l": [], "o": {}, "any": null}'
+    assert example_call(typed) == f'For example:\n<tool_call>{{"name": "f", "arguments": {args}}}</tool_call>'  # fmt: skip
+    assert example_call(ADD) == (
+        'For example:\n<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>'
+    )
+    assert example_call(NEG).endswith('{"name": "neg", "arguments": {}}</tool_call>')
+
+
+def test_prefill_writes_the_call_a_tool_choice_demands_and_trains_what_was_sampled(team, scripted):
+    from teamrl.config.endpoint import EndpointConfig
+
+    named = {"type": "function", "function": {"name": "add"}}
+    opening_named = '<tool_call>{"name": "add", "arguments": {'
+    opening_required = '<tool_call>{"name": "'
+    asks = [  # (what the request adds to tools=[add, neg], the scripted continuation)
+        ({"tool_choice": named}, '"a": 2, "b": 3}}</tool_call>'),
+        ({"tool_choice": "required"}, 'neg", "arguments": {"x": 4}}</tool_call>'),
+        ({"tool_choice": "required"}, "No call."),  # the opening, then text: not a call
+        ({}, "Just text."),  # auto: nothing is written
+        ({"tool_choice": "none"}, "Plain."),
+    ]
+    scripted.script = [text for _, text in asks]
+    replies = []
+
+    def episode(client, example):
+        for extra, _ in asks:
+            replies.append(
+                client.chat.completions.create(
+                    model="alice", messages=user("2+3?"), tools=[ADD, NEG], **extra
+                )
+            )
+        return 0.0
+
+    (rec,) = run(team, episode, limits=EndpointConfig(prefill_tool_calls=True))
+    calls = [r.choices[0].message.tool_calls for r in replies]
+    assert [c.function.name for c in calls[0]] == ["add"]
+    assert json.loads(calls[0][0].function.arguments) == {"a": 2, "b": 3}
+    assert [c.function.name for c in calls[1]] == ["neg"]
+    assert json.loads(calls[1][0].function.arguments) == {"x": 4}
+    assert [r.choices[0].finish_reason for r in replies[:2]] == ["tool_calls", "tool_calls"]
+    assert calls[2:] == [None, None, None]
+    contents = [r.choices[0].message.content for r in replies[2:]]
+    assert contents == [opening_required + "No call.", "Just text.", "Plain."]
+    assert rec.unparsed_tool_calls == 1
+    # the opening is prompt: each prompt ends with it, and what is trained is what was sampled
+    openings = [opening_named, opening_required, opening_required, "", ""]
+    for k, opening in enumerate(openings):
+        assert prompt_text(team, rec, k).endswith("<|im_start|>assistant\n" + opening)
+        assert rec.calls[k].text == opening + asks[k][1]
+    assert [c.generation.completion_ids for c in rec.calls] == scripted.sampled
+
+
+def test_without_prefill_a_demanded_call_is_left_to_the_model(team, scripted):
+    scripted.script = ["No call."]
+
+    def episode(client, example):
+        reply = client.chat.completions.create(
+            model="alice", messages=user("2+3?"), tools=[ADD], tool_choice="required"
+        )
+        return float(reply.choices[0].message.content == "No call.")
+
+    (rec,) = run(team, episode)  # the default endpoint section: prefill_tool_calls off
+    assert prompt_text(team, rec, 0).endswith("<|im_start|>assistant\n")
+    assert rec.team_reward == 1.0 and rec.unparsed_tool_calls == 1
 
 
 # --- replies that are not calls ---------------------------------------------------------------

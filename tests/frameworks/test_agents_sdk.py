@@ -15,6 +15,7 @@ pytest.importorskip("agents", reason="pip install 'teamrl[apps-agents]'")
 
 from agents import (  # noqa: E402
     Agent,
+    ModelSettings,
     OpenAIResponsesModel,
     Runner,
     function_tool,
@@ -79,6 +80,42 @@ def test_the_sdks_default_model_class_runs_a_tool_round_trip(team, scripted, str
     assert prompt.startswith("<|im_start|>system\nUse add.\n\n# Tools")
     tools = prompt.split("<tools>\n")[1].split("\n</tools>")[0]
     assert json.loads(tools)["function"]["name"] == "add"
+    samples = episode_samples(team, rec, "call", 1.0, False)
+    assert [s.completion_ids for s in samples] == scripted.sampled  # trained as sampled
+
+
+def test_a_tool_choice_the_sdk_forces_is_written_and_then_reset(team, scripted):
+    """The SDK's ``ModelSettings(tool_choice=...)`` arrives as the Responses' named choice; with
+    endpoint.prefill_tool_calls the reply opens the call and the model writes the arguments; the
+    SDK then resets the choice (``reset_tool_choice``), so the answer is free text."""
+    from teamrl.config.endpoint import EndpointConfig
+
+    set_tracing_disabled(True)
+    results = []
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        results.append(a + b)
+        return a + b
+
+    async def episode(example, base_url, api_key):
+        async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+            model = OpenAIResponsesModel(model="alice", openai_client=client)
+            agent = Agent(
+                name="alice", instructions="Use add.", tools=[add], model=model,
+                model_settings=ModelSettings(tool_choice="add"),
+            )  # fmt: skip
+            result = await Runner.run(agent, "What is 2+3?")
+        return float(result.final_output == "It is 5.")
+
+    scripted.script = ['"a": 2, "b": 3}}</tool_call>', "It is 5."]
+    (rec,) = run(team, episode, limits=EndpointConfig(prefill_tool_calls=True))
+    assert results == [5] and rec.team_reward == 1.0 and rec.unparsed_tool_calls == 0
+    first, second = (team.engine_of("alice").tokenizer.decode(c.prompt_ids) for c in rec.calls)
+    assert first.endswith('<|im_start|>assistant\n<tool_call>{"name": "add", "arguments": {')
+    assert second.endswith("<|im_start|>assistant\n")  # the choice was reset: nothing written
+    assert rec.calls[0].text == CALL
     samples = episode_samples(team, rec, "call", 1.0, False)
     assert [s.completion_ids for s in samples] == scripted.sampled  # trained as sampled
 

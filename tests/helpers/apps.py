@@ -26,8 +26,9 @@ def tiny_cfg(*extra: str):
     )
 
 
-def run(team, episode, examples=({"x": 0},), copies=1, greedy=False, timeout=0.0):
-    """``copies`` episodes of each example through the shared endpoint: their records."""
+def run(team, episode, examples=({"x": 0},), copies=1, greedy=False, timeout=0.0, limits=None):
+    """``copies`` episodes of each example through the shared endpoint: their records
+    (``limits``: the run's ``endpoint`` section, None for its defaults)."""
     from teamrl.apps.episodes import run_episodes
     from teamrl.apps.task import AppEnv
     from teamrl.rollout.common import RolloutClock
@@ -36,7 +37,7 @@ def run(team, episode, examples=({"x": 0},), copies=1, greedy=False, timeout=0.0
     batch = list(enumerate(examples))
     return run_episodes(
         team, env, batch, copies, greedy=greedy, ignore_eos=False, clock=RolloutClock(),
-        timeout=timeout,
+        timeout=timeout, limits=limits,
     )  # fmt: skip
 
 
