@@ -46,10 +46,9 @@ def scripted(team):
         yield backend
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-def test_the_sdks_default_model_class_runs_a_tool_round_trip(team, scripted, streamed):
-    set_tracing_disabled(True)  # nothing leaves the machine
-    results = []
+def adder():
+    """An ``add`` function tool for the SDK and the list of the results it returned."""
+    results: list[int] = []
 
     @function_tool
     def add(a: int, b: int) -> int:
@@ -57,10 +56,23 @@ def test_the_sdks_default_model_class_runs_a_tool_round_trip(team, scripted, str
         results.append(a + b)
         return a + b
 
+    return results, add
+
+
+def agent_on(client, tool, **settings) -> Agent:
+    """Agent ``alice`` with ``tool`` on the SDK's default model class, on the episode's client."""
+    model = OpenAIResponsesModel(model="alice", openai_client=client)
+    return Agent(name="alice", instructions="Use add.", tools=[tool], model=model, **settings)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_the_sdks_default_model_class_runs_a_tool_round_trip(team, scripted, streamed):
+    set_tracing_disabled(True)  # nothing leaves the machine
+    results, add = adder()
+
     async def episode(example, base_url, api_key):
         async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-            model = OpenAIResponsesModel(model="alice", openai_client=client)
-            agent = Agent(name="alice", instructions="Use add.", tools=[add], model=model)
+            agent = agent_on(client, add)
             if streamed:
                 result = Runner.run_streamed(agent, "What is 2+3?")
                 async for _ in result.stream_events():
@@ -91,21 +103,11 @@ def test_a_tool_choice_the_sdk_forces_is_written_and_then_reset(team, scripted):
     from teamrl.config.endpoint import EndpointConfig
 
     set_tracing_disabled(True)
-    results = []
-
-    @function_tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        results.append(a + b)
-        return a + b
+    results, add = adder()
 
     async def episode(example, base_url, api_key):
         async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-            model = OpenAIResponsesModel(model="alice", openai_client=client)
-            agent = Agent(
-                name="alice", instructions="Use add.", tools=[add], model=model,
-                model_settings=ModelSettings(tool_choice="add"),
-            )  # fmt: skip
+            agent = agent_on(client, add, model_settings=ModelSettings(tool_choice="add"))
             result = await Runner.run(agent, "What is 2+3?")
         return float(result.final_output == "It is 5.")
 
