@@ -146,18 +146,24 @@ def _at_grpo(policies: str, *more: str) -> tuple[str, ...]:
     )
 
 
-PLAN_PATH_CONDITIONS = (
-    Condition("untrained", _at_grpo("shared"), train=False),
-    Condition(
-        "single_grpo",
-        ("env.name=plan_path_single", team(single=True), "algorithm.name=grpo"),
-    ),
-    Condition(
-        "traj_grpo_shared", ("env.name=plan_path", team(library=True), "algorithm.name=grpo")
-    ),
-    Condition("at_grpo_shared", _at_grpo("shared")),
-    Condition("at_grpo_lora", _at_grpo("lora")),
-)
+def main_conditions(game: str, pair: str, solver: str) -> tuple[Condition, ...]:
+    """A game's main-table rows: the untrained team; one agent (``solver``) on the game's
+    single-agent env with GRPO; the two agents (``pair``) with trajectory GRPO, AT-GRPO on one
+    shared policy and AT-GRPO with a LoRA per role."""
+
+    def at(policies: str) -> tuple[str, ...]:
+        return (f"env.name={game}", pair, "algorithm.name=at_grpo", f"team.policies={policies}")
+
+    return (
+        Condition("untrained", at("shared"), train=False),
+        Condition("single_grpo", (f"env.name={game}_single", solver, "algorithm.name=grpo")),
+        Condition("traj_grpo_shared", (f"env.name={game}", pair, "algorithm.name=grpo")),
+        Condition("at_grpo_shared", at("shared")),
+        Condition("at_grpo_lora", at("lora")),
+    )
+
+
+PLAN_PATH_CONDITIONS = main_conditions("plan_path", team(library=True), team(single=True))
 PLAN_PATH_METRICS = ("greedy/accuracy", "greedy/reward")
 
 TABLES: dict[str, Table] = {}
@@ -398,35 +404,6 @@ GAMES = {
 }
 
 
-def game_team(tool_tokens: int, plan_tokens: int, single: bool = False) -> str:
-    """``team.agents`` of a game table: a tool and a plan agent, or one solver with the plan
-    agent's prefill and budget."""
-    if single:
-        return f"team.agents=[{agent('solver', plan_tokens, PLAN_PREFIX)}]"
-    tool, plan = agent("tool", tool_tokens, TOOL_PREFIX), agent("plan", plan_tokens, PLAN_PREFIX)
-    return f"team.agents=[{tool}, {plan}]"
-
-
-def game_conditions(game: str) -> tuple[Condition, ...]:
-    """The main table's rows (PLAN_PATH_CONDITIONS) on another game."""
-    _, tool_tokens, plan_tokens = GAMES[game]
-    pair = game_team(tool_tokens, plan_tokens)
-
-    def at(policies: str) -> tuple[str, ...]:
-        return (f"env.name={game}", pair, "algorithm.name=at_grpo", f"team.policies={policies}")
-
-    return (
-        Condition("untrained", at("shared"), train=False),
-        Condition(
-            "single_grpo",
-            (f"env.name={game}_single", game_team(0, plan_tokens, True), "algorithm.name=grpo"),
-        ),
-        Condition("traj_grpo_shared", (f"env.name={game}", pair, "algorithm.name=grpo")),
-        Condition("at_grpo_shared", at("shared")),
-        Condition("at_grpo_lora", at("lora")),
-    )
-
-
 for _game, _title in (("sudoku", "Sudoku 4x4, 4 empty cells"), ("sokoban", "Sokoban 5x5, 1 box")):
     _add(
         Table(
@@ -439,7 +416,11 @@ for _game, _title in (("sudoku", "Sudoku 4x4, 4 empty cells"), ("sokoban", "Soko
                 f"env.kwargs={GAMES[_game][0]}",
                 "algorithm.scale_rewards=none",
             ),
-            conditions=game_conditions(_game),
+            conditions=main_conditions(
+                _game,
+                team(tool_tokens=GAMES[_game][1], plan_tokens=GAMES[_game][2]),
+                team(single=True, plan_tokens=GAMES[_game][2]),
+            ),
             splits={
                 "train": f"{_game} seeds 0 .. n_train-1 (teamrl.tasks.games.seeds: train range)",
                 "validation": GAME_SPLITS["validation"],

@@ -225,10 +225,7 @@ class Session:
         for (w, ids, opening), out in zip(ready, outs):
             gen = out[0]
             agent = w.call.agent
-            text = self.team.decode(agent, gen.completion_ids)
-            if opening:  # the reply as written: the forced opening, then what the model sampled
-                n = len(self.team.agents[agent].response_prefix)
-                text = text[:n] + opening + text[n:]
+            text = self.team.decode(agent, gen.completion_ids, prefill=opening)
             mine = self.calls[w.episode]
             index = sum(1 for c in mine if c.agent == agent)
             served = Served(agent, index, len(mine), ids, gen, text, weights=stamps[agent])

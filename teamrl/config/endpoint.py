@@ -1,7 +1,9 @@
 """The ``endpoint`` section of the config: the limits of the app endpoint (``algorithm.name=app``,
 ``teamrl.apps.endpoint``) under load. Any local user can reach its port; these bounds keep what
 a connection or a request may hold of the training process (descriptors, memory, the event
-loop's time) small, whoever sends it (docs/apps.md, "Limits under load")."""
+loop's time) small, whoever sends it (docs/apps.md, "Limits under load"). One field is not a
+bound but how replies are written: ``prefill_tool_calls`` (docs/apps.md, "Tools and
+streaming")."""
 
 from __future__ import annotations
 

@@ -345,15 +345,17 @@ class Team:
                 results[i] = out
         return results
 
-    def decode(self, agent: str, ids: list[int]) -> str:
-        """The agent's reply as the env sees it: its response_prefix, then the completion.
+    def decode(self, agent: str, ids: list[int], prefill: str = "") -> str:
+        """The agent's reply as the env sees it: its response_prefix (and ``prefill``, as
+        ``encode_messages`` wrote it), then the completion.
 
         A completion ended by a stop string ends, as text, with that string: the token that
         completed it may carry more characters (``'])`` then ``.`` in one token ``]).``), which
         the env never sees (vLLM's text with ``include_stop_str_in_output``). The trained tokens
         stay the sampled ones; only what the env reads is cut."""
         text = self.engine_of(agent).tokenizer.decode(ids, skip_special_tokens=True)
-        return self.agents[agent].response_prefix + cut_at_stop(text, self.agents[agent].stop)
+        a = self.agents[agent]
+        return a.response_prefix + prefill + cut_at_stop(text, a.stop)
 
     def engines(self) -> list[Engine]:
         seen: dict[int, Engine] = {}

@@ -18,8 +18,8 @@ import urllib.request
 import openai
 import pytest
 from helpers.apps import run, user
-from helpers.scripted import ADD as CHAT_ADD
-from helpers.scripted import scripted_backend
+from helpers.scripted import ADD as SCRIPTED_ADD
+from helpers.scripted import CALL_ADD, scripted_backend
 
 from teamrl.algorithms.app import episode_samples
 from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW, example_call
@@ -28,12 +28,11 @@ from teamrl.apps.tools import FALLBACK_HEADER, FALLBACK_HOW, example_call
 # schemas: no other properties)
 ADD = {
     "type": "function",
-    **CHAT_ADD["function"],
-    "parameters": {**CHAT_ADD["function"]["parameters"], "additionalProperties": False},
+    **SCRIPTED_ADD["function"],
+    "parameters": {**SCRIPTED_ADD["function"]["parameters"], "additionalProperties": False},
     "strict": True,
 }
 CHAT_ADD = {"type": "function", "function": {k: ADD[k] for k in ("name", "description", "parameters")}}  # fmt: skip
-CALL_ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 LOGPROBS = ["message.output_text.logprobs"]
 
 
