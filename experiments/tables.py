@@ -626,8 +626,6 @@ DEMO_WRITERS_V1 = (
     # ... and its schedule then: 10 steps of one post each (the demo has since changed both)
     "train.max_steps=10",
     "train.prompts_per_step=1",
-    # ... and no KL penalty to the base model (the demo has one since)
-    "algorithm.beta=0.0",
 )
 # ... and the demo's held-out posts then: the first 16 test posts (all 24 since).
 DEMO_SPLITS_V1 = {
