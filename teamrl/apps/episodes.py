@@ -408,6 +408,9 @@ def run_episodes(
         for slot, (problem, _) in enumerate(examples)
         for c in range(copies)
     ]
+    # The prefill shapes what this run trains on, so it comes from this run's section (its
+    # default when none is given), never from a shared endpoint's limits, which a run that
+    # passes none leaves as the previous run set them.
     session = Session(
         team, len(records), greedy, ignore_eos, timeout, endpoint.limits.max_batch_calls,
         prefill_tool_calls=(limits or EndpointConfig()).prefill_tool_calls,
