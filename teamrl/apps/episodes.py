@@ -204,13 +204,16 @@ class Session:
                 continue
             request = self.team.request(w.call.agent, ids, 1, greedy=self.greedy)
             cap = request.max_new_tokens
+            most = min(cap, w.call.max_tokens or cap)
             request = dataclasses.replace(
                 request,
-                max_new_tokens=min(cap, w.call.max_tokens or cap),
+                max_new_tokens=most,
+                # a call's max_tokens below the agent's minimum wins: the reply fits the call
+                min_new_tokens=min(request.min_new_tokens, most),
                 stop=tuple(dict.fromkeys(request.stop + w.call.stop)),
             )
             jobs.append((w.call.agent, request))
-            ready.append((w, ids, opening))
+            ready.append((w, ids, opening, request.min_new_tokens))
         if not jobs:
             return 0
         try:
@@ -222,10 +225,10 @@ class Session:
                 w.reply.set_result((410, Refusal(410, "generation failed", "episode_ended").body()))  # fmt: skip
             raise
         tokens = 0
-        for (w, ids, opening), out in zip(ready, outs):
+        for (w, ids, opening, least), out in zip(ready, outs):
             gen = out[0]
             agent = w.call.agent
-            text = self.team.decode(agent, gen.completion_ids, prefill=opening)
+            text = self.team.decode(agent, gen.completion_ids, opening, min_new_tokens=least)
             mine = self.calls[w.episode]
             index = sum(1 for c in mine if c.agent == agent)
             served = Served(agent, index, len(mine), ids, gen, text, weights=stamps[agent])

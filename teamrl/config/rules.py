@@ -231,6 +231,7 @@ AGENT_RULES: list[tuple[str, Any, str]] = [
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("top_k", _ge(0), ">= 0 (0 = off)"),
     ("max_completion_length", _ge(1), ">= 1"),
+    ("min_completion_length", _ge(0), ">= 0 (0 = off)"),
 ]
 
 
@@ -412,6 +413,13 @@ def _check_agent_overrides(cfg: Any) -> None:
     """Per-agent learning_rate / num_iterations: positive, and equal within a shared policy;
     stop strings non-empty (an empty one is in every text: every reply would end at once)."""
     for ag in cfg.team.agents:
+        least, most = ag.min_completion_length, ag.max_completion_length
+        _check(
+            least <= most,
+            f"team.agents[{ag.name}].min_completion_length",
+            least,
+            f"<= max_completion_length ({most})",
+        )
         bad = [s for s in ag.stop if not isinstance(s, str) or not s]
         if bad:
             raise ConfigError(

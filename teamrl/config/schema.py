@@ -98,6 +98,13 @@ class AgentConfig:
     top_p: float = _f(1.0, "Nucleus sampling mass.")
     top_k: int = _f(0, "Top-k sampling (0 = off).")
     max_completion_length: int = _f(64, "Maximum new tokens per completion.")
+    min_completion_length: int = _f(
+        0,
+        "Fewest new tokens per completion (vLLM's min_tokens, HF's min_new_tokens): before "
+        "it, EOS is never drawn and a stop string does not end the completion (nor cut what "
+        "the env reads). For writers whose first line can be a title or a heading followed by "
+        "a stop string such as '\n\n'. 0: off; at most max_completion_length.",
+    )
     stop: list[str] = _f(
         [],
         "Strings that end a completion as EOS does (vLLM's and TRL's stop): generation stops at "

@@ -2,6 +2,14 @@
 envs or the rollouts. See backend.py for the seam."""
 
 from teamrl.generation.backend import Backend, EngineSpec, make_backend
-from teamrl.generation.types import Generation, Request
+from teamrl.generation.types import Generation, Request, stop_end, stop_floor
 
-__all__ = ["Backend", "EngineSpec", "Generation", "Request", "make_backend"]
+__all__ = [
+    "Backend",
+    "EngineSpec",
+    "Generation",
+    "Request",
+    "make_backend",
+    "stop_end",
+    "stop_floor",
+]

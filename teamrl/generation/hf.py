@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from teamrl.generation.types import Generation, Request
+from teamrl.generation.types import Generation, Request, stop_end, stop_floor
 from teamrl.tensors import cache_kwargs, left_pad, output_cache
 from teamrl.truncation import truncation_keep
 
@@ -161,7 +161,13 @@ class Decoded:
 
     Stop strings are matched in the decoded completion after every token, so the row ends at
     the token that completes the string (kept, as EOS is). ``decode`` (the tokenizer's) is only
-    called for rows that have stop strings."""
+    called for rows that have stop strings.
+
+    A row's ``min_new_tokens`` (m) holds both ends off: its EOS logits are -inf while it has
+    fewer than m tokens (so the sampled token and its log-prob are those of the distribution
+    without EOS, as vLLM's min_tokens), and a stop string counts only where it ends past the
+    text of the first m - 1 tokens (``stop_floor``), so one written early does not end the
+    row the moment it reaches m."""
 
     def __init__(
         self, batch: Batch, eos_ids: list[int], pad_id: int, ignore_eos: bool, device, decode=None
@@ -180,6 +186,10 @@ class Decoded:
         self.top_k = torch.tensor([r.top_k for r, _ in rows], device=device)
         self.budget = torch.tensor([r.max_new_tokens for r, _ in rows], device=device)
         self.eos = torch.tensor(eos_ids, device=device)
+        mins = [0 if ignore_eos else r.min_new_tokens for r, _ in rows]
+        # a tensor only when some row has a floor: the common loop pays nothing for it
+        self.min_new = torch.tensor(mins, device=device) if any(mins) else None
+        self.floors: dict[int, int] = {}  # row -> stop_floor, set once the row reaches m - 1
         self.max_new = int(self.budget.max())
         n = len(rows)
         self.tokens = torch.full((n, self.max_new), pad_id, dtype=torch.long, device=device)
@@ -191,6 +201,11 @@ class Decoded:
     def sample(self, t: int, logits: torch.Tensor) -> bool:
         """Draw token ``t`` of every row from ``logits``; True when every row has finished.
         Finished rows keep being fed pads (the batch stays rectangular) but record nothing."""
+        if self.min_new is not None and len(self.eos):
+            # rows short of their minimum cannot draw EOS (no host sync: a masked index_copy)
+            below = (self.lengths < self.min_new).unsqueeze(-1)
+            eos_logits = logits.index_select(-1, self.eos).masked_fill(below, float("-inf"))
+            logits = logits.index_copy(-1, self.eos, eos_logits)
         tok, lp = sample_tokens(logits, self.temp, self.top_p, self.top_k, self.plan)
         active = ~self.done
         self.tokens[:, t] = torch.where(active, tok, torch.full_like(tok, self.pad_id))
@@ -207,10 +222,20 @@ class Decoded:
         """Rows whose completion text now contains one of their stop strings."""
         hit = torch.zeros_like(active)
         live, lengths = active.tolist(), self.lengths.tolist()
+        least = self.min_new.tolist() if self.min_new is not None else None
         for row, stops in self.stops.items():
-            if live[row]:
-                text = self.decode(self.tokens[row, : lengths[row]].tolist())
-                hit[row] = any(s in text for s in stops)
+            if not live[row]:
+                continue
+            floor = 0
+            if least is not None and least[row] > 0:
+                if lengths[row] < least[row]:
+                    continue
+                if row not in self.floors:
+                    ids = self.tokens[row, : least[row]].tolist()
+                    self.floors[row] = stop_floor(self.decode, ids, least[row])
+                floor = self.floors[row]
+            text = self.decode(self.tokens[row, : lengths[row]].tolist())
+            hit[row] = stop_end(text, stops, floor) is not None
         return hit
 
     def generations(self) -> list[list[Generation]]:

@@ -21,6 +21,9 @@ class Request:
     max_new_tokens: int = 64
     adapter: str | None = None  # LoRA adapter name for mixed-adapter batches
     stop: tuple[str, ...] = ()  # strings that end a completion (kept), like EOS
+    # Neither EOS nor a stop string ends a completion before this many tokens (vLLM's
+    # min_tokens, HF's min_new_tokens); a stop string must end after them to count.
+    min_new_tokens: int = 0
 
 
 @dataclass
@@ -47,3 +50,18 @@ class EngineSpec:
     lora_alpha: int = 0
     lora_target_modules: list[str] = field(default_factory=list)
     lora_compute_dtype: str = "model"  # model.lora_compute_dtype: the LoRA branch's dtype
+
+
+def stop_end(text: str, stops, floor: int = 0) -> int | None:
+    """Where the earliest stop string in ``text`` that ends past character ``floor`` ends
+    (None: none does). Generation ends at the first token after which the text holds one, so
+    this is where a stopped reply ended; ``floor`` is the text of the tokens before the
+    request's ``min_new_tokens``, where a stop string does not count."""
+    ends = [i + len(s) for s in stops if (i := text.find(s, max(0, floor - len(s) + 1))) >= 0]
+    return min(ends) if ends else None
+
+
+def stop_floor(decode, ids: list[int], min_new_tokens: int) -> int:
+    """Characters of the text of the first ``min_new_tokens - 1`` tokens: a stop string must
+    end past them to end the completion (0 without a minimum)."""
+    return len(decode(ids[: min_new_tokens - 1])) if min_new_tokens > 1 else 0

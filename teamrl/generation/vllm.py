@@ -230,6 +230,8 @@ class VLLMBackend:
                     top_p=r.top_p,
                     top_k=r.top_k,  # 0 = off, as in teamrl
                     max_tokens=r.max_new_tokens,
+                    # neither EOS nor a stop string before it (teamrl's min_new_tokens)
+                    min_tokens=0 if ignore_eos else r.min_new_tokens,
                     ignore_eos=ignore_eos,
                     stop_token_ids=[] if ignore_eos else list(self.spec.eos_ids),
                     # stop strings are matched on detokenized text; kept in the output, as the

@@ -161,6 +161,7 @@ def write_team_folder(
                     "top_p": a.top_p,
                     "top_k": a.top_k,
                     "max_new_tokens": a.max_completion_length,
+                    "min_new_tokens": a.min_completion_length,
                     "stop": list(a.stop),
                 },
             }

@@ -24,7 +24,15 @@ import torch
 
 from teamrl.config import AgentConfig, Config, ConfigError
 from teamrl.envs.base import check_observation
-from teamrl.generation import Backend, EngineSpec, Generation, Request, make_backend
+from teamrl.generation import (
+    Backend,
+    EngineSpec,
+    Generation,
+    Request,
+    make_backend,
+    stop_end,
+    stop_floor,
+)
 from teamrl.team.models import load_model, load_tokenizer, resolve
 from teamrl.tensors import is_adapter_param
 
@@ -328,6 +336,7 @@ class Team:
             max_new_tokens=a.max_completion_length,
             adapter=pol.adapter,
             stop=tuple(a.stop),
+            min_new_tokens=a.min_completion_length,
         )
 
     def generate(
@@ -345,17 +354,28 @@ class Team:
                 results[i] = out
         return results
 
-    def decode(self, agent: str, ids: list[int], prefill: str = "") -> str:
+    def decode(
+        self, agent: str, ids: list[int], prefill: str = "", min_new_tokens: int | None = None
+    ) -> str:
         """The agent's reply as the env sees it: its response_prefix (and ``prefill``, as
         ``encode_messages`` wrote it), then the completion.
 
         A completion ended by a stop string ends, as text, with that string: the token that
         completed it may carry more characters (``'])`` then ``.`` in one token ``]).``), which
         the env never sees (vLLM's text with ``include_stop_str_in_output``). The trained tokens
-        stay the sampled ones; only what the env reads is cut."""
-        text = self.engine_of(agent).tokenizer.decode(ids, skip_special_tokens=True)
+        stay the sampled ones; only what the env reads is cut. A stop string written within
+        the agent's ``min_completion_length`` (or the request's ``min_new_tokens``, where the
+        caller lowered it) did not end the completion, so it is not where the text is cut."""
+        tok = self.engine_of(agent).tokenizer
+        text = tok.decode(ids, skip_special_tokens=True)
         a = self.agents[agent]
-        return a.response_prefix + prefill + cut_at_stop(text, a.stop)
+
+        def decode(part: list[int]) -> str:
+            return tok.decode(part, skip_special_tokens=True)
+
+        least = a.min_completion_length if min_new_tokens is None else min_new_tokens
+        floor = stop_floor(decode, ids, least)
+        return a.response_prefix + prefill + cut_at_stop(text, a.stop, floor)
 
     def engines(self) -> list[Engine]:
         seen: dict[int, Engine] = {}
@@ -364,13 +384,16 @@ class Team:
         return list(seen.values())
 
 
-def cut_at_stop(text: str, stops) -> str:
-    """``text`` through the end of the earliest stop string in it (unchanged if none occurs).
+def cut_at_stop(text: str, stops, floor: int = 0) -> str:
+    """``text`` through the end of the earliest stop string in it that ends past character
+    ``floor`` (unchanged if none does).
 
     Generation ends at the first token after which the text holds a stop string, so the
-    earliest end of any occurrence is where the reply ended."""
-    ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
-    return text[: min(ends)] if ends else text
+    earliest end of any occurrence is where the reply ended; ``floor`` is the text of the
+    tokens before the agent's ``min_completion_length`` (``teamrl.generation.hf.stop_floor``),
+    where a stop string did not end it."""
+    end = stop_end(text, stops, floor)
+    return text if end is None else text[:end]
 
 
 def resolve_device(name: str) -> torch.device:

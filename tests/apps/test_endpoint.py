@@ -228,3 +228,25 @@ def test_an_episode_hung_in_its_own_code_fails_the_rollout_named(team):
     msg = str(info.value)
     assert msg.startswith("example 1 (slot 1), episode 0: the app's episode raised TimeoutError")
     assert "env.step_timeout" in msg and "[1]" in msg
+
+
+def test_a_calls_max_tokens_below_the_agents_minimum_lowers_the_minimum(team, counted, monkeypatch):
+    # bob may not end before 6 tokens; a call that allows 3 gets 3, and one without a limit
+    # gets the agent's minimum: neither is refused, and neither reply holds an early EOS
+    monkeypatch.setattr(team.agents["bob"], "min_completion_length", 6)
+
+    def episode(client, example):
+        client.chat.completions.create(model="bob", messages=user("hi"), max_tokens=3)
+        client.chat.completions.create(model="bob", messages=user("hi again"))
+        return 0.0
+
+    (rec,) = run(team, episode)
+    (short,), (full,) = counted.calls
+    assert (short.max_new_tokens, short.min_new_tokens) == (3, 3)
+    assert (
+        full.min_new_tokens == 6 and full.max_new_tokens == team.agents["bob"].max_completion_length
+    )
+    eos = set(team.engine_of("bob").eos_ids)
+    first, second = (c.generation.completion_ids for c in rec.calls)
+    assert len(first) == 3 and not eos & set(first)
+    assert not eos & set(second[:6])

@@ -187,6 +187,7 @@ def test_export_loads_with_plain_peft_and_matches_the_trainers_logprobs(trained,
     ]
     assert team["agents"][0]["system"] == trained.team.systems["alice"]
     assert team["agents"][1]["sampling"]["max_new_tokens"] == 8
+    assert team["agents"][1]["sampling"]["min_new_tokens"] == 0
     assert not list(out.rglob("optimizer.pt"))
     tok = AutoTokenizer.from_pretrained(out / "alice")
     ids = tok("The team adds 3 and 4.", add_special_tokens=False)["input_ids"]
