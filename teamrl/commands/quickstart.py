@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     # fall). The held-out lines above compare the same posts; the curves show every step.
     posts = len(history) * cfg.train.prompts_per_step
     print(
-        f"  trained on {posts} posts, {cfg.algorithm.num_generations} joint samples each "
+        f"  trained on {posts} posts, {cfg.algorithm.num_generations} samples a group "
         "(each step's reward depends on its post: see the curves)"
     )
     print(f"\ncurves: {png}\nrun folder: {trainer.run_dir}  ({time.perf_counter() - t0:.0f} s)")
