@@ -73,6 +73,7 @@ def check_run_folder(cfg, run_dir: Path, resume: bool) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from teamrl.run.checkpoints import latest_checkpoint
     from teamrl.run.interrupt import TrainingInterrupted, aborted_message
+    from teamrl.run.logging import team_reward_key
     from teamrl.scale.group import WorkerDiedError
     from teamrl.trainer import Trainer
 
@@ -101,9 +102,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 130
     if history:
         first, last = history[0], history[-1]
+        key = team_reward_key(last)  # the team reward, not AT-GRPO's per-node sum
         print(
-            f"reward/mean: step {first['step']} {first['reward/mean']:.3f} -> "
-            f"step {last['step']} {last['reward/mean']:.3f}"
+            f"{key}: step {first['step']} {first[key]:.3f} -> step {last['step']} {last[key]:.3f}"
         )
     return 0  # the trainer's closing line named the run folder
 

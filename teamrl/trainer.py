@@ -62,7 +62,7 @@ from teamrl.run.interrupt import (
     failed_update_message,
     unsaved,
 )
-from teamrl.run.logging import RunLogger, sample_rows
+from teamrl.run.logging import RunLogger, sample_rows, team_reward_key
 from teamrl.run.origin import RunOrigin, origin_of, write_origin
 from teamrl.run.seeding import rng_state, set_rng_state, set_seed
 from teamrl.run.watch import LearningWatch
@@ -384,7 +384,8 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(
-                        reward=f"{metrics['reward/mean']:.3f}",
+                        # the team reward (AT-GRPO's return counts it once per node)
+                        reward=f"{metrics[team_reward_key(metrics)]:.3f}",
                         s_per_step=f"{metrics['time/step']:.1f}",
                         tok_s=f"{metrics['tokens_per_second']:.0f}",
                     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from teamrl.errors import ConfigError
+from teamrl.run.logging import team_reward_key
 from teamrl.run.records import METRICS, read_records
 
 
@@ -44,7 +45,7 @@ def plot_panels(keys: set[str]) -> list[tuple[str, list[str]]]:
     """The panels this run has keys for: a title and the keys it draws."""
     agent_reward = sorted(k for k in keys if k.startswith("reward/agent/") and k.endswith("/mean"))
     panels = [
-        ("team reward", [k for k in ("reward/mean", "eval/reward/mean") if k in keys]),
+        ("team reward", [k for k in (team_reward_key(keys), "eval/reward/mean") if k in keys]),
         ("reward per agent", agent_reward),
         ("advantage per agent", sorted(k for k in keys if k.startswith("advantage/mean/"))),
         ("reward components", sorted(k for k in keys if k.startswith("reward/components/"))),

@@ -240,6 +240,14 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def team_reward_key(keys) -> str:
+    """The metric that holds a step's mean team reward: ``reward/team/mean`` where the algorithm
+    reports it apart from its return (AT-GRPO, whose ``reward/mean`` sums the chosen reward of
+    every node along the path: the team reward once per agent and turn), else ``reward/mean``
+    (MAGRPO, GRPO, apps: there the return is the team reward)."""
+    return "reward/team/mean" if "reward/team/mean" in keys else "reward/mean"
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
