@@ -189,7 +189,7 @@ class Decoded:
         mins = [0 if ignore_eos else r.min_new_tokens for r, _ in rows]
         # a tensor only when some row has a floor: the common loop pays nothing for it
         self.min_new = torch.tensor(mins, device=device) if any(mins) else None
-        self.floors: dict[int, int] = {}  # row -> stop_floor, set once the row reaches m - 1
+        self.floors: dict[int, int] = {}  # row -> stop_floor, set once the row reaches m
         self.max_new = int(self.budget.max())
         n = len(rows)
         self.tokens = torch.full((n, self.max_new), pad_id, dtype=torch.long, device=device)
