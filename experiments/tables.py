@@ -1071,27 +1071,29 @@ _add(
 _add(
     Table(
         name="agents_sdk_tools",
-        description="A solver that must call a multiply function tool, and a checker, as "
-        "OpenAI Agents SDK agents trained through the endpoint (examples/agents_sdk_app.py): "
-        "held-out greedy team reward, the share of the solver's replies with a valid tool "
-        "call and the checker's accuracy, before and after training.",
+        description="Two tool-using OpenAI Agents SDK agents trained through the endpoint "
+        "(examples/agents_sdk_app.py): a multiplier with a multiply function tool and an adder "
+        "with an add tool compute a x b + c, the adder from the multiplier's report alone: "
+        "held-out greedy team reward and the share of each agent's tool-offered calls with a "
+        "valid tool call, before and after training.",
         config=str(REPO / "examples" / "agents_sdk_app.yaml"),
         imports=("examples/agents_sdk_app.py",),
-        base=("log.progress_bar=false", "log.save_steps=5"),
+        base=("log.progress_bar=false", "log.save_steps=4"),
         conditions=(
             Condition("untrained", (), train=False),
             Condition("trained", ()),
         ),
         splits={
-            "train": "512 pairs of two-digit numbers (examples/agents_sdk_app.py problems())",
-            "validation": "32 other pairs: the only split used to choose settings",
-            "test": "32 pairs in neither",
+            "train": "512 pairs of two-digit numbers, each with a two-digit c "
+            "(examples/agents_sdk_app.py problems())",
+            "validation": "32 other triples: the only split used to choose settings",
+            "test": "32 triples in neither",
         },
         test_problems=32,
         metrics=(
             "greedy/reward",
-            "components/tool_calls/solver",
-            "components/local/checker",
+            "components/tool_calls/multiplier",
+            "components/tool_calls/adder",
         ),
         sample_outputs=2,
         test_outputs=True,

@@ -140,8 +140,81 @@ def test_the_agents_sdk_app_trains_from_the_command_line(tmp_path):
     rows = run_files.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert len(rows) == 2
     for row in rows:
-        # 4 episodes; a tiny random model writes no call, so each agent is called once (the
-        # solver's reply is its answer, or cut at 6 tokens: an incomplete response, caught)
+        # 4 episodes; a tiny random model completes no call, so each agent is called once (its
+        # reply is its answer, or cut at 6 tokens: an incomplete response, caught)
         assert row["turns/mean"] == 2.0 and row["app/refused_calls"] == 0.0
         assert row["app/dropped_samples"] == 0.0
-        assert "loss/solver" in row and "loss/checker" in row
+        assert "loss/multiplier" in row and "loss/adder" in row
+
+
+@pytest.fixture(scope="module")
+def example():
+    """examples/agents_sdk_app.py, loaded under its own name (its task is registered once per
+    process, and the command-line test may have imported it already), and a team of its two
+    agents on the tiny model."""
+    import importlib.util
+
+    from teamrl.envs import base
+    from teamrl.team.policies import Team
+
+    saved = base._REGISTRY
+    base._REGISTRY = {k: v for k, v in saved.items() if k != "multiply_add_agents_sdk"}
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "agents_sdk_app_under_test", EXAMPLES / "agents_sdk_app.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        base._REGISTRY = saved
+    agents = "team.agents=[{name: multiplier, max_completion_length: 32}, {name: adder}]"
+    return module, Team(tiny_cfg(agents))
+
+
+def args(x: int, y: int) -> str:
+    """What the model writes after the endpoint's written opening of a call."""
+    return f'"x": {x}, "y": {y}}}}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("script", "team", "adder"),
+    [
+        ([args(86, 12), "1032", args(1032, 7), "1039"], 1.0, 1.0),
+        ([args(86, 12), "1032", args(1032, 7), "1040"], 0.5, 0.0),  # the total misread
+        ([args(86, 12), "1000", args(1000, 7), "1007"], 0.0, 1.0),  # a wrong report, added
+        ([args(86, 21), "1806", args(1806, 7), "1813"], 0.0, 1.0),  # multiply on other numbers
+        ([args(86, 12), "1032", args(1000, 39), "1039"], 0.5, 0.0),  # the right total, guessed
+        (['"x": 86', args(1032, 7), "1039"], 0.5, 0.0),  # no multiply call: no product half
+    ],
+    ids=["right", "total-misread", "wrong-report", "other-numbers", "guessed-total", "no-call"],
+)
+def test_the_examples_rewards_need_both_tools_and_credit_the_adder_apart(
+    example, script, team, adder
+):
+    """The example's episode on scripted replies, a = 86, b = 12, c = 7: each agent's first call
+    is written open by the endpoint (``prefill_tool_calls``) and the script gives the rest, then
+    its answer. The team: half for a right product, half for a right total, the total's half
+    only through an add call on the true product. The adder's local reward: it added the number
+    it was given and c, whatever the multiplier reported."""
+    from teamrl.apps.episodes import run_episodes
+    from teamrl.apps.task import AppEnv
+    from teamrl.config.endpoint import EndpointConfig
+    from teamrl.rollout.common import RolloutClock
+
+    module, team_ = example
+    env = AppEnv(["multiplier", "adder"], module.episode)
+    with scripted_backend(team_) as backend:
+        backend.script = list(script)
+        (rec,) = run_episodes(
+            team_, env, [(0, {"a": 86, "b": 12, "c": 7})], 1, greedy=False, ignore_eos=False,
+            clock=RolloutClock(), timeout=0.0, limits=EndpointConfig(prefill_tool_calls=True),
+        )  # fmt: skip
+    called = [c.agent for c in rec.calls]
+    if script[0].endswith("</tool_call>"):
+        assert called == ["multiplier", "multiplier", "adder", "adder"]
+    else:  # the unfinished call reads as text: the multiplier's answer
+        assert called == ["multiplier", "adder", "adder"] and rec.unparsed_tool_calls == 1
+    prompt = team_.engine_of("adder").tokenizer.decode(rec.calls[-2].prompt_ids)
+    given = "86" if script[0] == '"x": 86' else script[1]
+    assert f"<|im_start|>user\nWhat is {given} + 7?<|im_end|>" in prompt
+    assert (rec.team_reward, rec.local_rewards) == (team, {"adder": adder})
