@@ -70,6 +70,7 @@ from teamrl.sample import Sample
 from teamrl.scale.group import WorkerDiedError
 from teamrl.tasks.registry import bind_task, built_by_registry, task_from_config
 from teamrl.tasks.run_program import configure as configure_sandbox
+from teamrl.team.memory import measured_memory
 from teamrl.team.policies import Policy, resolve_device
 from teamrl.team.weights import base_record
 
@@ -233,6 +234,9 @@ class Trainer:
                 "epoch": float(self.data.epoch),
             }
         )
+        # what the step held, measured (the preflight's estimate cannot see an app's calls)
+        device = torch.device(self.ctx.device)
+        metrics.update({f"memory/{k}": v for k, v in measured_memory(device).items()})
         if self.logger is not None:  # the first examples' whole groups (teamrl report), which
             # the loop writes with the step's metrics row
             self._step_samples = sample_rows(

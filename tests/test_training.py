@@ -278,9 +278,16 @@ def test_cli_train_plot_envs(tmp_path, capsys):
         "time/reward",
         "time/update",
         "eval/reward/mean",
+        "memory/rss_gib",
+        "memory/peak_rss_gib",
     ]
     for key in need:
         assert key in rows[2], key
+    # the kernel's high-water mark never falls, and holds at least what is resident now
+    trained = rows[1:]  # step 0 is the evaluation before training
+    peaks = [r["memory/peak_rss_gib"] for r in trained]
+    assert peaks == sorted(peaks)
+    assert all(r["memory/peak_rss_gib"] >= r["memory/rss_gib"] > 0 for r in trained)
     assert "kl/shared" not in rows[2]  # beta == 0: no KL is computed, so none is logged
     assert rows[0]["eval/on_train_split"] == rows[2]["eval/on_train_split"] == 0.0
     assert (run / "config.yaml").exists() and (run / "samples.jsonl").exists()

@@ -42,7 +42,13 @@ from typing import Any
 from teamrl.apps.endpoint import ChatCall, Endpoint, Refusal, shared_endpoint
 from teamrl.apps.provenance import Stamp, stamp
 from teamrl.apps.task import AppEnv
-from teamrl.apps.tools import for_template, forced_opening, read_reply, renders_tools
+from teamrl.apps.tools import (
+    for_template,
+    forced_opening,
+    read_reply,
+    renders_tools,
+    reply_stops,
+)
 from teamrl.config.endpoint import EndpointConfig
 from teamrl.errors import user_frame
 from teamrl.generation import Generation
@@ -203,6 +209,8 @@ class Session:
                 w.reply.set_result((r.status, r.body()))
                 continue
             request = self.team.request(w.call.agent, ids, 1, greedy=self.greedy)
+            # the call's own stop strings, and where it uses tools a tool result's tags
+            asked = tuple(dict.fromkeys(w.call.stop + reply_stops(w.call.messages, w.call.tools)))
             cap = request.max_new_tokens
             most = min(cap, w.call.max_tokens or cap)
             request = dataclasses.replace(
@@ -210,10 +218,10 @@ class Session:
                 max_new_tokens=most,
                 # a call's max_tokens below the agent's minimum wins: the reply fits the call
                 min_new_tokens=min(request.min_new_tokens, most),
-                stop=tuple(dict.fromkeys(request.stop + w.call.stop)),
+                stop=tuple(dict.fromkeys(request.stop + asked)),
             )
             jobs.append((w.call.agent, request))
-            ready.append((w, ids, opening, request.min_new_tokens))
+            ready.append((w, ids, opening, request.min_new_tokens, asked))
         if not jobs:
             return 0
         try:
@@ -225,10 +233,13 @@ class Session:
                 w.reply.set_result((410, Refusal(410, "generation failed", "episode_ended").body()))  # fmt: skip
             raise
         tokens = 0
-        for (w, ids, opening, least), out in zip(ready, outs):
+        for (w, ids, opening, least, asked), out in zip(ready, outs):
             gen = out[0]
             agent = w.call.agent
-            text = self.team.decode(agent, gen.completion_ids, opening, min_new_tokens=least)
+            text = self.team.decode(agent, gen.completion_ids, opening, least, stops=asked)
+            # a call's stop string is not part of the reply (OpenAI's rule); an agent's own
+            # stop strings are, as in every env's text
+            text = next((text.removesuffix(s) for s in asked if text.endswith(s)), text)
             mine = self.calls[w.episode]
             index = sum(1 for c in mine if c.agent == agent)
             served = Served(agent, index, len(mine), ids, gen, text, weights=stamps[agent])

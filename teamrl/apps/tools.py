@@ -16,9 +16,12 @@ format, plain text in the roles it knows:
 - the tools as a block at the end of the system message (a system message is added when the
   chat has none): ``FALLBACK_HEADER``, one JSON schema a line between ``<tools>`` tags, and
   how to call them: one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` line per
-  call, said in words, then an example call of the first tool with a placeholder value per
-  parameter (``example_call``; SmolLM2-135M copied a pattern's placeholder text, "<the arguments
-  as a JSON object>", into its calls, where an example's shape is what it should copy);
+  call, said in words, then an example call of the first tool with its parameters named and
+  each one's type where its value goes (``example_call``): SmolLM2-135M copied a pattern's
+  placeholder text, "<the arguments as a JSON object>", into its calls, and example values
+  into its arguments, where the named parameters are what it should copy;
+- where a chat uses tools, a reply ends where the model writes a tool result's tag
+  (``RESULT_TAGS``, ``reply_stops``);
 - an assistant message's tool calls as those lines, after its text;
 - the results of consecutive tool messages as one user turn, each result between
   ``<tool_response>`` tags, in the order they came.
@@ -46,8 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 FALLBACK_HEADER = "# Tools\n\nYou may call these functions, given as JSON schemas:"
-# How to call, in words; the shape is shown by a well-formed example call after it
-# (``example_call``), never by a pattern with placeholder text, which small models copy.
+# How to call, in words; the shape is shown by an example call after it (``example_call``), its
+# parameters named, never by a pattern with placeholder text, which small models copy.
 FALLBACK_HOW = (
     "To call a function, write one line per call, each on its own: a JSON object with the "
     'function\'s "name" and its "arguments" (an object), between <tool_call> and </tool_call>. '
@@ -222,6 +225,19 @@ def uses_tools(messages: list[dict[str, Any]], tools: tuple[dict, ...]) -> bool:
     return bool(tools) or any("tool_calls" in m or m["role"] == "tool" for m in messages)
 
 
+# Where a chat uses tools, a reply ends where the model starts writing a tool result: results
+# are the tools' turn (both formats read here put them between these tags), never the model's,
+# and a model that writes one is inventing it (SmolLM2-135M, after its answer, repeated
+# "</tool_response>" to the end of its token budget). The tag, like any stop string, ends the
+# sample where it completes and is left out of the reply's text.
+RESULT_TAGS = ("<tool_response>", "</tool_response>")
+
+
+def reply_stops(messages: list[dict[str, Any]], tools: tuple[dict, ...]) -> tuple[str, ...]:
+    """The stop strings the endpoint adds to a call: ``RESULT_TAGS`` where it uses tools."""
+    return RESULT_TAGS if uses_tools(messages, tools) else ()
+
+
 # --- rendering --------------------------------------------------------------------------------
 
 
@@ -296,21 +312,20 @@ def fallback(messages: list[dict[str, Any]], tools: tuple[dict, ...]) -> list[di
     return out
 
 
-# A placeholder value per JSON-schema type, for the fallback format's example call.
-PLACEHOLDERS = {"integer": 1, "number": 1.5, "string": "...", "boolean": True, "array": [], "object": {}}  # fmt: skip
-
-
 def example_call(tool: dict) -> str:
-    """The fallback format's example: a call of ``tool`` with each parameter it declares set to
-    its type's placeholder (``PLACEHOLDERS``; null for an untyped one), as one call line."""
+    """The fallback format's example: a call of ``tool`` with each parameter's JSON-schema type
+    in angle brackets where its value goes (``<value>`` for an untyped one), as one call line.
+    It is not JSON on purpose: a reply that copies it reads as no call (counted unparsed),
+    where an example with values would run the tool on values nobody chose (SmolLM2-135M,
+    trained on an example calling add with 1 and 1, learned to call add with 1 and 1)."""
     function = tool["function"]
     props = function.get("parameters", {}).get("properties", {})
-    arguments = {
-        name: PLACEHOLDERS.get(spec.get("type") if isinstance(spec, dict) else None)
+    arguments = ", ".join(
+        f"{json.dumps(name)}: <{spec.get('type', 'value') if isinstance(spec, dict) else 'value'}>"
         for name, spec in props.items()
-    }
-    line = call_line({"name": function["name"], "arguments": json.dumps(arguments)})
-    return f"For example:\n{line}"
+    )
+    name = json.dumps(function["name"], ensure_ascii=False)
+    return f'For example:\n{OPEN_TAG}{{"name": {name}, "arguments": {{{arguments}}}}}</tool_call>'
 
 
 def _arguments_as_object(call: dict) -> dict:

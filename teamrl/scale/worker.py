@@ -97,16 +97,9 @@ class PolicyWorker:
 
     def memory(self) -> dict:
         """This worker process's resident memory now and at its peak, in GiB (Linux)."""
-        import resource
+        from teamrl.team.memory import measured_memory
 
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        with open("/proc/self/statm") as f:
-            resident_pages = int(f.read().split()[1])
-        return {
-            "peak_rss_gib": peak_kib / 2**20,
-            "rss_gib": resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**30,
-            "mmap_threshold_kib": self.mmap_threshold_kib,
-        }
+        return {**measured_memory(), "mmap_threshold_kib": self.mmap_threshold_kib}
 
     # --- work -------------------------------------------------------------------------------
 

@@ -3,18 +3,25 @@
 ``estimate_memory(cfg, models, prompt_len)`` is the low-end estimate the preflight
 (``teamrl.preflight``) compares with the free memory, and a Ray worker's share of it
 (``preflight.worker_estimate``) is computed from it: what the step needs at least, so that a
-config is refused only when it cannot fit.
+config is refused only when it cannot fit. ``measured_memory()`` is its measured counterpart,
+which the trainer logs every step (``memory/*``): an app's calls and prompt lengths are the
+app's own, so for an app the estimate counts ``env.max_turns`` calls per agent and the
+measurement is what tells.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from teamrl.config import Config
 from teamrl.config.policy_map import adapters_per_model, model_copies, policy_agents, uses_lora
 from teamrl.config.step_shape import step_shape
+
+if TYPE_CHECKING:
+    import torch
 
 GiB = 1024**3
 
@@ -240,3 +247,28 @@ def micro_batch_bytes(
         kv_token = 2 * shape["layers"] * shape["kv_dim"] * nbytes
         kept = tokens * shape["layers"] * layer + rows * prompt_len * kv_token
     return kept + rows * completion_len * shape["vocab"] * 4 * LOGIT_ROWS
+
+
+def measured_memory(device: torch.device | None = None) -> dict[str, float]:
+    """This process's memory as measured, in GiB: its resident set now (``rss_gib``) and at its
+    peak so far (``peak_rss_gib``, the kernel's high-water mark, which never falls), and on a
+    CUDA ``device`` the most allocated since the last call (``cuda_peak_gib``; the counter is
+    reset). The host figures are Linux's (``/proc/self/statm``); elsewhere they are left out.
+    The resident set includes what the C allocator keeps after tensors are freed: glibc's
+    heap keeps the high-water mark of a step's largest forward (teamrl.scale.cpu_malloc)."""
+    out: dict[str, float] = {}
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            resident_pages = int(f.read().split()[1])
+        out["rss_gib"] = resident_pages * os.sysconf("SC_PAGE_SIZE") / GiB
+        out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GiB
+    except (ImportError, OSError, ValueError):
+        pass
+    if device is not None and device.type == "cuda":
+        import torch
+
+        out["cuda_peak_gib"] = torch.cuda.max_memory_allocated(device) / GiB
+        torch.cuda.reset_peak_memory_stats(device)
+    return out

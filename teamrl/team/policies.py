@@ -355,7 +355,12 @@ class Team:
         return results
 
     def decode(
-        self, agent: str, ids: list[int], prefill: str = "", min_new_tokens: int | None = None
+        self,
+        agent: str,
+        ids: list[int],
+        prefill: str = "",
+        min_new_tokens: int | None = None,
+        stops: tuple[str, ...] = (),
     ) -> str:
         """The agent's reply as the env sees it: its response_prefix (and ``prefill``, as
         ``encode_messages`` wrote it), then the completion.
@@ -365,7 +370,8 @@ class Team:
         the env never sees (vLLM's text with ``include_stop_str_in_output``). The trained tokens
         stay the sampled ones; only what the env reads is cut. A stop string written within
         the agent's ``min_completion_length`` (or the request's ``min_new_tokens``, where the
-        caller lowered it) did not end the completion, so it is not where the text is cut."""
+        caller lowered it) did not end the completion, so it is not where the text is cut.
+        ``stops``: a request's stop strings besides the agent's, cut at the same way."""
         tok = self.engine_of(agent).tokenizer
         text = tok.decode(ids, skip_special_tokens=True)
         a = self.agents[agent]
@@ -375,7 +381,7 @@ class Team:
 
         least = a.min_completion_length if min_new_tokens is None else min_new_tokens
         floor = stop_floor(decode, ids, least)
-        return a.response_prefix + prefill + cut_at_stop(text, a.stop, floor)
+        return a.response_prefix + prefill + cut_at_stop(text, (*a.stop, *stops), floor)
 
     def engines(self) -> list[Engine]:
         seen: dict[int, Engine] = {}

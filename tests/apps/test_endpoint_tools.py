@@ -212,12 +212,57 @@ def test_the_fallback_example_calls_the_first_tool_with_a_placeholder_per_type()
             },
         },
     }  # fmt: skip
-    args = '{"n": 1, "x": 1.5, "s": "...", "b": true, "l": [], "o": {}, "any": null}'
+    args = '{"n": <integer>, "x": <number>, "s": <string>, "b": <boolean>, "l": <array>, "o": <object>, "any": <value>}'  # fmt: skip
     assert example_call(typed) == f'For example:\n<tool_call>{{"name": "f", "arguments": {args}}}</tool_call>'  # fmt: skip
     assert example_call(ADD) == (
-        'For example:\n<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>'
-    )
+        'For example:\n<tool_call>{"name": "add", "arguments": {"a": <integer>, "b": <integer>}}</tool_call>'
+    )  # fmt: skip
     assert example_call(NEG).endswith('{"name": "neg", "arguments": {}}</tool_call>')
+
+
+def test_a_reply_that_copies_the_fallback_example_calls_no_tool(team, scripted):
+    """Copied, the example runs no tool on values nobody chose: the app is told text, and the
+    reply is counted unparsed."""
+    copied = example_call(ADD).removeprefix("For example:\n")
+    scripted.script = [copied]
+
+    def episode(client, example):
+        reply = client.chat.completions.create(model="alice", messages=user("2+3?"), tools=[ADD])
+        assert reply.choices[0].message.tool_calls is None
+        assert reply.choices[0].message.content == copied
+        return 0.0
+
+    (rec,) = run(team, episode)
+    assert rec.unparsed_tool_calls == 1
+
+
+def test_a_reply_ends_where_the_model_writes_a_tool_result(team, scripted):
+    """Where a chat uses tools, a tool result's tag ends the reply (the tools' turn, never the
+    model's): the tag is left out of the text, and what was sampled through it is trained."""
+    scripted.script = [CALL_ADD, "5\n</tool_response>\n</tool_response>", "7</tool_response>", "8END9"]  # fmt: skip
+    seen = []
+
+    def episode(client, example):
+        messages = user("2+3?")
+        first = client.chat.completions.create(model="alice", messages=messages, tools=[ADD])
+        (call,) = first.choices[0].message.tool_calls
+        messages += [first.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": "5"}]  # fmt: skip
+        second = client.chat.completions.create(model="alice", messages=messages, tools=[ADD])
+        plain = client.chat.completions.create(model="bob", messages=user("7?"))  # no tools
+        own = client.chat.completions.create(model="bob", messages=user("8?"), stop=["END"])
+        seen.extend(r.choices[0] for r in (second, plain, own))
+        return 0.0
+
+    (rec,) = run(team, episode)
+    second, plain, own = seen
+    assert second.message.content == "5\n" and second.finish_reason == "stop"
+    assert plain.message.content == "7</tool_response>"  # no tools: nothing added
+    assert own.message.content == "8"  # the call's own stop string, left out too
+    tags = ("<tool_response>", "</tool_response>")
+    assert [set(tags) <= set(r.stop) for r in scripted.requests] == [True, True, False, False]
+    tok = team.engine_of("alice").tokenizer
+    trained = tok.decode(rec.calls[1].generation.completion_ids)
+    assert trained == "5\n</tool_response>"  # through the tag, not beyond it
 
 
 def test_prefill_writes_the_call_a_tool_choice_demands_and_trains_what_was_sampled(team, scripted):

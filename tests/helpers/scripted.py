@@ -36,6 +36,7 @@ class ScriptedBackend:
         self.script: list[str] = []
         self.cut = False  # cut at the request's max_new_tokens (the tiny agents allow 6)
         self.sampled: list[list[int]] = []  # every completion handed out, in order
+        self.requests: list = []  # every request answered from the script, in order
 
     def generate(self, requests, ignore_eos=False):
         out = []
@@ -43,9 +44,18 @@ class ScriptedBackend:
             if not self.script:  # the script is spent: the real sampler answers
                 out.extend(self.inner.generate([r], ignore_eos))
                 continue
+            self.requests.append(r)
             ids = self.tok(self.script.pop(0), add_special_tokens=False)["input_ids"]
-            cut = self.cut and len(ids) >= r.max_new_tokens
-            ids = ids[: r.max_new_tokens] if cut else ids + [self.eos]
+            # as the sampler: the reply ends at the token that completes a stop string
+            end = next(
+                (n for n in range(1, len(ids) + 1) if any(s in self.tok.decode(ids[:n]) for s in r.stop)),
+                None,
+            )  # fmt: skip
+            cut = self.cut and (end or len(ids)) >= r.max_new_tokens
+            if end is not None and not cut:
+                ids = ids[:end]
+            else:
+                ids = ids[: r.max_new_tokens] if cut else ids + [self.eos]
             logprobs = [-0.5 - 0.25 * j for j in range(len(ids))]
             out.append([Generation(list(r.prompt_ids), ids, logprobs, cut)])
         self.sampled += [gens[0].completion_ids for gens in out]

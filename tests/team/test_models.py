@@ -222,3 +222,15 @@ def test_building_a_tiny_model_on_a_cold_cache_leaves_the_global_rng_alone(tmp_p
     again = load_model("tiny-llama")  # warm: loads it
     assert torch.equal(torch.rand(3), want)
     assert all(torch.equal(a, b) for a, b in zip(first.parameters(), again.parameters()))
+
+
+def test_measured_memory_sees_a_tensor_the_process_holds():
+    from teamrl.team.memory import measured_memory
+
+    before = measured_memory()
+    held = torch.ones(64 * 2**20)  # 256 MiB, written: its pages are resident
+    during = measured_memory()
+    assert during["rss_gib"] - before["rss_gib"] >= 0.2
+    assert during["peak_rss_gib"] >= during["rss_gib"]
+    del held
+    assert "cuda_peak_gib" not in during  # no device given: the host's figures only
