@@ -22,7 +22,7 @@ from teamrl.scale.group import WorkerGroup
 from teamrl.scale.placement import placement_plan
 from teamrl.trainer import Trainer
 
-VOLATILE = ("time/", "tokens_per_second")  # wall-clock measurements
+VOLATILE = ("time/", "tokens_per_second", "memory/")  # measurements of the machine
 
 
 def ray_cfg(address: str, policies: str, steps: int, workers: int, **extra):
