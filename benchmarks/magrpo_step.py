@@ -20,6 +20,9 @@ Contenders, each a long-lived worker process built once:
 - ``KIND@KEY=VALUE[@KEY=VALUE...]``: a teamrl contender with config overrides, e.g.
   ``lora,lora@generation.fast_decode=off``: an A/B of a setting in the same rounds, each side
   in its own worker process.
+- ``KIND[@...]#REV``: a teamrl contender run by the package as it was at git revision REV
+  (extracted with ``git archive``; the worker script is this one), e.g. ``lora,lora#fe09340``:
+  the current code against an earlier commit's in the same rounds.
 
 After ``--warmup`` untimed rounds, each of ``--rounds`` rounds times one step of every
 contender (order rotated per round), so the steps compared within a round ran under the same
@@ -406,11 +409,41 @@ def comlrl_cmd(args, python: str, tmp: Path) -> list[str]:
     ]
 
 
+def checkout(rev: str, tmp: Path) -> Path:
+    """teamrl's source at git revision ``rev``, extracted under ``tmp/<full sha>`` (the
+    repository's worktrees and index are left alone)."""
+    import subprocess
+
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--contenders: #{rev}: not a commit of {ROOT}")
+    dest = tmp / found.stdout.strip()
+    if not dest.exists():
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", dest.name, "teamrl"],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
 def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
     """Start every wanted contender; those that cannot run are returned as notes instead."""
     wanted = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    revisions = {}  # contender -> the folder holding teamrl at its #REV
     for c in wanted:
-        kind, *overrides = c.split("@")
+        spec, _, rev = c.partition("#")
+        kind, *overrides = spec.split("@")
+        if rev:
+            if kind not in TEAMRL + EXTRA or kind.startswith("vllm"):
+                raise SystemExit(f"--contenders: {c!r}: #REV applies to teamrl contenders only")
+            revisions[c] = checkout(rev, tmp)
         if kind not in ALL + EXTRA:
             choices = ", ".join(ALL + EXTRA)
             raise SystemExit(f"--contenders: unknown {kind!r}; choose from {choices}")
@@ -447,6 +480,10 @@ def start_contenders(args, tmp: Path) -> tuple[dict, dict[str, str]]:
                 continue
             env_k["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine
             cmd = worker_cmd(args, kind, str(py))
+        elif kind in revisions:
+            env_k["PYTHONPATH"] = os.pathsep.join([str(revisions[kind]), env["PYTHONPATH"]])
+            notes[name] = f"teamrl as at commit {revisions[kind].name}"
+            cmd = worker_cmd(args, kind.partition("#")[0], sys.executable)
         else:
             cmd = worker_cmd(args, kind, sys.executable)
         print(f"starting {name} ...", flush=True)
@@ -561,16 +598,17 @@ def markdown(result: dict) -> str:
 
 
 def ab_markdown(result: dict) -> list[str]:
-    """Each ``KIND@overrides`` contender (B) against its plain ``KIND`` (A): the ratio of their
+    """Each ``KIND@overrides`` or ``KIND#REV`` contender (B) against its plain ``KIND`` (A): the ratio of their
     medians and in how many rounds B was the faster, for the step, generation and update (the
     two stepped in the same rounds, so a slow spell of the machine hits both)."""
     steps, lines = result["steps"], []
     for b in steps:
-        a = b.split("@")[0]
-        if "@" not in b or a not in steps:
+        a = b.split("@")[0].split("#")[0]
+        if b == a or a not in steps:
             continue
         if not lines:
-            lines = ["", "A/B (B: the contender with overrides, A: its plain kind):", ""]
+            lines = ["", "A/B (B: the contender with overrides or a revision, A: its plain kind):"]
+            lines += [""]
             lines += [
                 "| B | step B / A | B faster | generate B / A | B faster | update B / A | B faster |"
             ]

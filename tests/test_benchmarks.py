@@ -338,6 +338,8 @@ def test_a_step_contender_with_overrides_runs_with_them_and_a_bad_one_is_one_lin
         ),
         ("lora@fast", "'lora@fast': each override after '@' is KEY=VALUE"),
         ("lorax@a=b", "unknown 'lorax'; choose from raw, lora"),
+        ("lora,raw#HEAD", "'raw#HEAD': #REV applies to teamrl contenders only"),
+        ("lora#no-such-rev-x", "#no-such-rev-x: not a commit of"),
     ]:
         args.contenders = contenders
         with pytest.raises(SystemExit, match=why):
@@ -368,3 +370,33 @@ def test_step_ab_lines_pair_each_override_contender_with_its_plain_kind_by_hand(
     ]
     assert not any("shared@" in ln for ln in lines)
     assert magrpo_step.ab_markdown({"steps": {"raw": steps((1, 1))}}) == []
+    # A contender at an earlier revision pairs with its plain kind the same way.
+    result["steps"]["teamrl lora#fe09340"] = steps((2, 2), (3, 2), (2, 2))
+    rows = [ln for ln in magrpo_step.ab_markdown(result) if ln.startswith("| lora#")]
+    assert rows == ["| lora#fe09340 | 0.57 | 3 of 3 | 0.40 | 3 of 3 | 1.00 | 0 of 3 |"]
+
+
+def test_a_step_contender_at_a_revision_gets_that_revisions_package(tmp_path):
+    """``lora#REV``: the worker imports teamrl as committed at REV, extracted beside the run
+    (the first commit that touched teamrl/__init__.py is an old package, unlike the tree's)."""
+    import subprocess
+
+    import magrpo_step
+
+    root = magrpo_step.ROOT
+    if not (root / ".git").exists():
+        pytest.skip("the checkout has no git history")
+    first = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%H", "--reverse", "--", "teamrl/__init__.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()[0]  # fmt: skip
+    dest = magrpo_step.checkout(first[:10], tmp_path)
+    assert dest == tmp_path / first
+    assert sorted(p.name for p in dest.iterdir()) == ["teamrl"]
+    old = subprocess.run(
+        ["git", "-C", str(root), "show", f"{first}:teamrl/__init__.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert (dest / "teamrl" / "__init__.py").read_text() == old
+    # A second contender at the same revision reuses the extraction.
+    assert magrpo_step.checkout(first, tmp_path) == dest
