@@ -322,20 +322,24 @@ _add(
 #
 # A scout sees the walls, a planner the start and the goal (4x4 boards that need a detour:
 # 3x3 has too few distinct ones per split); the scout's message, then the planner's list after
-# the '#### [' prefill, in one turn. The same boards with one agent: the whole board (the upper
-# reference) or one half (the floor). The learning ladder's knobs (plan_path_base).
+# the "#### ['" prefill, in one turn. The same boards with one agent: the whole board (the upper
+# reference) or one half (the floor). The learning ladder's knobs (plan_path_base). Chosen on
+# the validation split (experiments/results/plan_path_split/validation/README.md): the quoted
+# prefill, after which every untrained reply parses (with "#### [" none did: the planner wrote
+# the transcript's "[scout, turn 1]" header).
 SPLIT_VIEWS = ("split", "full", "scout_alone", "planner_alone")
+SPLIT_PLAN_PREFIX = "#### ['"
 
 
 def split_team(view: str = "split") -> str:
     """``team.agents`` of a view: the scout writes a message (or, alone, a list); the planner a
     list after its prefill."""
     scout = agent("scout", 48)
-    planner = agent("planner", 32, PLAN_PREFIX)
+    planner = agent("planner", 32, SPLIT_PLAN_PREFIX)
     agents = {
         "split": [scout, planner],
         "full": [planner],
-        "scout_alone": [agent("scout", 32, PLAN_PREFIX)],
+        "scout_alone": [agent("scout", 32, SPLIT_PLAN_PREFIX)],
         "planner_alone": [planner],
     }[view]
     return f"team.agents=[{', '.join(agents)}]"
@@ -382,9 +386,9 @@ _add(
         extra={"baseline": "untrained"},
         notes="Run with --seeds 5. Reward constants: teamrl's (win +10, shaping 0.1, gamma 1), "
         "unscaled group advantages, as plan_path_main. The one-agent rows train with GRPO on "
-        "the same boards; they show no message, so their ablation columns equal their own. Not "
-        "yet chosen on the validation split: the scout's budget and prefill (none), and 2 turns "
-        "with a planner that may answer before it commits.",
+        "the same boards; they show no message, so their ablation columns equal their own. "
+        "Validation (validation/README.md): no row learned at 16 steps, the full view "
+        "included; the route game (env.kwargs.routes) is the setting under test there.",
     )
 )
 

@@ -299,14 +299,14 @@ def test_the_split_table_rows_build_their_tasks_and_teams():
         assert (cfg.env.kwargs["size"], len(task.test)) == (4, 64)
         teams[cond.name] = (cfg.env.kwargs["view"], cfg.algorithm.name, cfg.team.policies)
         teams[cond.name] += tuple((a.name, a.response_prefix) for a in cfg.team.agents)
-    plan = ("planner", "#### [")
+    plan = ("planner", "#### ['")
     assert teams == {
         "untrained": ("split", "at_grpo", "shared", ("scout", ""), plan),
         "traj_grpo_shared": ("split", "grpo", "shared", ("scout", ""), plan),
         "at_grpo_shared": ("split", "at_grpo", "shared", ("scout", ""), plan),
         "at_grpo_lora": ("split", "at_grpo", "lora", ("scout", ""), plan),
         "full_grpo": ("full", "grpo", "shared", plan),
-        "scout_alone_grpo": ("scout_alone", "grpo", "shared", ("scout", "#### [")),
+        "scout_alone_grpo": ("scout_alone", "grpo", "shared", ("scout", "#### ['")),
         "planner_alone_grpo": ("planner_alone", "grpo", "shared", plan),
     }
 

@@ -43,10 +43,10 @@ def grid_lines(prompt: str) -> list[str]:
     return [ln for ln in prompt.splitlines() if ln.strip() and set(ln) <= set(".#?PG ")]
 
 
-def play(e, board: str, script: dict) -> object:
-    """One episode with scripted agents (``script[agent](observation) -> reply``); the last
-    step."""
-    obs = e.reset({"seed": board})
+def play(e, board: str, script: dict, **example) -> object:
+    """One episode with scripted agents (``script[agent](observation) -> reply``) on the board
+    of ``{"seed": board, **example}``; the last step."""
+    obs = e.reset({"seed": board, **example})
     while True:
         agent = e.turn_order[e.acting]
         step = e.step({agent: script[agent](obs[agent])})
@@ -224,3 +224,129 @@ def test_boards_per_seed_are_fixed_need_a_detour_and_held_out_ones_are_not_train
 
     plain = {"seed": 1_500_000, "size": 4, "detour": False}
     assert build_board(plain).render() == generate_plan_path(1_500_000, 4, 0.3).render()
+
+
+# --- the route game (routes: 2) ------------------------------------------------------------------
+
+
+def route_env(view: str = "split") -> split.SplitPlanPathEnv:
+    return plan_path_split_task(view=view, n_train=2, n_eval=1, n_test=1, routes=2).make_env()
+
+
+def routes_block(prompt: str) -> list[str]:
+    """The candidate lines of a prompt ("A: ..."), without the header."""
+    return [ln for ln in prompt.splitlines() if ln[:2] in ("A:", "B:", "C:")]
+
+
+def test_the_decoys_of_a_hand_made_board_are_its_blocked_routes_of_the_shortest_length():
+    # A: P#G / ... / ...: 4-move lists from (0, 0) to (0, 2) that stay on the grid and never
+    # revisit a cell: D R R U (clear), D R U R and R D R U (each walks onto the wall at (0, 1));
+    # R R D U comes back to the goal, R D U R back to (0, 1): revisits, not routes
+    board = PlanPathState.from_text(A)
+    assert split.blocked_routes(board) == [["D", "R", "U", "R"], ["R", "D", "R", "U"]]
+    assert split.walked_cells(board, ["D", "R", "U", "R"]) == [(1, 0), (1, 1), (0, 1), (0, 2)]
+    assert split.walked_cells(board, ["U"]) is None  # off the grid
+    routes = split.candidate_routes(board, "A", 2)
+    assert ["D", "R", "R", "U"] in routes
+    assert [r for r in routes if r != ["D", "R", "R", "U"]][0] in split.blocked_routes(board)
+    assert split.candidate_routes(board, "A", 2) == routes  # the seed decides
+    assert split.candidate_routes(board, "A", 4) is None  # only 2 decoys
+
+
+def test_in_a_route_game_the_planner_sees_the_lists_and_the_scout_what_they_walk_onto(boards):
+    e = route_env()
+    obs = e.reset({"seed": "A", "routes": 2})
+    clear = e.routes.index(["D", "R", "R", "U"])
+    decoy = 1 - clear
+    # the decoy is one of A's two blocked routes; by hand, what each walks onto
+    decoy_walks = {"['D', 'R', 'U', 'R']": ". . # .", "['R', 'D', 'R', 'U']": "# . . ."}
+    lists = {0: "['D', 'R', 'R', 'U']", 1: repr(e.routes[decoy]).replace('"', "'")}
+    walks = {0: ". . . .", 1: decoy_walks[lists[1]]}
+    want_planner = [f"{'AB'[clear]}: {lists[0]}", f"{'AB'[decoy]}: {lists[1]}"]
+    want_scout = [f"{'AB'[clear]}: {walks[0]}", f"{'AB'[decoy]}: {walks[1]}"]
+    assert sorted(routes_block(obs["planner"])) == sorted(want_planner)
+    assert sorted(routes_block(obs["scout"])) == sorted(want_scout)
+    # one agent who sees everything is shown both, side by side
+    full = route_env("full").reset({"seed": "A", "routes": 2})["planner"]
+    assert f"{'AB'[clear]}: {lists[0]} walks onto {walks[0]}" in routes_block(full)
+    # without a route game no candidate line is drawn
+    assert routes_block(env().reset({"seed": "A"})["planner"]) == []
+
+
+def test_the_team_wins_the_route_game_when_the_scout_names_the_clear_route(boards):
+    def scout(obs):  # names the label whose route walks onto no wall
+        return next(ln[0] for ln in routes_block(obs) if "#" not in ln)
+
+    def planner(obs):  # copies the list of the label in the scout's message, else A's
+        said = obs.split("[scout, turn 1]\n")[-1][:1] if "[scout, turn 1]" in obs else "A"
+        line = next(ln for ln in routes_block(obs) if ln.startswith(said + ":"))
+        return "#### " + line.split(": ", 1)[1]
+
+    step = play(route_env(), "A", {"scout": scout, "planner": planner}, routes=2)
+    assert step.success and step.reward == pytest.approx(-0.04 + 0.4 + 10.0)
+    # muted, the planner takes A's list: a win only where A is the clear route
+    muted = route_env()
+    muted.relay = Mute()
+    e = route_env()
+    e.reset({"seed": "A", "routes": 2})
+    assert play(muted, "A", {"scout": scout, "planner": planner}, routes=2).success == (
+        e.routes[0] == ["D", "R", "R", "U"]
+    )
+
+
+def test_route_games_refuse_a_bad_count_and_balance_their_labels():
+    for bad in (1, 9, -1):
+        with pytest.raises(ValueError, match=rf"plan_path_split.routes: .* got {bad}"):
+            plan_path_split_task(routes=bad, n_train=1, n_eval=1, n_test=1)
+    task = plan_path_split_task(routes=2, n_train=1, n_eval=1, n_test=40)
+    clear = []
+    for example in task.test:
+        e = task.make_env()
+        e.reset(example)
+        assert len(e.routes) == 2 and all(len(r) == e.state.shortest_path_length for r in e.routes)
+        walks = [split.walked_cells(e.state, r) for r in e.routes]
+        walls = [sum(e.state.grid[r][c] == "#" for r, c in w) for w in walks]
+        assert sorted(w == 0 for w in walls) == [False, True]  # exactly one route is clear
+        clear.append(walls.index(0))
+    assert 10 <= sum(clear) <= 30  # the clear route's label is drawn, not fixed
+
+
+def test_a_route_games_planner_may_commit_a_label_and_the_env_plays_its_list(boards):
+    e = route_env()
+    e.reset({"seed": "A", "routes": 2})
+    clear = "AB"[e.routes.index(["D", "R", "R", "U"])]
+    decoy = "AB"["AB".index(clear) ^ 1]
+    win = play(
+        route_env(), "A", {"scout": lambda o: "", "planner": lambda o: f"#### {clear}"}, routes=2
+    )
+    assert win.success and win.reward == pytest.approx(-0.04 + 0.4 + 10.0)
+    # the decoy walks onto the wall: one invalid move, and it does not end on the goal
+    lose = play(
+        route_env(), "A", {"scout": lambda o: "", "planner": lambda o: f"#### {decoy}."}, routes=2
+    )
+    assert not lose.success and lose.infos["actions"] == e.routes["AB".index(decoy)]
+    # a label past the candidates, or a label without a route game, is not a plan
+    past = play(route_env(), "A", {"scout": lambda o: "", "planner": lambda o: "#### C"}, routes=2)
+    plain = play(env(), "A", {"scout": lambda o: "", "planner": lambda o: f"#### {clear}"})
+    for step in (past, plain):
+        assert step.infos["actions"] is None
+        assert step.reward == pytest.approx(split.PlanPathRewards().no_action_penalty)
+
+
+def test_a_scout_reward_pays_the_scout_for_naming_the_clear_route_first(boards):
+    def scout_step(text: str, reward: float):
+        e = plan_path_split_task(
+            n_train=1, n_eval=1, n_test=1, routes=2, scout_reward=reward
+        ).make_env()
+        e.reset({"seed": "A", "routes": 2})
+        clear = "AB"[e.routes.index(["D", "R", "R", "U"])]
+        return e.step({"scout": text.format(clear=clear, decoy="AB"["AB".index(clear) ^ 1])})
+
+    assert scout_step("Route {clear} is clear", 0.5).local_rewards == {"scout": 0.5}
+    # the first label it names counts: the decoy first earns nothing, the clear one after it
+    # does not help; nor does a message without a label
+    for text in ("Route {decoy}, not {clear}", "the clear route", "Route{clear}"):
+        assert scout_step(text, 0.5).local_rewards == {"scout": 0.0}, text
+    assert scout_step("Route {clear}", 0.0).local_rewards == {}  # off: the team reward only
+    with pytest.raises(ValueError, match="plan_path_split.scout_reward: expected a number"):
+        plan_path_split_task(n_train=1, n_eval=1, n_test=1, scout_reward="1")

@@ -23,6 +23,16 @@ drops it).
 ``planner_alone`` (one agent with its own half: the floor). A lone agent commits as the
 planner does; its messages reach nobody.
 
+``routes`` (0: off) turns a board into a referential game: the planner is shown ``routes`` move
+lists of the shortest path's length, each reaching the goal on an empty grid, and exactly one
+of them misses every wall (the board's shortest path; the others are decoys a wall blocks,
+drawn from the board's seed, labelled in a seeded order). The scout is shown, per label, what
+each route walks onto (``.`` or ``#``), never the lists. Alone, the planner can only guess a
+label (1 / ``routes``) and the scout has no list to give; the team wins when the scout says
+which label is clear and the planner copies that list, or commits the label itself
+(``#### A``: the env plays that route), so the game needs no list written out
+(docs/plan-path-split.md).
+
 ``detour`` (default on) keeps only boards where every path is longer than the start-goal
 Manhattan distance: some wall blocks every straight route, so the start and goal alone never
 give a plan that is sure to work (docs/plan-path-split.md has a board by hand). Boards come
@@ -32,12 +42,14 @@ from ``plan_path.generate_plan_path`` (same seeds, same content-bucket split) an
 
 from __future__ import annotations
 
+import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from teamrl.envs.base import Step, Task, register_task
 from teamrl.envs.messages import PASS_THROUGH, Message, Relay
-from teamrl.tasks.games.actions import parse_moves
+from teamrl.tasks.games.actions import MOVES, format_actions, parse_moves
 from teamrl.tasks.games.episode import check_one_agent, make_rewards, step_components
 from teamrl.tasks.games.plan_path import PlanPathRewards, PlanPathState, generate_plan_path
 from teamrl.tasks.games.seeds import example_int, example_seed, split_seeds
@@ -103,15 +115,84 @@ def needs_detour(state: PlanPathState) -> bool:
     return state.shortest_path_length > abs(r - gr) + abs(c - gc)
 
 
+LABELS = "ABCDEFGH"  # candidate routes' labels (``routes`` <= 8)
+
+
+def walked_cells(state: PlanPathState, moves: list[str]) -> list[tuple[int, int]] | None:
+    """The cells ``moves`` walks onto from the start on the board's grid with its walls
+    ignored; None when a move leaves the grid."""
+    size = len(state.grid)
+    (r, c), cells = state.pos, []
+    for move in moves:
+        dr, dc = MOVES[move]
+        r, c = r + dr, c + dc
+        if not (0 <= r < size and 0 <= c < size):
+            return None
+        cells.append((r, c))
+    return cells
+
+
+def blocked_routes(state: PlanPathState) -> list[list[str]]:
+    """Every move list of the shortest path's length that reaches the goal without leaving the
+    grid or visiting a cell twice when walls are ignored, and walks onto at least one wall: the
+    decoys a route game can draw (sorted, so a seed always draws the same one)."""
+    size, length = len(state.grid), state.shortest_path_length
+    (gr, gc), found = state.goal, []
+
+    def walk(pos, moves, seen):
+        left = length - len(moves)
+        if abs(pos[0] - gr) + abs(pos[1] - gc) > left:
+            return
+        if left == 0:
+            if any(state.grid[r][c] == "#" for r, c in seen[1:]):
+                found.append(list(moves))
+            return
+        for move, (dr, dc) in MOVES.items():
+            nxt = (pos[0] + dr, pos[1] + dc)
+            if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in seen:
+                walk(nxt, [*moves, move], [*seen, nxt])
+
+    walk(state.pos, [], [state.pos])
+    return sorted(found)
+
+
+def candidate_routes(state: PlanPathState, seed: object, n: int) -> list[list[str]] | None:
+    """``n`` candidate move lists for a route game: the board's shortest path and ``n - 1``
+    blocked routes of its length (``blocked_routes``), drawn and ordered from ``seed``; None
+    when the board has fewer decoys than that."""
+    decoys = blocked_routes(state)
+    if len(decoys) < n - 1:
+        return None
+    rng = random.Random(f"{NAME}/routes/{seed}")
+    routes = [state.shortest_path(), *rng.sample(decoys, n - 1)]
+    rng.shuffle(routes)
+    return routes
+
+
+def board_routes(example: dict) -> int:
+    routes = example_int(example, "routes", 0, NAME)
+    if not 0 <= routes <= len(LABELS) or routes == 1:
+        raise ValueError(f"{NAME}.routes: expected 0 (off) or 2..{len(LABELS)}, got {routes}")
+    return routes
+
+
 def build_board(example: dict, rewards: Any = None) -> PlanPathState:
-    """The board of an example ``{"seed", "size", "density", "detour"}``."""
+    """The board of an example ``{"seed", "size", "density", "detour", "routes"}`` (with
+    ``routes``, only boards that have that many candidate routes)."""
     seed = example_seed(example, NAME)
     size = example_int(example, "size", 4, NAME)
     detour = example.get("detour", True)
     if not isinstance(detour, bool):
         raise ValueError(f"{NAME}.detour: expected true or false, got {detour!r}")
-    accept = needs_detour if detour else None
-    return generate_plan_path(seed, size, example.get("density", 0.3), rewards, accept)
+    routes = board_routes(example)
+
+    def accept(state: PlanPathState) -> bool:
+        if detour and not needs_detour(state):
+            return False
+        return not routes or len(blocked_routes(state)) >= routes - 1
+
+    wanted = accept if detour or routes else None
+    return generate_plan_path(seed, size, example.get("density", 0.3), rewards, wanted)
 
 
 def view_grid(state: PlanPathState, walls: bool, ends: bool) -> str:
@@ -149,7 +230,13 @@ class SplitPlanPathEnv:
     teammate's messages."""
 
     def __init__(
-        self, view: str, rewards: Any, *, max_turns: int = 2, max_message_chars: int = 400
+        self,
+        view: str,
+        rewards: Any,
+        *,
+        max_turns: int = 2,
+        max_message_chars: int = 400,
+        scout_reward: float = 0.0,
     ) -> None:
         if view not in VIEWS:
             raise ValueError(f"{NAME}.view: expected one of {list(VIEWS)}, got {view!r}")
@@ -161,6 +248,9 @@ class SplitPlanPathEnv:
             )
         if max_message_chars < 1:
             raise ValueError(f"{NAME}.max_message_chars: expected >= 1, got {max_message_chars}")
+        if isinstance(scout_reward, bool) or not isinstance(scout_reward, int | float):
+            raise ValueError(f"{NAME}.scout_reward: expected a number, got {scout_reward!r}")
+        self.scout_reward = float(scout_reward)
         self.view = view
         self.agents = list(VIEWS[view])
         self.turn_order = list(self.agents)
@@ -169,6 +259,7 @@ class SplitPlanPathEnv:
         self.max_message_chars = max_message_chars
         self.relay: Relay = PASS_THROUGH
         self.state: PlanPathState | None = None
+        self.routes: list[list[str]] | None = None  # a route game's candidates, in label order
         self.turn = 0
         self.acting = 0  # index in turn_order of the agent whose step comes next
         self.transcript: list[Note] = []
@@ -183,6 +274,8 @@ class SplitPlanPathEnv:
 
     def reset(self, example: dict) -> dict[str, str]:
         self.state = build_board(example, self.rewards)
+        n = board_routes(example)
+        self.routes = candidate_routes(self.state, example["seed"], n) if n else None
         self.turn, self.acting, self.transcript, self.done = 0, 0, [], False
         return self._observations()
 
@@ -197,7 +290,12 @@ class SplitPlanPathEnv:
         if self.acting + 1 < len(self.turn_order):  # the scout of a team: a message
             self._write(agent, text)
             self.acting += 1
-            return self._going_on(pending=True)
+            step = self._going_on(pending=True)
+            if self.routes and self.scout_reward:
+                named = self._named_label(text)
+                clear = LABELS[self.routes.index(self.state.shortest_path())]
+                step.local_rewards[agent] = self.scout_reward * (named == clear)
+            return step
         if COMMIT in text or last_turn:
             return self._commit(agent, text)
         self._write(agent, text)  # the planner's message for the next turn
@@ -222,8 +320,11 @@ class SplitPlanPathEnv:
         )
 
     def _commit(self, agent: str, text: str) -> Step:
-        """The plan: applied from the start; the episode ends, solved or not."""
-        moves = parse_moves(text, False)
+        """The plan: applied from the start; the episode ends, solved or not. In a route game
+        a label right after ``####`` (``#### B``) plays that candidate's list."""
+        moves = self._chosen_route(text)
+        if moves is None:
+            moves = parse_moves(text, False)
         if moves is None:
             reward, info = self.rewards.no_action_penalty, None
         else:
@@ -244,6 +345,18 @@ class SplitPlanPathEnv:
             reward_components=comps,
         )
 
+    def _named_label(self, text: str) -> str | None:
+        """The first candidate label a message names as a word (``B`` in "route B is clear")."""
+        found = re.search(rf"\b([A-{LABELS[len(self.routes) - 1]}])\b", text)
+        return found.group(1) if found else None
+
+    def _chosen_route(self, text: str) -> list[str] | None:
+        """The candidate list a route game's reply names by its label, else None."""
+        if not self.routes:
+            return None
+        found = re.search(rf"{COMMIT}\s*([A-{LABELS[len(self.routes) - 1]}])\b", text)
+        return list(self.routes[LABELS.index(found.group(1))]) if found else None
+
     # --- what each agent sees ------------------------------------------------------------------
 
     def _observations(self) -> dict[str, str]:
@@ -256,6 +369,7 @@ class SplitPlanPathEnv:
             f"{RULES}\n\n{ROLES[self.view][agent]}\n\n"
             f"Your view of the board ({self._what(walls, ends)}):\n"
             f"{view_grid(self.state, walls, ends)}{self._ends_line(ends)}\n\n"
+            f"{self._routes_view(walls, ends)}"
             f"Messages so far:\n{seen}\n\n"
             f"Turn {self.turn + 1} of {self.max_turns}. {self._ask(agent)}"
         )
@@ -288,10 +402,41 @@ class SplitPlanPathEnv:
         (r, c), (gr, gc) = self.state.pos, self.state.goal
         return f"\nThe walker P is at row {r}, column {c}; the goal G at row {gr}, column {gc}."
 
+    def _routes_view(self, walls: bool, ends: bool) -> str:
+        """A route game's candidates as this agent sees them: the move lists to who sees the
+        start and the goal, what each route walks onto to who sees the walls (empty without a
+        route game)."""
+        if not self.routes:
+            return ""
+        lines = [
+            f"Candidate routes ({len(self.routes)}, each as long as the shortest path; exactly "
+            "one of them walks onto no wall):"
+        ]
+        for label, moves in zip(LABELS, self.routes, strict=False):
+            parts = [f"{label}:"]
+            if ends:
+                parts.append(format_actions(moves))
+            if walls:
+                cells = walked_cells(self.state, moves) or []
+                walks = " ".join(self.state.grid[r][c] for r, c in cells)
+                parts.append(f"walks onto {walks}" if ends else walks)
+            lines.append(" ".join(parts))
+        return "\n".join(lines) + "\n\n"
+
     def _ask(self, agent: str) -> str:
         if agent != self.turn_order[-1]:  # the scout of a team
+            if self.routes:
+                return (
+                    "Write your message to the planner: the label of the candidate route that "
+                    "walks onto no wall (#)."
+                )
             return "Write your message to the planner."
         ask = "Give the move list after '####', for example #### ['R', 'D']. It ends the game."
+        if self.routes:
+            ask = (
+                "Give the label of the candidate route to take after '####', for example "
+                "#### A (or a move list, #### ['R', 'D']). It ends the game."
+            )
         if self.turn + 1 < self.max_turns and len(self.agents) > 1:
             ask += " Or write a message to the scout, without '####': it answers next turn."
         return ask
@@ -308,21 +453,31 @@ def plan_path_split_task(
     max_turns: int = 2,
     rewards: dict | None = None,
     max_message_chars: int = 400,
+    routes: int = 0,
+    scout_reward: float = 0.0,
 ) -> Task:
     """Plan-Path with split information (see the module docstring). ``view``: ``split``,
     ``full``, ``scout_alone`` or ``planner_alone``; ``rewards`` overrides fields of
-    :class:`PlanPathRewards`; examples are ``{"seed", "size", "density", "detour"}`` from the
-    disjoint seed ranges (train, eval, test)."""
+    :class:`PlanPathRewards`; ``routes`` (0: off; 2..8) makes each board a route game (the
+    module docstring), where ``scout_reward`` is the scout's own (local) reward for a message
+    whose first label is the clear route's (0: none, the team reward only); examples are ``{"seed", "size", "density", "detour", "routes"}`` from
+    the disjoint seed ranges (train, eval, test)."""
     constants = make_rewards(PlanPathRewards, rewards, NAME)
     params = {"size": size, "density": density, "detour": detour}
+    if routes:
+        params["routes"] = routes
     build_board({"seed": 0, **params}, constants)  # fail now, not mid-run, on bad params
 
     def make_env() -> SplitPlanPathEnv:
         return SplitPlanPathEnv(
-            view, constants, max_turns=max_turns, max_message_chars=max_message_chars
+            view,
+            constants,
+            max_turns=max_turns,
+            max_message_chars=max_message_chars,
+            scout_reward=scout_reward,
         )
 
-    make_env()  # validates view, max_turns and max_message_chars
+    make_env()  # validates view, max_turns, max_message_chars and scout_reward
 
     def examples(split: str, n: int) -> list[dict]:
         return [{"seed": s, **params} for s in split_seeds(split, n)]
@@ -334,7 +489,8 @@ def plan_path_split_task(
         eval=examples("eval", n_eval),
         test=examples("test", n_test),
         agents=dict(ROLES[view]),
-        description=f"Plan-Path split {size}x{size}, view {view}",
+        description=f"Plan-Path split {size}x{size}, view {view}"
+        + (f", a route game of {routes}" if routes else ""),
     )
 
 
