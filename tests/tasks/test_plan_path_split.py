@@ -350,3 +350,12 @@ def test_a_scout_reward_pays_the_scout_for_naming_the_clear_route_first(boards):
     assert scout_step("Route {clear}", 0.0).local_rewards == {}  # off: the team reward only
     with pytest.raises(ValueError, match="plan_path_split.scout_reward: expected a number"):
         plan_path_split_task(n_train=1, n_eval=1, n_test=1, scout_reward="1")
+
+
+def test_a_scout_alone_cannot_commit_a_label_it_was_shown_no_list_for(boards):
+    e = plan_path_split_task(view="scout_alone", n_train=1, n_eval=1, n_test=1, routes=2).make_env()
+    obs = e.reset({"seed": "A", "routes": 2})
+    clear = "AB"[e.routes.index(["D", "R", "R", "U"])]
+    assert "['D', 'R', 'R', 'U']" not in obs["scout"]  # it sees what routes walk onto, no list
+    step = e.step({"scout": f"#### {clear}"})
+    assert step.infos["actions"] is None and not step.success

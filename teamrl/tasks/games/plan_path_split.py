@@ -321,8 +321,9 @@ class SplitPlanPathEnv:
 
     def _commit(self, agent: str, text: str) -> Step:
         """The plan: applied from the start; the episode ends, solved or not. In a route game
-        a label right after ``####`` (``#### B``) plays that candidate's list."""
-        moves = self._chosen_route(text)
+        a label right after ``####`` (``#### B``) plays that candidate's list, for an agent who
+        is shown the lists (the planner; a scout alone sees no list, so it must write one)."""
+        moves = self._chosen_route(text) if SEES[(self.view, agent)][1] else None
         if moves is None:
             moves = parse_moves(text, False)
         if moves is None:
