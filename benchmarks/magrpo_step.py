@@ -598,17 +598,17 @@ def markdown(result: dict) -> str:
 
 
 def ab_markdown(result: dict) -> list[str]:
-    """Each ``KIND@overrides`` or ``KIND#REV`` contender (B) against its plain ``KIND`` (A): the ratio of their
-    medians and in how many rounds B was the faster, for the step, generation and update (the
-    two stepped in the same rounds, so a slow spell of the machine hits both)."""
+    """Each ``KIND@overrides`` or ``KIND#REV`` contender (B) against its plain ``KIND`` (A):
+    the ratio of their medians and in how many rounds B was the faster, for the step,
+    generation and update (the two stepped in the same rounds, so a slow spell of the machine
+    hits both)."""
     steps, lines = result["steps"], []
     for b in steps:
         a = b.split("@")[0].split("#")[0]
         if b == a or a not in steps:
             continue
         if not lines:
-            lines = ["", "A/B (B: the contender with overrides or a revision, A: its plain kind):"]
-            lines += [""]
+            lines = ["", "A/B (B: with overrides or at a revision, A: its plain kind):", ""]
             lines += [
                 "| B | step B / A | B faster | generate B / A | B faster | update B / A | B faster |"
             ]

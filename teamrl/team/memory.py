@@ -253,7 +253,8 @@ def measured_memory(device: torch.device | None = None) -> dict[str, float]:
     """This process's memory as measured, in GiB: its resident set now (``rss_gib``) and at its
     peak so far (``peak_rss_gib``, the kernel's high-water mark, which never falls), and on a
     CUDA ``device`` the most allocated so far (``cuda_peak_gib``; the counter is read, never
-    reset, so a caller's own peak measurement is left as it was). The host figures are Linux's (``/proc/self/statm``); elsewhere they are left out.
+    reset, so a caller's own peak measurement is left as it was). The host figures are Linux's
+    (``/proc/self/statm``); elsewhere they are left out.
     The resident set includes what the C allocator keeps after tensors are freed: glibc's
     heap keeps the high-water mark of a step's largest forward (teamrl.scale.cpu_malloc)."""
     out: dict[str, float] = {}

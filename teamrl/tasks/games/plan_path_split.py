@@ -346,17 +346,20 @@ class SplitPlanPathEnv:
             reward_components=comps,
         )
 
+    def _label(self, before: str, text: str) -> str | None:
+        """The first of this board's candidate labels that ``text`` holds as a word right
+        after the pattern ``before``."""
+        found = re.search(rf"{before}\b([A-{LABELS[len(self.routes) - 1]}])\b", text)
+        return found.group(1) if found else None
+
     def _named_label(self, text: str) -> str | None:
         """The first candidate label a message names as a word (``B`` in "route B is clear")."""
-        found = re.search(rf"\b([A-{LABELS[len(self.routes) - 1]}])\b", text)
-        return found.group(1) if found else None
+        return self._label("", text)
 
     def _chosen_route(self, text: str) -> list[str] | None:
         """The candidate list a route game's reply names by its label, else None."""
-        if not self.routes:
-            return None
-        found = re.search(rf"{COMMIT}\s*([A-{LABELS[len(self.routes) - 1]}])\b", text)
-        return list(self.routes[LABELS.index(found.group(1))]) if found else None
+        label = self._label(rf"{COMMIT}\s*", text) if self.routes else None
+        return list(self.routes[LABELS.index(label)]) if label else None
 
     # --- what each agent sees ------------------------------------------------------------------
 
@@ -461,8 +464,9 @@ def plan_path_split_task(
     ``full``, ``scout_alone`` or ``planner_alone``; ``rewards`` overrides fields of
     :class:`PlanPathRewards`; ``routes`` (0: off; 2..8) makes each board a route game (the
     module docstring), where ``scout_reward`` is the scout's own (local) reward for a message
-    whose first label is the clear route's (0: none, the team reward only); examples are ``{"seed", "size", "density", "detour", "routes"}`` from
-    the disjoint seed ranges (train, eval, test)."""
+    whose first label is the clear route's (0: none, the team reward only); examples are
+    ``{"seed", "size", "density", "detour", "routes"}`` from the disjoint seed ranges (train,
+    eval, test)."""
     constants = make_rewards(PlanPathRewards, rewards, NAME)
     params = {"size": size, "density": density, "detour": detour}
     if routes:
